@@ -1,0 +1,359 @@
+//! The JSON codec: one JSON object per Kafka message, so kcat and any other producer
+//! can speak it. Unknown fields are ignored (a newer minor producer stays readable);
+//! everything else that is wrong is an error that says what.
+
+use serde::{Serialize, de::DeserializeOwned};
+
+use crate::{AccessEvent, PrewarmCommand, SCHEMA_VERSION};
+
+/// Why a message could not be decoded.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum DecodeError {
+    /// The message is larger than the type allows.
+    #[error("message is {len} bytes, larger than the {max}-byte limit")]
+    TooLarge {
+        /// The message length.
+        len: usize,
+        /// The limit for this message type.
+        max: usize,
+    },
+    /// The bytes are not a JSON object (syntax error, truncation, not UTF-8).
+    #[error("malformed JSON: {0}")]
+    Malformed(String),
+    /// The JSON is well formed but a field is missing, mistyped or invalid.
+    #[error("invalid field: {0}")]
+    InvalidField(String),
+    /// The message carries a schema version this build does not speak.
+    #[error("unsupported schema version {found} (this build speaks {SCHEMA_VERSION})")]
+    UnsupportedVersion {
+        /// The version in the message.
+        found: u16,
+    },
+}
+
+impl DecodeError {
+    /// A short stable name for the metric label `reason`.
+    pub fn reason(&self) -> &'static str {
+        match self {
+            DecodeError::TooLarge { .. } => "too_large",
+            DecodeError::Malformed(_) => "malformed",
+            DecodeError::InvalidField(_) => "invalid_field",
+            DecodeError::UnsupportedVersion { .. } => "unsupported_version",
+        }
+    }
+}
+
+/// A message type carried on a topic: its size limit and its cross-field rules.
+pub trait Wire: Serialize + DeserializeOwned {
+    /// Largest accepted encoding, in bytes.
+    const MAX_BYTES: usize;
+    /// The message's schema version.
+    fn version(&self) -> u16;
+    /// Rules that span fields; the message names the field.
+    fn check(&self) -> Result<(), String> {
+        Ok(())
+    }
+}
+
+impl Wire for AccessEvent {
+    // A 2 KiB key plus ids and numbers fits easily; anything bigger is not ours.
+    const MAX_BYTES: usize = 4 * 1024;
+    fn version(&self) -> u16 {
+        self.v
+    }
+}
+
+impl Wire for PrewarmCommand {
+    // Room for a 2 KiB key, a few dozen regions and the feature breakdown.
+    const MAX_BYTES: usize = 16 * 1024;
+    fn version(&self) -> u16 {
+        self.v
+    }
+    fn check(&self) -> Result<(), String> {
+        PrewarmCommand::check(self)
+    }
+}
+
+/// Encodes a message as one line of compact JSON.
+pub fn encode<T: Wire>(message: &T) -> Vec<u8> {
+    // Serialising these types cannot fail: every field is a string, number or list.
+    serde_json::to_vec(message).expect("wire types always serialise")
+}
+
+/// Decodes and validates one message; never panics, whatever the bytes.
+pub fn decode<T: Wire>(bytes: &[u8]) -> Result<T, DecodeError> {
+    if bytes.len() > T::MAX_BYTES {
+        return Err(DecodeError::TooLarge {
+            len: bytes.len(),
+            max: T::MAX_BYTES,
+        });
+    }
+    let message: T = serde_json::from_slice(bytes).map_err(|e| {
+        use serde_json::error::Category;
+        match e.classify() {
+            Category::Data => DecodeError::InvalidField(e.to_string()),
+            Category::Syntax | Category::Eof | Category::Io => {
+                DecodeError::Malformed(e.to_string())
+            }
+        }
+    })?;
+    if message.version() != SCHEMA_VERSION {
+        return Err(DecodeError::UnsupportedVersion {
+            found: message.version(),
+        });
+    }
+    message.check().map_err(DecodeError::InvalidField)?;
+    Ok(message)
+}
+
+#[cfg(test)]
+mod tests {
+    use proptest::prelude::*;
+
+    use super::*;
+    use crate::{
+        CacheKey, Domain, FeatureContribution, NodeId, Outcome, Priority, Reason, RegionId,
+        RegionTargets, TenantId,
+    };
+
+    fn event() -> AccessEvent {
+        let mut e = AccessEvent::new(
+            1_764_470_000_000,
+            TenantId::new("acme").unwrap(),
+            CacheKey::new("/img/logo.png?v=2").unwrap(),
+            RegionId::new("eu-west").unwrap(),
+            NodeId::new("edge-1").unwrap(),
+            Outcome::Miss,
+        );
+        e.referrer = Some(Domain::new("news.example.com").unwrap());
+        e.bytes = 5120;
+        e.fill_ms = Some(42);
+        e
+    }
+
+    fn command() -> PrewarmCommand {
+        PrewarmCommand::new(
+            "c-1".into(),
+            TenantId::new("acme").unwrap(),
+            CacheKey::new("/live/score.json").unwrap(),
+            0.91,
+            1_000,
+            31_000,
+            RegionTargets::Only(vec![RegionId::new("ap-south").unwrap()]),
+            Reason {
+                model: "default-1".into(),
+                intercept: -0.2,
+                features: vec![FeatureContribution {
+                    name: "velocity_200ms".into(),
+                    value: 250.0,
+                    contribution: 0.7,
+                }],
+            },
+        )
+    }
+
+    #[test]
+    fn event_round_trips() {
+        let e = event();
+        assert_eq!(decode::<AccessEvent>(&encode(&e)).unwrap(), e);
+    }
+
+    #[test]
+    fn command_round_trips_with_both_target_forms() {
+        let mut c = command();
+        assert_eq!(decode::<PrewarmCommand>(&encode(&c)).unwrap(), c);
+        c.regions = RegionTargets::All;
+        let bytes = encode(&c);
+        assert!(String::from_utf8_lossy(&bytes).contains(r#""regions":"all""#));
+        assert_eq!(decode::<PrewarmCommand>(&bytes).unwrap(), c);
+        assert_eq!(c.priority, Priority::Background);
+    }
+
+    #[test]
+    fn minimal_kcat_line_decodes_with_defaults() {
+        let line = br#"{"v":1,"ts_ms":5,"tenant":"t","key":"/k","region":"r","node":"n","outcome":"hit","extra":true}"#;
+        let e: AccessEvent = decode(line).unwrap();
+        assert_eq!((e.bytes, e.referrer, e.fill_ms), (0, None, None));
+    }
+
+    fn reject<T: Wire + std::fmt::Debug>(bytes: &[u8]) -> DecodeError {
+        decode::<T>(bytes).expect_err("must be rejected")
+    }
+
+    fn event_json_with(field: &str, value: serde_json::Value) -> Vec<u8> {
+        let mut json = serde_json::to_value(event()).unwrap();
+        json[field] = value;
+        serde_json::to_vec(&json).unwrap()
+    }
+
+    #[test]
+    fn rejects_oversized_before_parsing() {
+        let big = vec![b' '; AccessEvent::MAX_BYTES + 1];
+        assert_eq!(
+            reject::<AccessEvent>(&big),
+            DecodeError::TooLarge {
+                len: AccessEvent::MAX_BYTES + 1,
+                max: AccessEvent::MAX_BYTES
+            }
+        );
+    }
+
+    #[test]
+    fn rejects_malformed_json() {
+        for bad in [&b""[..], b"{", b"not json", b"\xff\xfe", b"{\"v\":1,}"] {
+            assert_eq!(reject::<AccessEvent>(bad).reason(), "malformed", "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn invalid_fields_are_named() {
+        let cases = [
+            ("tenant", serde_json::json!("bad tenant"), "invalid tenant"),
+            (
+                "key",
+                serde_json::json!("https://evil/x"),
+                "invalid cache key",
+            ),
+            ("region", serde_json::json!(""), "invalid region"),
+            ("node", serde_json::json!(7), "invalid type"),
+            (
+                "outcome",
+                serde_json::json!("teleported"),
+                "unknown variant",
+            ),
+            ("referrer", serde_json::json!("a b"), "invalid domain"),
+            ("ts_ms", serde_json::json!(-1), "invalid value"),
+        ];
+        for (field, value, expected) in cases {
+            let err = reject::<AccessEvent>(&event_json_with(field, value));
+            assert_eq!(err.reason(), "invalid_field", "{field}");
+            assert!(err.to_string().contains(expected), "{field}: {err}");
+        }
+    }
+
+    #[test]
+    fn missing_field_is_named() {
+        let mut json = serde_json::to_value(event()).unwrap();
+        json.as_object_mut().unwrap().remove("tenant");
+        let err = reject::<AccessEvent>(&serde_json::to_vec(&json).unwrap());
+        assert!(err.to_string().contains("missing field `tenant`"), "{err}");
+    }
+
+    #[test]
+    fn rejects_other_schema_versions() {
+        let err = reject::<AccessEvent>(&event_json_with("v", serde_json::json!(2)));
+        assert_eq!(err, DecodeError::UnsupportedVersion { found: 2 });
+    }
+
+    #[test]
+    fn command_cross_field_rules_are_checked() {
+        type Spoil = fn(&mut PrewarmCommand);
+        let cases: [(Spoil, &str); 6] = [
+            (|c| c.confidence = 1.5, "confidence"),
+            (|c| c.expires_at_ms = c.issued_at_ms, "expires_at_ms"),
+            (|c| c.regions = RegionTargets::Only(vec![]), "regions"),
+            (|c| c.id = String::new(), "id"),
+            (|c| c.id = "x".repeat(65), "id"),
+            (
+                |c| c.reason.features[0].contribution = f64::NAN,
+                "not finite",
+            ),
+        ];
+        for (spoil, expected) in cases {
+            let mut c = command();
+            spoil(&mut c);
+            // NaN cannot be written as JSON, so that case is checked on the value.
+            let err = match serde_json::to_vec(&c) {
+                Ok(bytes) if !bytes.windows(4).any(|w| w == b"null") => {
+                    reject::<PrewarmCommand>(&bytes)
+                }
+                _ => DecodeError::InvalidField(c.check().unwrap_err()),
+            };
+            assert!(err.to_string().contains(expected), "{expected}: {err}");
+        }
+    }
+
+    #[test]
+    fn command_rejects_bad_region_targets_and_urls() {
+        let mut json = serde_json::to_value(command()).unwrap();
+        json["regions"] = serde_json::json!("everywhere");
+        let err = reject::<PrewarmCommand>(&serde_json::to_vec(&json).unwrap());
+        assert!(err.to_string().contains("regions"), "{err}");
+        json["regions"] = serde_json::json!("all");
+        json["key"] = serde_json::json!("http://169.254.169.254/latest");
+        let err = reject::<PrewarmCommand>(&serde_json::to_vec(&json).unwrap());
+        assert!(err.to_string().contains("invalid cache key"), "{err}");
+    }
+
+    fn id() -> impl Strategy<Value = String> {
+        "[A-Za-z0-9._-]{1,64}"
+    }
+
+    fn arb_event() -> impl Strategy<Value = AccessEvent> {
+        let outcome = proptest::sample::select(Outcome::ALL.to_vec());
+        (
+            any::<u64>(),
+            (id(), "/[A-Za-z0-9/._~%?=&-]{0,200}", id(), id()),
+            outcome,
+            proptest::option::of("[a-z0-9.-]{1,60}"),
+            any::<u64>(),
+            proptest::option::of(any::<u32>()),
+        )
+            .prop_filter_map(
+                "key with a '..' segment",
+                |(ts, (t, k, r, n), o, refr, b, f)| {
+                    let mut e = AccessEvent::new(
+                        ts,
+                        t.parse().ok()?,
+                        k.parse().ok()?,
+                        r.parse().ok()?,
+                        n.parse().ok()?,
+                        o,
+                    );
+                    e.referrer = refr.map(|d| d.parse().unwrap());
+                    e.bytes = b;
+                    e.fill_ms = f;
+                    Some(e)
+                },
+            )
+    }
+
+    proptest! {
+        #[test]
+        fn decode_inverts_encode(e in arb_event()) {
+            prop_assert_eq!(decode::<AccessEvent>(&encode(&e)).unwrap(), e);
+        }
+
+        #[test]
+        fn command_decode_inverts_encode(
+            conf in 0.0f64..=1.0,
+            issued in 0u64..u64::MAX / 2,
+            ttl in 1u64..1_000_000,
+            values in proptest::collection::vec((-1e9f64..1e9, -1e3f64..1e3), 0..12),
+        ) {
+            let mut c = command();
+            c.confidence = conf;
+            c.issued_at_ms = issued;
+            c.expires_at_ms = issued + ttl;
+            c.reason.features = values.into_iter().enumerate()
+                .map(|(i, (value, contribution))| FeatureContribution { name: format!("f{i}"), value, contribution })
+                .collect();
+            prop_assert_eq!(decode::<PrewarmCommand>(&encode(&c)).unwrap(), c);
+        }
+
+        #[test]
+        fn arbitrary_bytes_never_panic(bytes in proptest::collection::vec(any::<u8>(), 0..6000)) {
+            let _ = decode::<AccessEvent>(&bytes);
+            let _ = decode::<PrewarmCommand>(&bytes);
+        }
+
+        #[test]
+        fn arbitrary_json_objects_never_panic(
+            fields in proptest::collection::btree_map("[a-z_]{1,8}", any::<i64>(), 0..12)
+        ) {
+            let bytes = serde_json::to_vec(&fields).unwrap();
+            let _ = decode::<AccessEvent>(&bytes);
+            let _ = decode::<PrewarmCommand>(&bytes);
+        }
+    }
+}

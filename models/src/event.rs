@@ -1,0 +1,111 @@
+//! What an edge node tells pulse about each request it answered.
+
+use serde::{Deserialize, Serialize};
+
+use crate::{CacheKey, Domain, NodeId, RegionId, SCHEMA_VERSION, TenantId};
+
+/// How an edge node answered one request for a cacheable key.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Outcome {
+    /// Served from the node's cache.
+    Hit,
+    /// Not cached: this request led an origin fill.
+    Miss,
+    /// Served an expired entry while one refresh ran in the background.
+    Stale,
+    /// Not cached, but joined a fill already in flight.
+    Collapsed,
+    /// A pre-warm command made the node fill the key before anyone asked.
+    PrefetchFill,
+    /// The first user request to hit an entry that a pre-warm filled.
+    PrefetchUseful,
+}
+
+impl Outcome {
+    /// Every outcome, in declaration order (for metrics that list all of them).
+    pub const ALL: [Outcome; 6] = [
+        Outcome::Hit,
+        Outcome::Miss,
+        Outcome::Stale,
+        Outcome::Collapsed,
+        Outcome::PrefetchFill,
+        Outcome::PrefetchUseful,
+    ];
+
+    /// The wire name, also used as a metric label.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Outcome::Hit => "hit",
+            Outcome::Miss => "miss",
+            Outcome::Stale => "stale",
+            Outcome::Collapsed => "collapsed",
+            Outcome::PrefetchFill => "prefetch_fill",
+            Outcome::PrefetchUseful => "prefetch_useful",
+        }
+    }
+
+    /// Whether the request found no fresh copy at the node (the demand pulse watches).
+    pub fn is_miss(self) -> bool {
+        matches!(self, Outcome::Miss | Outcome::Collapsed | Outcome::Stale)
+    }
+}
+
+/// One request outcome at one edge node: the message on the `edge-events` topic,
+/// keyed by `tenant/key` so one key's events stay in order on one partition.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AccessEvent {
+    /// Schema version; this build writes and accepts [`SCHEMA_VERSION`].
+    pub v: u16,
+    /// When the request was answered, in milliseconds since the Unix epoch.
+    pub ts_ms: u64,
+    /// The tenant, from the node's trusted configuration.
+    pub tenant: TenantId,
+    /// The normalised cache key.
+    pub key: CacheKey,
+    /// The region of the node.
+    pub region: RegionId,
+    /// The node that answered.
+    pub node: NodeId,
+    /// How it was answered.
+    pub outcome: Outcome,
+    /// The referrer's host, when the request named one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub referrer: Option<Domain>,
+    /// Response body bytes sent to the client.
+    #[serde(default)]
+    pub bytes: u64,
+    /// Origin fill latency in milliseconds, for outcomes that waited on a fill.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fill_ms: Option<u32>,
+}
+
+impl AccessEvent {
+    /// An event with the current schema version, no referrer, no bytes and no fill.
+    pub fn new(
+        ts_ms: u64,
+        tenant: TenantId,
+        key: CacheKey,
+        region: RegionId,
+        node: NodeId,
+        outcome: Outcome,
+    ) -> Self {
+        AccessEvent {
+            v: SCHEMA_VERSION,
+            ts_ms,
+            tenant,
+            key,
+            region,
+            node,
+            outcome,
+            referrer: None,
+            bytes: 0,
+            fill_ms: None,
+        }
+    }
+
+    /// The Kafka message key: `tenant/key`, so one key's events share a partition.
+    pub fn partition_key(&self) -> String {
+        format!("{}{}", self.tenant, self.key)
+    }
+}

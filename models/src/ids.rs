@@ -1,0 +1,284 @@
+//! Validated identifiers. Each is a string newtype whose constructor is the only way
+//! in, so code holding one never re-checks it.
+
+use std::fmt;
+
+use serde::{Deserialize, Serialize};
+
+/// Why an identifier was refused. The message names the kind of identifier.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("invalid {kind}: {reason}")]
+pub struct IdError {
+    /// Which identifier: "tenant", "cache key", "region", "node" or "domain".
+    pub kind: &'static str,
+    /// What rule the value broke.
+    pub reason: String,
+}
+
+impl IdError {
+    fn new(kind: &'static str, reason: impl Into<String>) -> Self {
+        IdError {
+            kind,
+            reason: reason.into(),
+        }
+    }
+}
+
+/// Longest tenant, region or node id, in bytes.
+pub const MAX_ID_LEN: usize = 64;
+/// Longest cache key, in bytes.
+pub const MAX_KEY_LEN: usize = 2048;
+/// Longest referrer domain (the DNS limit).
+pub const MAX_DOMAIN_LEN: usize = 253;
+
+/// Ids use a character set that is safe in logs, metric labels, file names and URLs.
+fn check_id(kind: &'static str, value: &str) -> Result<(), IdError> {
+    if value.is_empty() {
+        return Err(IdError::new(kind, "must not be empty"));
+    }
+    if value.len() > MAX_ID_LEN {
+        return Err(IdError::new(
+            kind,
+            format!("{} bytes, longer than {MAX_ID_LEN}", value.len()),
+        ));
+    }
+    match value
+        .chars()
+        .find(|c| !(c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.')))
+    {
+        Some(c) => Err(IdError::new(
+            kind,
+            format!("character {c:?} is not one of A-Z a-z 0-9 - _ ."),
+        )),
+        None => Ok(()),
+    }
+}
+
+/// A cache key is an origin-relative path (with an optional query), never a URL: a
+/// key must not be able to name another host or climb out of the tenant's tree.
+fn check_key(value: &str) -> Result<(), IdError> {
+    const KIND: &str = "cache key";
+    if value.len() > MAX_KEY_LEN {
+        return Err(IdError::new(
+            KIND,
+            format!("{} bytes, longer than {MAX_KEY_LEN}", value.len()),
+        ));
+    }
+    if !value.starts_with('/') {
+        return Err(IdError::new(KIND, "must be a path starting with '/'"));
+    }
+    if value.starts_with("//") {
+        return Err(IdError::new(
+            KIND,
+            "must not start with '//' (that names a host)",
+        ));
+    }
+    if let Some(c) = value
+        .chars()
+        .find(|c| c.is_control() || c.is_whitespace() || matches!(c, '\\' | '#'))
+    {
+        return Err(IdError::new(
+            KIND,
+            format!("character {c:?} is not allowed"),
+        ));
+    }
+    let path = value.split('?').next().unwrap_or(value);
+    if path
+        .split('/')
+        .any(|segment| segment == ".." || segment.eq_ignore_ascii_case("%2e%2e"))
+    {
+        return Err(IdError::new(KIND, "must not contain a '..' segment"));
+    }
+    Ok(())
+}
+
+fn check_domain(value: &str) -> Result<(), IdError> {
+    const KIND: &str = "domain";
+    if value.is_empty() {
+        return Err(IdError::new(KIND, "must not be empty"));
+    }
+    if value.len() > MAX_DOMAIN_LEN {
+        return Err(IdError::new(
+            KIND,
+            format!("{} bytes, longer than {MAX_DOMAIN_LEN}", value.len()),
+        ));
+    }
+    match value
+        .chars()
+        .find(|c| !(c.is_ascii_alphanumeric() || matches!(c, '-' | '.')))
+    {
+        Some(c) => Err(IdError::new(
+            KIND,
+            format!("character {c:?} is not one of A-Z a-z 0-9 - ."),
+        )),
+        None => Ok(()),
+    }
+}
+
+macro_rules! validated_string {
+    ($(#[$doc:meta])* $name:ident, $check:expr) => {
+        $(#[$doc])*
+        #[derive(Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+        #[serde(try_from = "String", into = "String")]
+        pub struct $name(String);
+
+        impl $name {
+            /// Validates `value` and wraps it.
+            pub fn new(value: impl Into<String>) -> Result<Self, IdError> {
+                let value = value.into();
+                $check(&value)?;
+                Ok($name(value))
+            }
+
+            /// The validated string.
+            pub fn as_str(&self) -> &str {
+                &self.0
+            }
+        }
+
+        impl TryFrom<String> for $name {
+            type Error = IdError;
+            fn try_from(value: String) -> Result<Self, IdError> {
+                $name::new(value)
+            }
+        }
+
+        impl TryFrom<&str> for $name {
+            type Error = IdError;
+            fn try_from(value: &str) -> Result<Self, IdError> {
+                $name::new(value)
+            }
+        }
+
+        impl std::str::FromStr for $name {
+            type Err = IdError;
+            fn from_str(value: &str) -> Result<Self, IdError> {
+                $name::new(value)
+            }
+        }
+
+        impl From<$name> for String {
+            fn from(value: $name) -> String {
+                value.0
+            }
+        }
+
+        impl AsRef<str> for $name {
+            fn as_ref(&self) -> &str {
+                &self.0
+            }
+        }
+
+        impl fmt::Display for $name {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str(&self.0)
+            }
+        }
+
+        impl fmt::Debug for $name {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                fmt::Debug::fmt(&self.0, f)
+            }
+        }
+    };
+}
+
+validated_string!(
+    /// A tenant (a customer of the CDN): 1–64 characters of `A-Z a-z 0-9 - _ .`.
+    TenantId,
+    |v: &str| check_id("tenant", v)
+);
+validated_string!(
+    /// A region of edge nodes, such as `eu-west`: same rules as [`TenantId`].
+    RegionId,
+    |v: &str| check_id("region", v)
+);
+validated_string!(
+    /// One edge node: same rules as [`TenantId`].
+    NodeId,
+    |v: &str| check_id("node", v)
+);
+validated_string!(
+    /// A normalised cache key: an origin-relative path with an optional query, at most
+    /// 2 KiB, starting with a single `/`, with no `..` segment, whitespace, control
+    /// character, backslash or fragment.
+    CacheKey,
+    check_key
+);
+validated_string!(
+    /// A referrer's host name, such as `news.example.com`.
+    Domain,
+    check_domain
+);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn accepts_ordinary_ids() {
+        for id in [
+            "acme",
+            "eu-west",
+            "edge_1",
+            "a.b-c_9",
+            &"x".repeat(MAX_ID_LEN),
+        ] {
+            assert!(TenantId::new(id).is_ok(), "{id}");
+        }
+    }
+
+    #[test]
+    fn rejects_bad_ids_and_names_the_kind() {
+        let too_long = "x".repeat(MAX_ID_LEN + 1);
+        for bad in ["", too_long.as_str(), "a b", "a/b", "ünï", "a\n"] {
+            let err = RegionId::new(bad).unwrap_err();
+            assert_eq!(err.kind, "region", "{bad:?}");
+            assert!(err.to_string().starts_with("invalid region: "), "{err}");
+        }
+    }
+
+    #[test]
+    fn accepts_paths_with_queries() {
+        for key in [
+            "/",
+            "/img/logo.png",
+            "/a/b?c=d&e=f",
+            "/%E2%9C%93",
+            "/a..b/c.",
+        ] {
+            assert!(CacheKey::new(key).is_ok(), "{key}");
+        }
+    }
+
+    #[test]
+    fn rejects_urls_traversal_and_oversized_keys() {
+        let huge = format!("/{}", "a".repeat(MAX_KEY_LEN));
+        let cases = [
+            ("", "starting with '/'"),
+            ("img.png", "starting with '/'"),
+            ("http://evil.example/x", "starting with '/'"),
+            ("//evil.example/x", "names a host"),
+            ("/a/../../etc/passwd", "'..' segment"),
+            ("/a/%2E%2E/b", "'..' segment"),
+            ("/..", "'..' segment"),
+            ("/a b", "not allowed"),
+            ("/a\\b", "not allowed"),
+            ("/a#frag", "not allowed"),
+            ("/a\0", "not allowed"),
+            (huge.as_str(), "longer than 2048"),
+        ];
+        for (key, expected) in cases {
+            let err = CacheKey::new(key).unwrap_err();
+            assert!(err.to_string().contains(expected), "{key:?}: {err}");
+        }
+    }
+
+    #[test]
+    fn rejects_bad_domains() {
+        assert!(Domain::new("news.example.com").is_ok());
+        for bad in ["", "a/b", "a b", &"d".repeat(MAX_DOMAIN_LEN + 1)] {
+            assert_eq!(Domain::new(bad).unwrap_err().kind, "domain");
+        }
+    }
+}

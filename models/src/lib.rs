@@ -1,0 +1,40 @@
+//! Wire types shared by `pulse` and `prefetcher`: what travels over Kafka and how it
+//! is checked.
+//!
+//! Every value that crosses a process boundary is untrusted. The identifiers here are
+//! validated newtypes, so an invalid tenant, key, region or node cannot be
+//! constructed, and the codec rejects malformed or oversized input with a
+//! [`DecodeError`] that names what is wrong.
+//!
+//! ```
+//! use models::{decode, encode, AccessEvent};
+//!
+//! let line = br#"{"v":1,"ts_ms":1764470000000,"tenant":"acme","key":"/img/logo.png",
+//!   "region":"eu-west","node":"edge-1","outcome":"miss","bytes":5120,"fill_ms":42}"#;
+//! let event: AccessEvent = decode(line)?;
+//! assert_eq!(event.key.as_str(), "/img/logo.png");
+//! assert_eq!(decode::<AccessEvent>(&encode(&event))?, event);
+//! # Ok::<(), models::DecodeError>(())
+//! ```
+//!
+//! # Layout
+//! - `ids`: [`TenantId`], [`CacheKey`], [`RegionId`], [`NodeId`], [`Domain`].
+//! - `event`: [`AccessEvent`] and its [`Outcome`] (prefetcher → pulse).
+//! - `command`: [`PrewarmCommand`] (pulse → prefetcher).
+//! - `codec`: the JSON codec ([`encode`], [`decode`]) and its [`DecodeError`].
+
+mod codec;
+mod command;
+mod event;
+mod ids;
+
+pub use codec::{DecodeError, Wire, decode, encode};
+pub use command::MAX_COMMAND_ID_LEN;
+pub use command::{FeatureContribution, PrewarmCommand, Priority, Reason, RegionTargets};
+pub use event::{AccessEvent, Outcome};
+pub use ids::{
+    CacheKey, Domain, IdError, MAX_DOMAIN_LEN, MAX_ID_LEN, MAX_KEY_LEN, NodeId, RegionId, TenantId,
+};
+
+/// The schema version this build writes and accepts.
+pub const SCHEMA_VERSION: u16 = 1;

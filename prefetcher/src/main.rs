@@ -1,0 +1,3 @@
+//! The `prefetcher` command line.
+
+fn main() {}

@@ -1,0 +1,145 @@
+//! The broker under test. `scripts/test` starts a real Apache Kafka and sets
+//! `KAFKA_BOOTSTRAP_SERVERS`; a plain `cargo test` gets librdkafka's mock cluster,
+//! which speaks the same protocol. A configured broker that cannot be reached fails
+//! the test loudly: it is never skipped.
+
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::Duration;
+
+use pulse::EmbeddedBroker;
+use rdkafka::ClientConfig;
+use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
+use rdkafka::client::DefaultClientContext;
+use rdkafka::consumer::{BaseConsumer, Consumer, StreamConsumer};
+use rdkafka::producer::FutureProducer;
+
+/// The environment variable naming a real broker.
+pub const BOOTSTRAP_ENV: &str = "KAFKA_BOOTSTRAP_SERVERS";
+
+/// A broker for one test, with helpers for unique topics and ready-made clients.
+pub struct TestKafka {
+    bootstrap_servers: String,
+    embedded: Option<EmbeddedBroker>,
+}
+
+impl TestKafka {
+    /// Connects to `$KAFKA_BOOTSTRAP_SERVERS`, or starts an embedded broker. Panics
+    /// with the reason when a configured broker does not answer.
+    pub fn start() -> Self {
+        let kafka = match std::env::var(BOOTSTRAP_ENV) {
+            Ok(servers) if !servers.trim().is_empty() => {
+                let kafka = TestKafka {
+                    bootstrap_servers: servers,
+                    embedded: None,
+                };
+                kafka.expect_reachable();
+                kafka
+            }
+            _ => {
+                let broker = EmbeddedBroker::start(1).expect("starting the embedded broker");
+                TestKafka {
+                    bootstrap_servers: broker.bootstrap_servers().to_owned(),
+                    embedded: Some(broker),
+                }
+            }
+        };
+        eprintln!(
+            "kafka under test: {} at {}",
+            kafka.kind(),
+            kafka.bootstrap_servers
+        );
+        kafka
+    }
+
+    /// "real broker" or "embedded mock cluster".
+    pub fn kind(&self) -> &'static str {
+        if self.embedded.is_some() {
+            "embedded mock cluster"
+        } else {
+            "real broker"
+        }
+    }
+
+    /// Whether the broker is a real Apache Kafka.
+    pub fn is_real(&self) -> bool {
+        self.embedded.is_none()
+    }
+
+    /// The `bootstrap.servers` list.
+    pub fn bootstrap_servers(&self) -> &str {
+        &self.bootstrap_servers
+    }
+
+    fn expect_reachable(&self) {
+        let consumer: BaseConsumer = self.config().create().expect("creating a metadata client");
+        if let Err(e) = consumer.fetch_metadata(None, Duration::from_secs(10)) {
+            panic!(
+                "{BOOTSTRAP_ENV}={} is set but the broker does not answer: {e}. \
+                 Start it with `scripts/kafka start`, or unset {BOOTSTRAP_ENV} to use the embedded broker.",
+                self.bootstrap_servers
+            );
+        }
+    }
+
+    /// A client config pointing at this broker.
+    pub fn config(&self) -> ClientConfig {
+        let mut config = ClientConfig::new();
+        config.set("bootstrap.servers", &self.bootstrap_servers);
+        config
+    }
+
+    /// A topic name no other test (or earlier run against the same broker) uses.
+    pub fn unique_topic(&self, prefix: &str) -> String {
+        static NEXT: AtomicU32 = AtomicU32::new(0);
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_nanos();
+        format!(
+            "{prefix}-{}-{nanos}-{}",
+            std::process::id(),
+            NEXT.fetch_add(1, Ordering::Relaxed)
+        )
+    }
+
+    /// Creates `name` with `partitions` partitions and waits until it is usable.
+    pub async fn create_topic(&self, name: &str, partitions: i32) {
+        match &self.embedded {
+            Some(broker) => broker
+                .create_topic(name, partitions)
+                .expect("creating a topic on the embedded broker"),
+            None => {
+                let admin: AdminClient<DefaultClientContext> =
+                    self.config().create().expect("creating an admin client");
+                let topic = NewTopic::new(name, partitions, TopicReplication::Fixed(1));
+                let results = admin
+                    .create_topics([&topic], &AdminOptions::new())
+                    .await
+                    .expect("CreateTopics request");
+                for result in results {
+                    result.unwrap_or_else(|(topic, e)| panic!("creating {topic}: {e}"));
+                }
+            }
+        }
+    }
+
+    /// A producer that waits for every in-sync replica (there is one).
+    pub fn producer(&self) -> FutureProducer {
+        self.config()
+            .set("acks", "all")
+            .set("linger.ms", "5")
+            .create()
+            .expect("creating a producer")
+    }
+
+    /// A consumer in `group` that starts from the earliest offset and commits by hand.
+    pub fn consumer(&self, group: &str) -> StreamConsumer {
+        self.config()
+            .set("group.id", group)
+            .set("auto.offset.reset", "earliest")
+            .set("enable.auto.commit", "false")
+            .set("session.timeout.ms", "6000")
+            .create()
+            .expect("creating a consumer")
+    }
+}

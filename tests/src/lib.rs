@@ -1,0 +1,9 @@
+//! Shared pieces of the cross-crate scenarios.
+//!
+//! # Layout
+//! - `kafka`: [`TestKafka`], the broker a test talks to: the real one named by
+//!   `KAFKA_BOOTSTRAP_SERVERS`, or an embedded mock cluster when that is unset.
+
+mod kafka;
+
+pub use kafka::{BOOTSTRAP_ENV, TestKafka};
