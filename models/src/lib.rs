@@ -22,18 +22,28 @@
 //! - `event`: [`AccessEvent`] and its [`Outcome`] (prefetcher → pulse).
 //! - `command`: [`PrewarmCommand`] (pulse → prefetcher).
 //! - `codec`: the JSON codec ([`encode`], [`decode`]) and its [`DecodeError`].
+//! - `features`: the [`Features`] pulse computes per key at decision time.
+//! - `scoring`: the [`ScoringModel`] (linfa-linear regression, calibrated), its file
+//!   format and its model card.
 
 mod codec;
 mod command;
 mod event;
+mod features;
 mod ids;
+mod scoring;
 
 pub use codec::{DecodeError, Wire, decode, encode};
 pub use command::MAX_COMMAND_ID_LEN;
 pub use command::{FeatureContribution, PrewarmCommand, Priority, Reason, RegionTargets};
 pub use event::{AccessEvent, Outcome};
+pub use features::{FEATURE_COUNT, FEATURE_NAMES, Features};
 pub use ids::{
     CacheKey, Domain, IdError, MAX_DOMAIN_LEN, MAX_ID_LEN, MAX_KEY_LEN, NodeId, RegionId, TenantId,
+};
+pub use scoring::{
+    Calibration, Evaluation, MODEL_FORMAT, ModelError, Score, ScoringModel, TrainOptions,
+    TrainingMetrics, Transform,
 };
 
 /// The schema version this build writes and accepts.
