@@ -7,8 +7,10 @@
 //!   broker is configured so one machine runs everything through the same Kafka code.
 
 mod broker;
+mod trace;
 
 pub use broker::{BrokerError, EmbeddedBroker};
+pub use trace::{Burst, BurstKind, Trace, TraceSpec, generate as generate_trace};
 
 /// Topic that edge nodes publish [`models::AccessEvent`]s to.
 pub const EVENTS_TOPIC: &str = "edge-events";
