@@ -7,9 +7,11 @@
 //!   broker is configured so one machine runs everything through the same Kafka code.
 
 mod broker;
+mod decide;
 mod trace;
 
 pub use broker::{BrokerError, EmbeddedBroker};
+pub use decide::{Decider, Decision, DecisionCounts, DecisionPolicy, Skip, Verdict};
 pub use trace::{Burst, BurstKind, Trace, TraceSpec, generate as generate_trace};
 
 /// Topic that edge nodes publish [`models::AccessEvent`]s to.

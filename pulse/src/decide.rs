@@ -1,0 +1,445 @@
+//! Turning scores into pre-warm commands: a confidence threshold, a per-key cooldown
+//! (one command per wave), and a per-tenant budget of token buckets (a committed rate
+//! plus a burst) so one tenant's viral event cannot flood every edge. It also closes
+//! the loop: a command whose key is later requested in a region it warmed is useful;
+//! one nobody asked for before it expired is wasted.
+
+use std::collections::{HashMap, VecDeque};
+
+use models::{CacheKey, Outcome, PrewarmCommand, RegionId, RegionTargets, Score, TenantId};
+use serde::Serialize;
+
+/// The decision rules.
+#[derive(Debug, Clone, PartialEq)]
+pub struct DecisionPolicy {
+    /// Minimum confidence to send a command.
+    pub threshold: f64,
+    /// After a command, the same key gets no other for this long.
+    pub cooldown_ms: u64,
+    /// How long a command stays valid at the edges.
+    pub command_ttl_ms: u64,
+    /// Each tenant's committed rate of commands per second.
+    pub tenant_rate_per_s: f64,
+    /// Each tenant's burst allowance, in commands.
+    pub tenant_burst: f64,
+    /// How many recent decisions to keep for the API.
+    pub history: usize,
+}
+
+impl Default for DecisionPolicy {
+    fn default() -> Self {
+        DecisionPolicy {
+            threshold: 0.85,
+            cooldown_ms: 60_000,
+            command_ttl_ms: 30_000,
+            tenant_rate_per_s: 2.0,
+            tenant_burst: 20.0,
+            history: 500,
+        }
+    }
+}
+
+/// Why a scored key got no command.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Skip {
+    /// Confidence below the threshold.
+    BelowThreshold,
+    /// Every region has already seen the key: nothing to warm.
+    NothingToWarm,
+    /// The key had a command within the cooldown.
+    Cooldown,
+    /// The tenant's budget is spent.
+    OverBudget,
+}
+
+impl Skip {
+    /// Metric label.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Skip::BelowThreshold => "below_threshold",
+            Skip::NothingToWarm => "nothing_to_warm",
+            Skip::Cooldown => "cooldown",
+            Skip::OverBudget => "over_budget",
+        }
+    }
+}
+
+/// What became of a command.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Verdict {
+    /// Not yet expired, not yet requested in a warmed region.
+    Pending,
+    /// Requested in at least one warmed region before it expired.
+    Useful,
+    /// Expired with no request in any warmed region.
+    Wasted,
+}
+
+/// One decision as the API shows it.
+#[derive(Debug, Clone, Serialize)]
+pub struct Decision {
+    /// The command sent.
+    pub command: PrewarmCommand,
+    /// What became of it.
+    pub verdict: Verdict,
+    /// For each warmed region that then asked for the key: the lead time, ms from the
+    /// command to that region's first request.
+    pub lead_times_ms: Vec<(RegionId, u64)>,
+}
+
+/// A token bucket: `rate` tokens a second up to `burst`.
+#[derive(Debug, Clone)]
+struct TokenBucket {
+    tokens: f64,
+    updated_ms: u64,
+}
+
+impl TokenBucket {
+    fn take(&mut self, now_ms: u64, rate_per_s: f64, burst: f64) -> bool {
+        let elapsed_s = now_ms.saturating_sub(self.updated_ms) as f64 / 1000.0;
+        self.tokens = (self.tokens + elapsed_s * rate_per_s).min(burst);
+        self.updated_ms = self.updated_ms.max(now_ms);
+        if self.tokens >= 1.0 {
+            self.tokens -= 1.0;
+            true
+        } else {
+            false
+        }
+    }
+}
+
+/// Totals for `/metrics` and the backtest.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct DecisionCounts {
+    /// Commands sent.
+    pub sent: u64,
+    /// Commands that proved useful.
+    pub useful: u64,
+    /// Commands that expired unused.
+    pub wasted: u64,
+    /// Scored keys skipped, by reason: below threshold, nothing to warm, cooldown, budget.
+    pub skipped: [u64; 4],
+}
+
+/// The decision state: cooldowns, budgets, and outstanding commands.
+pub struct Decider {
+    policy: DecisionPolicy,
+    last_command_ms: HashMap<(TenantId, CacheKey), u64>,
+    budgets: HashMap<TenantId, TokenBucket>,
+    // Newest last; bounded by `policy.history`.
+    decisions: VecDeque<Decision>,
+    counts: DecisionCounts,
+    next_id: u64,
+}
+
+impl Decider {
+    /// A decider with no history.
+    pub fn new(policy: DecisionPolicy) -> Self {
+        Decider {
+            policy,
+            last_command_ms: HashMap::new(),
+            budgets: HashMap::new(),
+            decisions: VecDeque::new(),
+            counts: DecisionCounts::default(),
+            next_id: 0,
+        }
+    }
+
+    /// The rules in force.
+    pub fn policy(&self) -> &DecisionPolicy {
+        &self.policy
+    }
+
+    /// Decides on one scored key. `unseen` are the regions that have not requested it
+    /// lately: the ones to warm.
+    pub fn consider(
+        &mut self,
+        now_ms: u64,
+        tenant: &TenantId,
+        key: &CacheKey,
+        score: &Score,
+        unseen: Vec<RegionId>,
+    ) -> Result<PrewarmCommand, Skip> {
+        let skip = |counts: &mut DecisionCounts, why: Skip| {
+            counts.skipped[why as usize] += 1;
+            Err(why)
+        };
+        if score.confidence < self.policy.threshold {
+            return skip(&mut self.counts, Skip::BelowThreshold);
+        }
+        if unseen.is_empty() {
+            return skip(&mut self.counts, Skip::NothingToWarm);
+        }
+        let flight = (tenant.clone(), key.clone());
+        if let Some(last) = self.last_command_ms.get(&flight) {
+            if now_ms < last + self.policy.cooldown_ms {
+                return skip(&mut self.counts, Skip::Cooldown);
+            }
+        }
+        let bucket = self.budgets.entry(tenant.clone()).or_insert(TokenBucket {
+            tokens: self.policy.tenant_burst,
+            updated_ms: now_ms,
+        });
+        if !bucket.take(
+            now_ms,
+            self.policy.tenant_rate_per_s,
+            self.policy.tenant_burst,
+        ) {
+            return skip(&mut self.counts, Skip::OverBudget);
+        }
+        self.last_command_ms.insert(flight, now_ms);
+        // Cooldowns older than the window can go; keeps the map bounded by the rate.
+        if self.last_command_ms.len() > 4 * self.policy.history {
+            let cooldown = self.policy.cooldown_ms;
+            self.last_command_ms
+                .retain(|_, last| now_ms < *last + cooldown);
+        }
+
+        self.next_id += 1;
+        let command = PrewarmCommand::new(
+            format!("pw-{now_ms}-{}", self.next_id),
+            tenant.clone(),
+            key.clone(),
+            score.confidence.clamp(0.0, 1.0),
+            now_ms,
+            now_ms + self.policy.command_ttl_ms,
+            RegionTargets::Only(unseen),
+            score.reason.clone(),
+        );
+        self.counts.sent += 1;
+        self.decisions.push_back(Decision {
+            command: command.clone(),
+            verdict: Verdict::Pending,
+            lead_times_ms: Vec::new(),
+        });
+        while self.decisions.len() > self.policy.history {
+            if let Some(old) = self.decisions.pop_front() {
+                self.settle(&old, now_ms);
+            }
+        }
+        Ok(command)
+    }
+
+    /// Feeds one access event: a request in a warmed region makes its command useful.
+    pub fn observe(
+        &mut self,
+        ts_ms: u64,
+        tenant: &TenantId,
+        key: &CacheKey,
+        region: &RegionId,
+        outcome: Outcome,
+    ) {
+        if outcome == Outcome::PrefetchFill {
+            return; // the pre-warm itself, not demand
+        }
+        for decision in self.decisions.iter_mut().rev() {
+            let c = &decision.command;
+            if &c.tenant != tenant || &c.key != key || ts_ms < c.issued_at_ms {
+                continue;
+            }
+            if ts_ms >= c.expires_at_ms {
+                continue;
+            }
+            if c.regions.includes(region)
+                && !decision.lead_times_ms.iter().any(|(r, _)| r == region)
+            {
+                decision
+                    .lead_times_ms
+                    .push((region.clone(), ts_ms - c.issued_at_ms));
+                if decision.verdict == Verdict::Pending {
+                    decision.verdict = Verdict::Useful;
+                    self.counts.useful += 1;
+                }
+            }
+            break; // only the newest command for the key counts
+        }
+    }
+
+    /// Marks commands past their expiry with no demand as wasted.
+    pub fn expire(&mut self, now_ms: u64) {
+        for decision in self.decisions.iter_mut() {
+            if decision.verdict == Verdict::Pending && decision.command.is_expired(now_ms) {
+                decision.verdict = Verdict::Wasted;
+                self.counts.wasted += 1;
+            }
+        }
+    }
+
+    /// A decision leaving the history still gets its verdict counted.
+    fn settle(&mut self, old: &Decision, now_ms: u64) {
+        if old.verdict == Verdict::Pending && old.command.is_expired(now_ms) {
+            self.counts.wasted += 1;
+        }
+    }
+
+    /// Recent decisions, newest first.
+    pub fn recent(&self) -> impl Iterator<Item = &Decision> {
+        self.decisions.iter().rev()
+    }
+
+    /// The totals.
+    pub fn counts(&self) -> DecisionCounts {
+        self.counts
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use models::Reason;
+
+    use super::*;
+
+    fn score(confidence: f64) -> Score {
+        Score {
+            confidence,
+            raw: confidence,
+            reason: Reason {
+                model: "m".into(),
+                intercept: 0.0,
+                features: vec![],
+            },
+        }
+    }
+
+    fn ids(tenant: &str, key: &str) -> (TenantId, CacheKey) {
+        (tenant.parse().unwrap(), key.parse().unwrap())
+    }
+
+    fn regions(names: &[&str]) -> Vec<RegionId> {
+        names.iter().map(|r| r.parse().unwrap()).collect()
+    }
+
+    #[test]
+    fn threshold_and_nothing_to_warm() {
+        let mut d = Decider::new(DecisionPolicy::default());
+        let (t, k) = ids("acme", "/a");
+        assert_eq!(
+            d.consider(0, &t, &k, &score(0.84), regions(&["eu"])),
+            Err(Skip::BelowThreshold)
+        );
+        assert_eq!(
+            d.consider(0, &t, &k, &score(0.95), vec![]),
+            Err(Skip::NothingToWarm)
+        );
+        let c = d
+            .consider(0, &t, &k, &score(0.85), regions(&["eu"]))
+            .unwrap();
+        assert_eq!(c.regions, RegionTargets::Only(regions(&["eu"])));
+        assert_eq!(c.expires_at_ms, DecisionPolicy::default().command_ttl_ms);
+        assert_eq!(d.counts().skipped, [1, 1, 0, 0]);
+    }
+
+    #[test]
+    fn one_command_per_wave() {
+        let policy = DecisionPolicy::default();
+        let mut d = Decider::new(policy.clone());
+        let (t, k) = ids("acme", "/a");
+        assert!(
+            d.consider(1_000, &t, &k, &score(0.9), regions(&["eu"]))
+                .is_ok()
+        );
+        assert_eq!(
+            d.consider(2_000, &t, &k, &score(0.99), regions(&["eu"])),
+            Err(Skip::Cooldown)
+        );
+        assert!(
+            d.consider(
+                1_000 + policy.cooldown_ms,
+                &t,
+                &k,
+                &score(0.9),
+                regions(&["eu"])
+            )
+            .is_ok()
+        );
+    }
+
+    #[test]
+    fn a_tenant_budget_caps_its_commands_but_not_others() {
+        let policy = DecisionPolicy {
+            tenant_burst: 3.0,
+            tenant_rate_per_s: 1.0,
+            ..DecisionPolicy::default()
+        };
+        let mut d = Decider::new(policy);
+        let loud: TenantId = "loud".parse().unwrap();
+        let sent = (0..10)
+            .filter(|i| {
+                let key: CacheKey = format!("/k{i}").parse().unwrap();
+                d.consider(0, &loud, &key, &score(0.9), regions(&["eu"]))
+                    .is_ok()
+            })
+            .count();
+        assert_eq!(sent, 3);
+        let (quiet, key) = ids("quiet", "/k0");
+        assert!(
+            d.consider(0, &quiet, &key, &score(0.9), regions(&["eu"]))
+                .is_ok()
+        );
+        // One second later the loud tenant has earned one more.
+        let key: CacheKey = "/k-late".parse().unwrap();
+        assert!(
+            d.consider(1_000, &loud, &key, &score(0.9), regions(&["eu"]))
+                .is_ok()
+        );
+        let key: CacheKey = "/k-later".parse().unwrap();
+        assert_eq!(
+            d.consider(1_000, &loud, &key, &score(0.9), regions(&["eu"])),
+            Err(Skip::OverBudget)
+        );
+    }
+
+    #[test]
+    fn useful_when_a_warmed_region_asks_and_wasted_when_none_does() {
+        let mut d = Decider::new(DecisionPolicy::default());
+        let (t, k) = ids("acme", "/a");
+        let (_, other) = ids("acme", "/b");
+        d.consider(1_000, &t, &k, &score(0.9), regions(&["eu", "ap"]))
+            .unwrap();
+        d.consider(1_000, &t, &other, &score(0.9), regions(&["eu"]))
+            .unwrap();
+        let eu: RegionId = "eu".parse().unwrap();
+        let us: RegionId = "us".parse().unwrap();
+        d.observe(2_500, &t, &k, &us, Outcome::Miss); // not a warmed region
+        d.observe(2_600, &t, &k, &eu, Outcome::PrefetchFill); // the warm-up itself
+        d.observe(3_000, &t, &k, &eu, Outcome::PrefetchUseful);
+        d.expire(1_000 + DecisionPolicy::default().command_ttl_ms);
+        let verdicts: Vec<_> = d
+            .recent()
+            .map(|x| {
+                (
+                    x.command.key.to_string(),
+                    x.verdict,
+                    x.lead_times_ms.clone(),
+                )
+            })
+            .collect();
+        assert_eq!(
+            verdicts,
+            vec![
+                ("/b".to_string(), Verdict::Wasted, vec![]),
+                ("/a".to_string(), Verdict::Useful, vec![(eu, 2_000)]),
+            ]
+        );
+        assert_eq!((d.counts().useful, d.counts().wasted), (1, 1));
+    }
+
+    #[test]
+    fn history_is_bounded() {
+        let policy = DecisionPolicy {
+            history: 5,
+            tenant_burst: 100.0,
+            ..DecisionPolicy::default()
+        };
+        let mut d = Decider::new(policy);
+        let t: TenantId = "acme".parse().unwrap();
+        for i in 0..20 {
+            let key: CacheKey = format!("/k{i}").parse().unwrap();
+            d.consider(i, &t, &key, &score(0.9), regions(&["eu"]))
+                .unwrap();
+        }
+        assert_eq!(d.recent().count(), 5);
+        assert_eq!(d.counts().sent, 20);
+    }
+}
