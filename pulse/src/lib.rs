@@ -3,6 +3,9 @@
 //! first request.
 //!
 //! # Layout
+//! - `api`: [`app`], the axum router of the dashboard API (`/api/tenants`,
+//!   `/api/heatmap`, `/api/keys/{tenant}/{key}`, `/api/openapi.json`, `/healthz`,
+//!   `/metrics`) and its [`ApiError`].
 //! - `broker`: [`EmbeddedBroker`], librdkafka's in-process mock cluster, used when no
 //!   broker is configured so one machine runs everything through the same Kafka code.
 //! - `heat`: [`HeatMap`], per tenant a sliding window of time-bucketed Count-Min
@@ -14,12 +17,17 @@
 //!   commits offsets after the events are applied (and checkpointed).
 //! - `metrics`: [`Metrics`], the Prometheus registry behind `/metrics`.
 
+mod api;
 mod broker;
 mod checkpoint;
 mod heat;
 mod ingest;
 mod metrics;
 
+pub use api::{
+    ApiError, AppState, ErrorBody, Health, HeatmapQuery, HeatmapResponse, MAX_HEATMAP_ROWS,
+    TenantsResponse, app, openapi,
+};
 pub use broker::{BrokerError, EmbeddedBroker};
 pub use checkpoint::{CHECKPOINT_VERSION, CheckpointError, load as load_checkpoint, save as save_checkpoint};
 pub use ingest::{Ingest, IngestConfig, IngestError, SharedHeatMap};
