@@ -293,20 +293,20 @@ impl Worker {
                     last_checkpoint = Instant::now();
                     if pending && self.checkpoint() {
                         pending = false;
-                        self.commit(CommitMode::Async);
+                        self.commit();
                     }
                 }
                 None if pending && last_commit.elapsed() >= self.config.commit_interval => {
                     last_commit = Instant::now();
                     pending = false;
-                    self.commit(CommitMode::Async);
+                    self.commit();
                 }
                 _ => {}
             }
         }
         // Shutdown: whatever was applied is checkpointed, then committed.
         if self.config.checkpoint.is_none() || self.checkpoint() {
-            self.commit(CommitMode::Sync);
+            self.commit();
         }
         if let Some((producer, _)) = &self.dead_letter {
             let _ = rdkafka::producer::Producer::flush(producer, Duration::from_secs(5));
@@ -378,7 +378,9 @@ impl Worker {
         }
     }
 
-    fn commit(&self, mode: CommitMode) {
+    /// Commits synchronously: a few milliseconds per interval on this thread, and the
+    /// outcome is known (and logged) before ingest goes on.
+    fn commit(&self) {
         let assignment = self.consumer.assignment().unwrap_or_default();
         let mut tpl = TopicPartitionList::new();
         for (partition, offset) in &self.offsets {
@@ -390,11 +392,13 @@ impl Worker {
             }
         }
         if tpl.count() == 0 {
+            tracing::debug!(offsets = self.offsets.len(), "nothing assigned to commit");
             return;
         }
         self.metrics.commits.inc();
-        if let Err(e) = self.consumer.commit(&tpl, mode) {
-            tracing::warn!(error = %e, "commit request failed");
+        match self.consumer.commit(&tpl, CommitMode::Sync) {
+            Ok(()) => tracing::info!(offsets = %describe(&tpl), "offsets committed"),
+            Err(e) => tracing::warn!(error = %e, offsets = %describe(&tpl), "commit failed"),
         }
     }
 }
