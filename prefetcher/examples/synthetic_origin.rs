@@ -15,7 +15,11 @@ fn main() {
         match arg.as_str() {
             "--listen" => listen = args.next().expect("--listen ADDR"),
             "--latency-ms" => {
-                latency_ms = args.next().expect("--latency-ms N").parse().expect("a number")
+                latency_ms = args
+                    .next()
+                    .expect("--latency-ms N")
+                    .parse()
+                    .expect("a number")
             }
             other => panic!("unknown argument {other}; use --listen ADDR --latency-ms N"),
         }

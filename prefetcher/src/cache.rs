@@ -217,7 +217,10 @@ pub enum Storability {
 
 /// Statuses stored by default (RFC 9110 heuristically cacheable, less 206/405/414/501).
 fn status_storable(status: StatusCode) -> bool {
-    matches!(status.as_u16(), 200 | 203 | 204 | 300 | 301 | 308 | 404 | 410)
+    matches!(
+        status.as_u16(),
+        200 | 203 | 204 | 300 | 301 | 308 | 404 | 410
+    )
 }
 
 /// Decides what to do with a (non-5xx) origin response. `u` is a uniform draw in
@@ -259,7 +262,9 @@ pub fn classify(
     let ttl = match ttl {
         // The origin's lifetime is a ceiling: jitter may only shorten it.
         Some(t) => t.mul_f64(1.0 - jitter * u),
-        None => Duration::from_millis(config.default_ttl_ms).mul_f64(1.0 + jitter * (2.0 * u - 1.0)),
+        None => {
+            Duration::from_millis(config.default_ttl_ms).mul_f64(1.0 + jitter * (2.0 * u - 1.0))
+        }
     };
     if ttl.is_zero() {
         return Storability::ShareOnly;
@@ -366,21 +371,40 @@ mod tests {
             other => panic!("not stored: {other:?}"),
         };
         assert_eq!(
-            ttl(classify_now(200, &[("cache-control", "max-age=30, s-maxage=90")], &c, 0.5)),
+            ttl(classify_now(
+                200,
+                &[("cache-control", "max-age=30, s-maxage=90")],
+                &c,
+                0.5
+            )),
             Duration::from_secs(90)
         );
         assert_eq!(
-            ttl(classify_now(200, &[("cache-control", "public, max-age=30")], &c, 0.5)),
+            ttl(classify_now(
+                200,
+                &[("cache-control", "public, max-age=30")],
+                &c,
+                0.5
+            )),
             Duration::from_secs(30)
         );
         let date = SystemTime::UNIX_EPOCH + Duration::from_secs(1_700_000_000);
         let h = [
             ("date", httpdate::fmt_http_date(date)),
-            ("expires", httpdate::fmt_http_date(date + Duration::from_secs(120))),
+            (
+                "expires",
+                httpdate::fmt_http_date(date + Duration::from_secs(120)),
+            ),
         ];
         let h: Vec<(&str, &str)> = h.iter().map(|(k, v)| (*k, v.as_str())).collect();
-        assert_eq!(ttl(classify_now(200, &h, &c, 0.5)), Duration::from_secs(120));
-        assert_eq!(ttl(classify_now(200, &[], &c, 0.5)), Duration::from_secs(60));
+        assert_eq!(
+            ttl(classify_now(200, &h, &c, 0.5)),
+            Duration::from_secs(120)
+        );
+        assert_eq!(
+            ttl(classify_now(200, &[], &c, 0.5)),
+            Duration::from_secs(60)
+        );
         assert_eq!(
             classify_now(200, &[("expires", "garbage")], &c, 0.5),
             Storability::ShareOnly
@@ -397,11 +421,23 @@ mod tests {
             Storability::Store { ttl, .. } => ttl,
             other => panic!("not stored: {other:?}"),
         };
-        assert_eq!(ttl(classify_now(200, &[], &c, 0.0)), Duration::from_secs(54));
-        assert_eq!(ttl(classify_now(200, &[], &c, 1.0)), Duration::from_secs(66));
+        assert_eq!(
+            ttl(classify_now(200, &[], &c, 0.0)),
+            Duration::from_secs(54)
+        );
+        assert_eq!(
+            ttl(classify_now(200, &[], &c, 1.0)),
+            Duration::from_secs(66)
+        );
         let origin = [("cache-control", "max-age=100")];
-        assert_eq!(ttl(classify_now(200, &origin, &c, 0.0)), Duration::from_secs(100));
-        assert_eq!(ttl(classify_now(200, &origin, &c, 1.0)), Duration::from_secs(90));
+        assert_eq!(
+            ttl(classify_now(200, &origin, &c, 0.0)),
+            Duration::from_secs(100)
+        );
+        assert_eq!(
+            ttl(classify_now(200, &origin, &c, 1.0)),
+            Duration::from_secs(90)
+        );
     }
 
     #[test]
@@ -413,7 +449,11 @@ mod tests {
             vec![("set-cookie", "s=1"), ("cache-control", "max-age=60")],
             vec![("vary", "Accept-Language")],
         ] {
-            assert_eq!(classify_now(200, &h, &c, 0.5), Storability::Private, "{h:?}");
+            assert_eq!(
+                classify_now(200, &h, &c, 0.5),
+                Storability::Private,
+                "{h:?}"
+            );
         }
         assert_eq!(
             classify_now(200, &[("cache-control", "no-cache")], &c, 0.5),
@@ -458,10 +498,7 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn entries_go_fresh_then_stale_then_miss() {
         let cache = L1Cache::new(&cfg());
-        let key = FlightKey::new(
-            TenantId::new("t").unwrap(),
-            CacheKey::new("/a").unwrap(),
-        );
+        let key = FlightKey::new(TenantId::new("t").unwrap(), CacheKey::new("/a").unwrap());
         assert!(matches!(cache.lookup(&key), Lookup::Miss));
         cache.insert(
             key.clone(),
@@ -478,7 +515,10 @@ mod tests {
         match cache.lookup(&key) {
             Lookup::Fresh { entry, .. } => {
                 assert!(entry.take_prefetched());
-                assert!(!entry.take_prefetched(), "only the first hit is prefetch_useful");
+                assert!(
+                    !entry.take_prefetched(),
+                    "only the first hit is prefetch_useful"
+                );
             }
             other => panic!("{other:?}"),
         }

@@ -375,7 +375,12 @@ mod tests {
         );
         c.validate().unwrap();
         c.cache.jitter = 1.5;
-        assert!(c.validate().unwrap_err().to_string().contains("cache.jitter"));
+        assert!(
+            c.validate()
+                .unwrap_err()
+                .to_string()
+                .contains("cache.jitter")
+        );
         c.cache.jitter = 0.1;
         c.tenants.push(tenant("u", &["*"], "https://x"));
         let e = c.validate().unwrap_err().to_string();
@@ -384,7 +389,12 @@ mod tests {
         let e = c.validate().unwrap_err().to_string();
         assert!(e.contains("tenants[1].hosts"), "{e}");
         c.tenants[1] = tenant("t", &["a.example"], "http://x");
-        assert!(c.validate().unwrap_err().to_string().contains("tenants[1].id"));
+        assert!(
+            c.validate()
+                .unwrap_err()
+                .to_string()
+                .contains("tenants[1].id")
+        );
     }
 
     #[test]

@@ -383,7 +383,9 @@ impl FillPermit {
             .leader_body
             .lock()
             .unwrap_or_else(|p| p.into_inner()) = Some((head, body));
-        self.flight.progress.send_modify(|p| p.end = Some(End::Bypass));
+        self.flight
+            .progress
+            .send_modify(|p| p.end = Some(End::Bypass));
     }
 }
 
@@ -583,7 +585,13 @@ mod tests {
         let k = key("/a");
         let wave = |fail| {
             futures::future::join_all((0..12).map(|_| {
-                get(&registry, &k, fills.clone(), Duration::from_millis(50), fail)
+                get(
+                    &registry,
+                    &k,
+                    fills.clone(),
+                    Duration::from_millis(50),
+                    fail,
+                )
             }))
         };
         let results = wave(true).await;
@@ -698,7 +706,11 @@ mod tests {
         };
         let waited = tokio::time::timeout(Duration::from_secs(3), waiter.head()).await;
         assert!(waited.is_err(), "the hung fill never published a head");
-        assert_eq!(registry.len(), 1, "the fill itself is still bounded by its owner");
+        assert_eq!(
+            registry.len(),
+            1,
+            "the fill itself is still bounded by its owner"
+        );
     }
 
     #[tokio::test(start_paused = true)]
@@ -743,7 +755,10 @@ mod tests {
             panic!()
         };
         registry.remove_if_owner(&k, stale_id);
-        assert!(registry.contains(&k), "an old owner cannot remove a new flight");
+        assert!(
+            registry.contains(&k),
+            "an old owner cannot remove a new flight"
+        );
         assert!(registry.try_lead(&k, Priority::User).is_none());
     }
 

@@ -58,7 +58,11 @@ impl Metrics {
         let requests_family = Family::<StatusLabels, Counter>::default();
         let requests = CacheStatus::ALL
             .iter()
-            .map(|s| requests_family.get_or_create(&StatusLabels { status: *s }).clone())
+            .map(|s| {
+                requests_family
+                    .get_or_create(&StatusLabels { status: *s })
+                    .clone()
+            })
             .collect();
         registry.register(
             "requests",
@@ -79,16 +83,26 @@ impl Metrics {
             wait_timeouts: Counter::default(),
             hedges: Counter::default(),
             wait_seconds: Histogram::new(
-                [0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0].into_iter(),
+                [
+                    0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0,
+                ]
+                .into_iter(),
             ),
             fill_seconds: Histogram::new(
-                [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0].into_iter(),
+                [
+                    0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
+                ]
+                .into_iter(),
             ),
             flights: Gauge::default(),
             events_dropped: Counter::default(),
             registry: Registry::default(),
         };
-        registry.register("fills_started", "Origin fills started", m.fills_started.clone());
+        registry.register(
+            "fills_started",
+            "Origin fills started",
+            m.fills_started.clone(),
+        );
         registry.register(
             "waiters_joined",
             "Requests that joined a fill in flight",
@@ -155,7 +169,11 @@ impl Metrics {
             "no_capacity",
         ]
         .into_iter()
-        .map(|reason| self.fill_failures.get_or_create(&ReasonLabels { reason }).get())
+        .map(|reason| {
+            self.fill_failures
+                .get_or_create(&ReasonLabels { reason })
+                .get()
+        })
         .sum()
     }
 
@@ -179,7 +197,10 @@ mod tests {
         m.fill_failed(&FillError::Upstream(503));
         m.wait_seconds.observe(0.2);
         let text = m.encode();
-        assert!(text.contains(r#"prefetcher_requests_total{status="COLLAPSED"} 1"#), "{text}");
+        assert!(
+            text.contains(r#"prefetcher_requests_total{status="COLLAPSED"} 1"#),
+            "{text}"
+        );
         assert!(text.contains(r#"prefetcher_fill_failures_total{reason="upstream_5xx"} 1"#));
         assert!(text.contains("prefetcher_wait_seconds_bucket"));
         assert_eq!(m.fill_failures(), 1);

@@ -110,7 +110,10 @@ impl OriginClient {
 
     /// A fill slot. User fills queue for one; background fills take one only from
     /// spare capacity (above the user reserve) and otherwise fail at once.
-    pub async fn acquire_slot(&self, priority: Priority) -> Result<OwnedSemaphorePermit, FillError> {
+    pub async fn acquire_slot(
+        &self,
+        priority: Priority,
+    ) -> Result<OwnedSemaphorePermit, FillError> {
         match priority {
             Priority::User => Arc::clone(&self.fills)
                 .acquire_owned()
@@ -129,7 +132,11 @@ impl OriginClient {
 
     /// A fill request: `GET` of the key with no client headers at all, so the response
     /// is the same for every client that shares it. A 5xx is an error.
-    pub async fn get(&self, tenant: &Tenant, key: &CacheKey) -> Result<Response<Incoming>, FillError> {
+    pub async fn get(
+        &self,
+        tenant: &Tenant,
+        key: &CacheKey,
+    ) -> Result<Response<Incoming>, FillError> {
         let request = Request::builder()
             .method(Method::GET)
             .uri(tenant.uri(key.as_str())?)

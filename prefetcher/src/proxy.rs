@@ -209,10 +209,13 @@ impl Node {
         let mut by_id = HashMap::new();
         let mut fallback = None;
         for (i, t) in config.tenants.iter().enumerate() {
-            let tenant = Arc::new(Tenant::from_config(t).map_err(|reason| ConfigError::Invalid {
-                field: format!("tenants[{i}].origin"),
-                reason,
-            })?);
+            let tenant =
+                Arc::new(
+                    Tenant::from_config(t).map_err(|reason| ConfigError::Invalid {
+                        field: format!("tenants[{i}].origin"),
+                        reason,
+                    })?,
+                );
             for host in &t.hosts {
                 if host == "*" {
                     fallback = Some(Arc::clone(&tenant));
@@ -271,7 +274,11 @@ impl Node {
             .or_else(|| request.uri().host());
         if let Some(host) = host {
             let name = host.rsplit_once(':').map_or(host, |(name, port)| {
-                if port.bytes().all(|b| b.is_ascii_digit()) { name } else { host }
+                if port.bytes().all(|b| b.is_ascii_digit()) {
+                    name
+                } else {
+                    host
+                }
             });
             let found = if name.bytes().any(|b| b.is_ascii_uppercase()) {
                 self.inner.by_host.get(&name.to_ascii_lowercase())
@@ -405,7 +412,12 @@ impl Node {
             }
             HeadOutcome::Bypass(Some((head, body))) => {
                 let bytes = content_length(&head.headers).unwrap_or(0);
-                self.answered(ctx, CacheStatus::Miss, bytes, Some(millis(started.elapsed())));
+                self.answered(
+                    ctx,
+                    CacheStatus::Miss,
+                    bytes,
+                    Some(millis(started.elapsed())),
+                );
                 let body = if ctx.head_only { Body::empty() } else { body };
                 with_head(&head, body, CacheStatus::Miss)
             }
@@ -424,7 +436,10 @@ impl Node {
         let outcome =
             tokio::time::timeout(self.inner.config.wait_timeout(), subscriber.head()).await;
         let waited = started.elapsed();
-        self.inner.metrics.wait_seconds.observe(waited.as_secs_f64());
+        self.inner
+            .metrics
+            .wait_seconds
+            .observe(waited.as_secs_f64());
         match outcome {
             Err(_) => {
                 self.inner.metrics.wait_timeouts.inc();
@@ -481,7 +496,11 @@ impl Node {
                     status: parts.status,
                     headers: parts.headers,
                 };
-                let body = if ctx.head_only { Body::empty() } else { Body::new(body) };
+                let body = if ctx.head_only {
+                    Body::empty()
+                } else {
+                    Body::new(body)
+                };
                 with_head(&head, body, CacheStatus::Miss)
             }
             Err(e) => error_response(e.status(), Some(CacheStatus::Miss), &e.to_string()),
@@ -494,9 +513,10 @@ impl Node {
             Ok(response) => {
                 let (mut parts, body) = response.into_parts();
                 strip_hop_by_hop(&mut parts.headers);
-                parts
-                    .headers
-                    .insert(X_CACHE, HeaderValue::from_static(CacheStatus::Bypass.as_str()));
+                parts.headers.insert(
+                    X_CACHE,
+                    HeaderValue::from_static(CacheStatus::Bypass.as_str()),
+                );
                 Response::from_parts(parts, Body::new(body))
             }
             Err(e) => error_response(e.status(), Some(CacheStatus::Bypass), &e.to_string()),
@@ -506,7 +526,11 @@ impl Node {
     /// Pre-warms `key` through the same single-flight path at background priority:
     /// joins a fill in flight instead of starting another, and marks the stored entry
     /// so the first user hit reports `PREFETCHED`.
-    pub fn prewarm(&self, tenant: &TenantId, key: CacheKey) -> Result<PrewarmOutcome, PrewarmError> {
+    pub fn prewarm(
+        &self,
+        tenant: &TenantId,
+        key: CacheKey,
+    ) -> Result<PrewarmOutcome, PrewarmError> {
         let Some(t) = self.inner.by_id.get(tenant) else {
             return Err(PrewarmError::UnknownTenant(tenant.to_string()));
         };
@@ -584,20 +608,21 @@ impl Node {
         let mut chunks: Vec<Bytes> = Vec::new();
         let mut received = 0u64;
         loop {
-            let frame = match tokio::time::timeout(inner.origin.body_idle_timeout(), body.frame()).await {
-                Err(_) => return self.fail(permit, FillError::Timeout),
-                Ok(None) => break,
-                Ok(Some(Err(e))) => {
-                    let error = match declared {
-                        Some(expected) if received < expected => {
-                            FillError::Truncated { expected, received }
-                        }
-                        _ => FillError::Body(e.to_string()),
-                    };
-                    return self.fail(permit, error);
-                }
-                Ok(Some(Ok(frame))) => frame,
-            };
+            let frame =
+                match tokio::time::timeout(inner.origin.body_idle_timeout(), body.frame()).await {
+                    Err(_) => return self.fail(permit, FillError::Timeout),
+                    Ok(None) => break,
+                    Ok(Some(Err(e))) => {
+                        let error = match declared {
+                            Some(expected) if received < expected => {
+                                FillError::Truncated { expected, received }
+                            }
+                            _ => FillError::Body(e.to_string()),
+                        };
+                        return self.fail(permit, error);
+                    }
+                    Ok(Some(Ok(frame))) => frame,
+                };
             if let Ok(data) = frame.into_data() {
                 received += data.len() as u64;
                 if received > max {

@@ -196,7 +196,12 @@ impl SyntheticOrigin {
     /// The body the origin named `name` serves for `path` at `size` bytes.
     pub fn body_for(name: &str, path: &str, size: usize) -> Bytes {
         let pattern = format!("{name}{path};");
-        pattern.bytes().cycle().take(size.max(1)).collect::<Vec<u8>>().into()
+        pattern
+            .bytes()
+            .cycle()
+            .take(size.max(1))
+            .collect::<Vec<u8>>()
+            .into()
     }
 }
 
@@ -223,11 +228,7 @@ async fn origin_handler(State(state): State<Arc<OriginState>>, request: Request)
         .map(|p| p.as_str().to_string())
         .unwrap_or_else(|| "/".into());
     if request.uri().path() == "/__origin/fills" {
-        let count = match request
-            .uri()
-            .query()
-            .and_then(|q| q.strip_prefix("path="))
-        {
+        let count = match request.uri().query().and_then(|q| q.strip_prefix("path=")) {
             Some(p) => *lock(&state.per_path).get(p).unwrap_or(&0),
             None => state.fills.load(Ordering::SeqCst),
         };
@@ -301,7 +302,10 @@ async fn origin_handler(State(state): State<Arc<OriginState>>, request: Request)
     headers.insert(header::CONTENT_LENGTH, HeaderValue::from(body.len()));
     headers.insert(header::CONTENT_TYPE, HeaderValue::from_static("text/plain"));
     if let Some(cc) = lock(&state.cache_control).clone() {
-        headers.insert(header::CACHE_CONTROL, HeaderValue::from_str(&cc).expect("header"));
+        headers.insert(
+            header::CACHE_CONTROL,
+            HeaderValue::from_str(&cc).expect("header"),
+        );
     }
     for (k, v) in lock(&state.extra_headers).iter() {
         headers.append(
@@ -419,7 +423,11 @@ impl TestClient {
             builder = builder.header(*k, *v);
         }
         let request = builder.body(Empty::new()).map_err(|e| e.to_string())?;
-        let response = self.client.request(request).await.map_err(|e| e.to_string())?;
+        let response = self
+            .client
+            .request(request)
+            .await
+            .map_err(|e| e.to_string())?;
         let (parts, body) = response.into_parts();
         let body = body
             .collect()
