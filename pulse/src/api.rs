@@ -156,11 +156,25 @@ pub struct Health {
 
 #[derive(OpenApi)]
 #[openapi(
-    info(title = "pulse dashboard API", description = "Heat map and per-key estimates from windowed Count-Min sketches"),
+    info(
+        title = "pulse dashboard API",
+        description = "Heat map and per-key estimates from windowed Count-Min sketches"
+    ),
     paths(tenants, heatmap, key_stats, healthz),
     components(schemas(
-        ErrorBody, TenantsResponse, HeatmapResponse, Health, TenantSummary, HotKey, KeyStats,
-        WindowStats, OutcomeCounts, RegionCount, Velocities, Trend, Window
+        ErrorBody,
+        TenantsResponse,
+        HeatmapResponse,
+        Health,
+        TenantSummary,
+        HotKey,
+        KeyStats,
+        WindowStats,
+        OutcomeCounts,
+        RegionCount,
+        Velocities,
+        Trend,
+        Window
     ))
 )]
 struct ApiDoc;
@@ -345,7 +359,10 @@ mod tests {
             let (key, region) = if i % 4 == 0 {
                 ("/cold.css", "us-east")
             } else {
-                ("/img/hot.png", ["eu-west", "us-east", "ap-south"][i as usize % 3])
+                (
+                    "/img/hot.png",
+                    ["eu-west", "us-east", "ap-south"][i as usize % 3],
+                )
             };
             let e = AccessEvent::new(
                 T0 + i,
@@ -353,7 +370,11 @@ mod tests {
                 CacheKey::new(key).unwrap(),
                 RegionId::new(region).unwrap(),
                 NodeId::new("edge-1").unwrap(),
-                if i % 2 == 0 { Outcome::Miss } else { Outcome::Hit },
+                if i % 2 == 0 {
+                    Outcome::Miss
+                } else {
+                    Outcome::Hit
+                },
             );
             heat.apply(&e).unwrap();
         }
@@ -422,16 +443,66 @@ mod tests {
         let app = app(state());
         let long = "a".repeat(MAX_KEY_LEN + 1);
         let cases = [
-            ("/api/heatmap?tenant=nobody", StatusCode::NOT_FOUND, "unknown_tenant", "nobody"),
-            ("/api/heatmap?tenant=acme&window=5m", StatusCode::BAD_REQUEST, "bad_window", "window"),
-            ("/api/heatmap?tenant=acme&region=mars", StatusCode::NOT_FOUND, "unknown_region", "mars"),
-            ("/api/heatmap?tenant=acme&n=0", StatusCode::BAD_REQUEST, "bad_parameter", "n:"),
-            ("/api/heatmap?tenant=acme&n=x", StatusCode::BAD_REQUEST, "bad_parameter", "n"),
-            ("/api/heatmap", StatusCode::BAD_REQUEST, "bad_parameter", "tenant"),
-            ("/api/heatmap?tenant=a%20b", StatusCode::BAD_REQUEST, "invalid_tenant", "tenant"),
-            ("/api/keys/nobody/x", StatusCode::NOT_FOUND, "unknown_tenant", "nobody"),
-            (&format!("/api/keys/acme/{long}"), StatusCode::BAD_REQUEST, "key_too_long", "2048"),
-            ("/api/keys/acme/a/../b", StatusCode::BAD_REQUEST, "invalid_key", ".."),
+            (
+                "/api/heatmap?tenant=nobody",
+                StatusCode::NOT_FOUND,
+                "unknown_tenant",
+                "nobody",
+            ),
+            (
+                "/api/heatmap?tenant=acme&window=5m",
+                StatusCode::BAD_REQUEST,
+                "bad_window",
+                "window",
+            ),
+            (
+                "/api/heatmap?tenant=acme&region=mars",
+                StatusCode::NOT_FOUND,
+                "unknown_region",
+                "mars",
+            ),
+            (
+                "/api/heatmap?tenant=acme&n=0",
+                StatusCode::BAD_REQUEST,
+                "bad_parameter",
+                "n:",
+            ),
+            (
+                "/api/heatmap?tenant=acme&n=x",
+                StatusCode::BAD_REQUEST,
+                "bad_parameter",
+                "n",
+            ),
+            (
+                "/api/heatmap",
+                StatusCode::BAD_REQUEST,
+                "bad_parameter",
+                "tenant",
+            ),
+            (
+                "/api/heatmap?tenant=a%20b",
+                StatusCode::BAD_REQUEST,
+                "invalid_tenant",
+                "tenant",
+            ),
+            (
+                "/api/keys/nobody/x",
+                StatusCode::NOT_FOUND,
+                "unknown_tenant",
+                "nobody",
+            ),
+            (
+                &format!("/api/keys/acme/{long}"),
+                StatusCode::BAD_REQUEST,
+                "key_too_long",
+                "2048",
+            ),
+            (
+                "/api/keys/acme/a/../b",
+                StatusCode::BAD_REQUEST,
+                "invalid_key",
+                "..",
+            ),
         ];
         for (uri, status, code, needle) in cases {
             let (got, body) = get(&app, uri).await;
@@ -448,13 +519,18 @@ mod tests {
     async fn health_metrics_and_latency() {
         let app = app(state());
         let (status, body) = get(&app, "/healthz").await;
-        assert_eq!((status, body["status"].as_str()), (StatusCode::OK, Some("ok")));
+        assert_eq!(
+            (status, body["status"].as_str()),
+            (StatusCode::OK, Some("ok"))
+        );
         let (status, body) = get(&app, "/metrics").await;
         assert_eq!(status, StatusCode::OK);
         let text = body.as_str().unwrap();
         assert!(text.contains("pulse_events_consumed_total"), "{text}");
         assert!(
-            text.contains("pulse_http_request_duration_seconds_count{route=\"/healthz\",status=\"200\"} 1"),
+            text.contains(
+                "pulse_http_request_duration_seconds_count{route=\"/healthz\",status=\"200\"} 1"
+            ),
             "{text}"
         );
     }
@@ -479,12 +555,20 @@ mod tests {
         let app = app(state());
         let (status, doc) = get(&app, "/api/openapi.json").await;
         assert_eq!(status, StatusCode::OK);
-        for path in ["/api/tenants", "/api/heatmap", "/api/keys/{tenant}/{key}", "/healthz"] {
+        for path in [
+            "/api/tenants",
+            "/api/heatmap",
+            "/api/keys/{tenant}/{key}",
+            "/healthz",
+        ] {
             assert!(doc["paths"][path]["get"].is_object(), "{path} missing");
         }
         let (_, tenants) = get(&app, "/api/tenants").await;
         assert_eq!(properties(&doc, "TenantsResponse"), keys(&tenants));
-        assert_eq!(properties(&doc, "TenantSummary"), keys(&tenants["tenants"][0]));
+        assert_eq!(
+            properties(&doc, "TenantSummary"),
+            keys(&tenants["tenants"][0])
+        );
         let (_, heat) = get(&app, "/api/heatmap?tenant=acme&region=eu-west").await;
         assert_eq!(properties(&doc, "HeatmapResponse"), keys(&heat));
         let row = &heat["keys"][0];
@@ -494,7 +578,10 @@ mod tests {
         let (_, stats) = get(&app, "/api/keys/acme/img/hot.png").await;
         assert_eq!(properties(&doc, "KeyStats"), keys(&stats));
         assert_eq!(properties(&doc, "WindowStats"), keys(&stats["windows"][0]));
-        assert_eq!(properties(&doc, "OutcomeCounts"), keys(&stats["windows"][0]["counts"]));
+        assert_eq!(
+            properties(&doc, "OutcomeCounts"),
+            keys(&stats["windows"][0]["counts"])
+        );
         let (_, err) = get(&app, "/api/heatmap?tenant=nobody").await;
         assert_eq!(properties(&doc, "ErrorBody"), keys(&err));
     }

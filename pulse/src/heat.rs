@@ -217,7 +217,8 @@ impl HeatConfig {
         let (tw, td) = self.top_sketch();
         let (rw, rd) = REGION_TOP_SKETCH;
         (FINE_BUCKETS + COARSE_BUCKETS) * sketch
-            + COARSE_BUCKETS * (top(self.top_k, tw, td) + MAX_REGIONS * top(self.region_top_k, rw, rd))
+            + COARSE_BUCKETS
+                * (top(self.top_k, tw, td) + MAX_REGIONS * top(self.region_top_k, rw, rd))
     }
 
     /// Top-K trackers keep their own small sketch for keys outside the top.
@@ -292,7 +293,10 @@ impl From<Tracker> for TrackerRepr {
 impl From<TrackerRepr> for Tracker {
     fn from(r: TrackerRepr) -> Self {
         // Bounded whatever the file says: validate() caps k, and the dims are ours.
-        let mut t = Tracker::new(r.k.clamp(1, 10_000), (r.width.clamp(2, 1 << 16), r.depth.clamp(1, 16)));
+        let mut t = Tracker::new(
+            r.k.clamp(1, 10_000),
+            (r.width.clamp(2, 1 << 16), r.depth.clamp(1, 16)),
+        );
         for (key, count) in r.entries.into_iter().take(t.k) {
             t.top.push(key, &count);
         }
@@ -1238,7 +1242,8 @@ mod tests {
         assert_eq!(s.window(Window::S60).total, 0);
 
         // A newer event advances the watermark and recycles the buckets.
-        heat.apply(&ev(T0 + 120_000, "/b", "eu", Outcome::Hit)).unwrap();
+        heat.apply(&ev(T0 + 120_000, "/b", "eu", Outcome::Hit))
+            .unwrap();
         assert_eq!(heat.now_ms(), T0 + 120_000);
         let s = heat.key_stats(&acme(), &key("/a"), heat.now_ms()).unwrap();
         assert!(s.windows.iter().all(|w| w.total == 0));
@@ -1248,7 +1253,8 @@ mod tests {
             Err(ApplyError::TooOld)
         );
         // A late event still inside the window is counted in its own bucket.
-        heat.apply(&ev(T0 + 119_000, "/a", "eu", Outcome::Hit)).unwrap();
+        heat.apply(&ev(T0 + 119_000, "/a", "eu", Outcome::Hit))
+            .unwrap();
         let s = heat.key_stats(&acme(), &key("/a"), heat.now_ms()).unwrap();
         assert_eq!(s.window(Window::S10).total, 1);
         assert_eq!(s.window(Window::Ms200).total, 0);
@@ -1285,7 +1291,8 @@ mod tests {
             heat.apply(&ev(T0 + i, "/hot", "eu", Outcome::Hit)).unwrap();
         }
         for i in 0..30 {
-            heat.apply(&ev(T0 + i, "/warm", "us", Outcome::Miss)).unwrap();
+            heat.apply(&ev(T0 + i, "/warm", "us", Outcome::Miss))
+                .unwrap();
         }
         heat.apply(&ev(T0, "/cold", "us", Outcome::Hit)).unwrap();
         let now = heat.now_ms();
@@ -1296,12 +1303,20 @@ mod tests {
         assert_eq!(top[0].regions[0].region.as_str(), "eu");
         assert_eq!(top[1].miss_regions[0].as_str(), "us");
         let us = RegionId::new("us").unwrap();
-        let top = heat.hot_keys(&acme(), Some(&us), Window::S60, 10, now).unwrap();
+        let top = heat
+            .hot_keys(&acme(), Some(&us), Window::S60, 10, now)
+            .unwrap();
         let keys: Vec<&str> = top.iter().map(|h| h.key.as_str()).collect();
         assert_eq!(keys, ["/warm", "/cold"]);
         assert_eq!(top[0].count, 30);
         assert_eq!(
-            heat.hot_keys(&acme(), Some(&RegionId::new("mars").unwrap()), Window::S1, 5, now),
+            heat.hot_keys(
+                &acme(),
+                Some(&RegionId::new("mars").unwrap()),
+                Window::S1,
+                5,
+                now
+            ),
             Err(QueryError::UnknownRegion("mars".into()))
         );
         assert!(matches!(
@@ -1363,7 +1378,10 @@ mod tests {
         }
         // Each estimate may exceed the bound with probability 2^-depth.
         let allowed = (config.failure_probability() * exact.len() as f64).ceil() as usize;
-        assert!(over <= allowed, "{over} estimates beyond ±{bound}, allowed {allowed}");
+        assert!(
+            over <= allowed,
+            "{over} estimates beyond ±{bound}, allowed {allowed}"
+        );
 
         let mut truth: Vec<(u64, u64)> = exact.iter().map(|(k, c)| (*c, *k)).collect();
         truth.sort_unstable_by(|a, b| b.cmp(a));
@@ -1379,8 +1397,13 @@ mod tests {
         let mut heat = HeatMap::new(HeatConfig::default());
         for i in 0..500 {
             let region = ["eu", "us", "ap"][i as usize % 3];
-            heat.apply(&ev(T0 + i * 10, &format!("/k/{}", i % 7), region, Outcome::Miss))
-                .unwrap();
+            heat.apply(&ev(
+                T0 + i * 10,
+                &format!("/k/{}", i % 7),
+                region,
+                Outcome::Miss,
+            ))
+            .unwrap();
         }
         let json = serde_json::to_vec(&heat).unwrap();
         let back: HeatMap = serde_json::from_slice(&json).unwrap();

@@ -275,7 +275,8 @@ impl Worker {
                     }
                 };
                 pending = true;
-                self.offsets.insert(message.partition(), message.offset() + 1);
+                self.offsets
+                    .insert(message.partition(), message.offset() + 1);
                 let payload = message.payload().unwrap_or_default();
                 match decode::<AccessEvent>(payload) {
                     Ok(event) => batch.push(event),
@@ -388,7 +389,11 @@ impl Worker {
                 .find_partition(&self.config.topic, *partition)
                 .is_some()
             {
-                let _ = tpl.add_partition_offset(&self.config.topic, *partition, Offset::Offset(*offset));
+                let _ = tpl.add_partition_offset(
+                    &self.config.topic,
+                    *partition,
+                    Offset::Offset(*offset),
+                );
             }
         }
         if tpl.count() == 0 {

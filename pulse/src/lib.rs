@@ -29,14 +29,16 @@ pub use api::{
     TenantsResponse, app, openapi,
 };
 pub use broker::{BrokerError, EmbeddedBroker};
-pub use checkpoint::{CHECKPOINT_VERSION, CheckpointError, load as load_checkpoint, save as save_checkpoint};
-pub use ingest::{Ingest, IngestConfig, IngestError, SharedHeatMap};
-pub use metrics::{Metrics, ReasonLabel, RouteLabel};
+pub use checkpoint::{
+    CHECKPOINT_VERSION, CheckpointError, load as load_checkpoint, save as save_checkpoint,
+};
 pub use heat::{
-    ApplyError, COARSE_BUCKETS, COARSE_MS, ConfigError, FINE_BUCKETS, FINE_MS, HeatConfig,
-    HeatMap, HotKey, KeyStats, MAX_REGIONS, OutcomeCounts, QueryError, RegionCount, TenantHeat,
+    ApplyError, COARSE_BUCKETS, COARSE_MS, ConfigError, FINE_BUCKETS, FINE_MS, HeatConfig, HeatMap,
+    HotKey, KeyStats, MAX_REGIONS, OutcomeCounts, QueryError, RegionCount, TenantHeat,
     TenantSummary, Trend, Velocities, Window, WindowStats,
 };
+pub use ingest::{Ingest, IngestConfig, IngestError, SharedHeatMap};
+pub use metrics::{Metrics, ReasonLabel, RouteLabel};
 
 /// Topic that edge nodes publish [`models::AccessEvent`]s to.
 pub const EVENTS_TOPIC: &str = "edge-events";

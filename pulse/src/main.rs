@@ -96,7 +96,9 @@ impl ServeArgs {
             bail!("--dead-letter-topic (PULSE_DEAD_LETTER_TOPIC): must differ from --topic");
         }
         if self.checkpoint_interval_secs == 0 {
-            bail!("--checkpoint-interval-secs (PULSE_CHECKPOINT_INTERVAL_SECS): must be at least 1");
+            bail!(
+                "--checkpoint-interval-secs (PULSE_CHECKPOINT_INTERVAL_SECS): must be at least 1"
+            );
         }
         if self.commit_interval_secs == 0 {
             bail!("--commit-interval-secs (PULSE_COMMIT_INTERVAL_SECS): must be at least 1");

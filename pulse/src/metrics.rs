@@ -99,7 +99,11 @@ impl Metrics {
         );
         registry.register("tenants", "Tenants tracked", m.tenants.clone());
         registry.register("checkpoints", "Checkpoints written", m.checkpoints.clone());
-        registry.register("offset_commits", "Offset commits requested", m.commits.clone());
+        registry.register(
+            "offset_commits",
+            "Offset commits requested",
+            m.commits.clone(),
+        );
         registry.register(
             "http_request_duration_seconds",
             "HTTP request latency",

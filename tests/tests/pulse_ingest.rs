@@ -173,7 +173,9 @@ async fn events_reach_the_heat_map_api_and_offsets_follow_the_checkpoint() {
     let now = live.now_ms();
     assert_eq!(restored.now_ms(), now);
     assert_eq!(
-        restored.hot_keys(&tenant, None, Window::S60, 10, now).unwrap(),
+        restored
+            .hot_keys(&tenant, None, Window::S60, 10, now)
+            .unwrap(),
         live.hot_keys(&tenant, None, Window::S60, 10, now).unwrap()
     );
 
