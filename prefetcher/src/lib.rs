@@ -1,2 +1,48 @@
 //! The edge caching proxy: an L1 cache in front of an origin, with single-flight
-//! request collapsing, pre-warm fills and access-event publishing.
+//! request collapsing at every node and, in shield mode, again at a regional tier
+//! (a node whose origin is another node).
+//!
+//! A request's tenant comes only from the configured host mapping. `GET`/`HEAD`
+//! without credentials are looked up in the [`L1Cache`]; a miss atomically leads or
+//! joins the fill for its [`FlightKey`] in the [`FlightRegistry`]. The fill runs in its
+//! own task and streams the response to every subscriber; errors are never cached.
+//! Every response says how it was answered in `x-cache` ([`CacheStatus`]).
+//!
+//! # Layout
+//! - `config`: [`Config`] (TOML, defaults, `validate()`).
+//! - `status`: [`CacheStatus`], the `x-cache` value and metric label.
+//! - `cache`: [`L1Cache`], TTL/jitter/stale-while-revalidate/XFetch rules.
+//! - `flight`: [`FlightRegistry`], [`FillPermit`], [`FlightSubscriber`], [`FillError`].
+//! - `origin`: [`OriginClient`] (timeouts, fill cap, priorities) and [`Tenant`].
+//! - `proxy`: [`Node`] (the request path and the fill task), [`app`], [`admin_app`].
+//! - `events`: the [`EventSink`] hook for access events.
+//! - `metrics`: Prometheus [`Metrics`].
+//! - `server`: [`serve`] (HTTP/1.1 + h2c, graceful shutdown).
+//! - `testing` (feature `testing`): a synthetic origin and test clients.
+
+mod cache;
+mod config;
+mod events;
+mod flight;
+mod metrics;
+mod origin;
+mod proxy;
+mod server;
+mod status;
+#[cfg(feature = "testing")]
+pub mod testing;
+
+pub use cache::{Entry, L1Cache, Lookup, Storability, classify, xfetch_due};
+pub use config::{
+    CacheConfig, Config, ConfigError, FlightConfig, OriginConfig, TenantConfig, WaitTimeoutPolicy,
+};
+pub use events::{ChannelSink, EventSink, NoopSink, OutcomeRecord};
+pub use flight::{
+    Acquire, FillError, FillPermit, FlightKey, FlightRegistry, FlightSubscriber, Head, HeadOutcome,
+};
+pub use metrics::Metrics;
+pub use models::Priority;
+pub use origin::{OriginClient, Tenant};
+pub use proxy::{Node, PrewarmError, PrewarmOutcome, X_CACHE, admin_app, app, normalise_key};
+pub use server::{ServeOptions, serve, shutdown_signal};
+pub use status::CacheStatus;

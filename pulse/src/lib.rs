@@ -3,16 +3,46 @@
 //! first request.
 //!
 //! # Layout
+//! - `api`: [`app`], the axum router of the dashboard API (`/api/tenants`,
+//!   `/api/heatmap`, `/api/keys/{tenant}/{key}`, `/api/openapi.json`, `/healthz`,
+//!   `/metrics`) and its [`ApiError`].
 //! - `broker`: [`EmbeddedBroker`], librdkafka's in-process mock cluster, used when no
 //!   broker is configured so one machine runs everything through the same Kafka code.
+//! - `heat`: [`HeatMap`], per tenant a sliding window of time-bucketed Count-Min
+//!   sketches and Top-K trackers on event time; [`KeyStats`] and [`HotKey`] are what
+//!   queries return.
+//! - `checkpoint`: [`save_checkpoint`] / [`load_checkpoint`], the heat map on disk,
+//!   written atomically.
+//! - `ingest`: [`Ingest`], the consumer-group member that feeds the heat map and
+//!   commits offsets after the events are applied (and checkpointed).
+//! - `metrics`: [`Metrics`], the Prometheus registry behind `/metrics`.
 
+mod api;
 mod broker;
 mod decide;
 mod trace;
+mod checkpoint;
+mod heat;
+mod ingest;
+mod metrics;
 
+pub use api::{
+    ApiError, AppState, ErrorBody, Health, HeatmapQuery, HeatmapResponse, MAX_HEATMAP_ROWS,
+    TenantsResponse, app, openapi,
+};
 pub use broker::{BrokerError, EmbeddedBroker};
 pub use decide::{Decider, Decision, DecisionCounts, DecisionPolicy, Skip, Verdict};
 pub use trace::{Burst, BurstKind, Trace, TraceSpec, generate as generate_trace};
+pub use checkpoint::{
+    CHECKPOINT_VERSION, CheckpointError, load as load_checkpoint, save as save_checkpoint,
+};
+pub use heat::{
+    ApplyError, COARSE_BUCKETS, COARSE_MS, ConfigError, FINE_BUCKETS, FINE_MS, HeatConfig, HeatMap,
+    HotKey, KeyStats, MAX_REGIONS, OutcomeCounts, QueryError, RegionCount, TenantHeat,
+    TenantSummary, Trend, Velocities, Window, WindowStats,
+};
+pub use ingest::{Ingest, IngestConfig, IngestError, SharedHeatMap};
+pub use metrics::{Metrics, ReasonLabel, RouteLabel};
 
 /// Topic that edge nodes publish [`models::AccessEvent`]s to.
 pub const EVENTS_TOPIC: &str = "edge-events";

@@ -1,8 +1,16 @@
 //! The `pulse` command line.
 
-use anyhow::Context;
-use clap::{Parser, Subcommand};
-use pulse::{EVENTS_TOPIC, EmbeddedBroker, PREWARM_TOPIC};
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::{Arc, RwLock};
+use std::time::Duration;
+
+use anyhow::{Context, bail};
+use clap::{Args, Parser, Subcommand};
+use pulse::{
+    AppState, EVENTS_TOPIC, EmbeddedBroker, HeatConfig, HeatMap, Ingest, IngestConfig, Metrics,
+    PREWARM_TOPIC,
+};
 
 /// Pulse watches edge access events and pre-warms hot keys across regions.
 #[derive(Parser)]
@@ -21,6 +29,99 @@ enum Command {
         #[arg(long, default_value_t = 4)]
         partitions: i32,
     },
+    /// Consume access events into the heat map and serve the dashboard API.
+    Serve(ServeArgs),
+}
+
+#[derive(Args, Debug)]
+struct ServeArgs {
+    /// Kafka bootstrap servers (HOST:PORT,...). Without it, pulse starts an embedded
+    /// broker and prints its address.
+    #[arg(long, env = "PULSE_BROKERS")]
+    brokers: Option<String>,
+    /// The events topic.
+    #[arg(long, env = "PULSE_TOPIC", default_value = EVENTS_TOPIC)]
+    topic: String,
+    /// The consumer group.
+    #[arg(long, env = "PULSE_GROUP", default_value = "pulse")]
+    group: String,
+    /// Where the dashboard API listens.
+    #[arg(long, env = "PULSE_LISTEN", default_value = "127.0.0.1:8080")]
+    listen: SocketAddr,
+    /// Checkpoint file: restored at start, written periodically and at shutdown;
+    /// offsets are committed after each checkpoint.
+    #[arg(long, env = "PULSE_CHECKPOINT")]
+    checkpoint: Option<PathBuf>,
+    /// Seconds between checkpoints.
+    #[arg(long, env = "PULSE_CHECKPOINT_INTERVAL_SECS", default_value_t = 10)]
+    checkpoint_interval_secs: u64,
+    /// Seconds between offset commits when there is no checkpoint file.
+    #[arg(long, env = "PULSE_COMMIT_INTERVAL_SECS", default_value_t = 2)]
+    commit_interval_secs: u64,
+    /// Forward rejected messages to this topic (with a `pulse-reject-reason` header).
+    #[arg(long, env = "PULSE_DEAD_LETTER_TOPIC")]
+    dead_letter_topic: Option<String>,
+    /// Sketch error ε: additive error as a fraction of a window's events.
+    #[arg(long, env = "PULSE_SKETCH_ERROR", default_value_t = HeatConfig::default().error)]
+    sketch_error: f64,
+    /// Sketch confidence 1 − δ.
+    #[arg(long, env = "PULSE_SKETCH_CONFIDENCE", default_value_t = HeatConfig::default().confidence)]
+    sketch_confidence: f64,
+    /// Keys tracked per tenant per second (heat-map candidates).
+    #[arg(long, env = "PULSE_TOP_K", default_value_t = HeatConfig::default().top_k)]
+    top_k: usize,
+    /// Keys tracked per region per second.
+    #[arg(long, env = "PULSE_REGION_TOP_K", default_value_t = HeatConfig::default().region_top_k)]
+    region_top_k: usize,
+    /// Tenants tracked; events of further tenants are rejected.
+    #[arg(long, env = "PULSE_MAX_TENANTS", default_value_t = HeatConfig::default().max_tenants)]
+    max_tenants: usize,
+}
+
+impl ServeArgs {
+    /// Checks every field; the message names the flag and its variable.
+    fn validate(&self) -> anyhow::Result<HeatConfig> {
+        if let Some(b) = &self.brokers {
+            if b.trim().is_empty() || b.split(',').any(|s| !s.contains(':')) {
+                bail!("--brokers (PULSE_BROKERS): expected HOST:PORT[,HOST:PORT...], got {b:?}");
+            }
+        }
+        if self.topic.trim().is_empty() {
+            bail!("--topic (PULSE_TOPIC): must not be empty");
+        }
+        if self.group.trim().is_empty() {
+            bail!("--group (PULSE_GROUP): must not be empty");
+        }
+        if self.dead_letter_topic.as_deref() == Some(self.topic.as_str()) {
+            bail!("--dead-letter-topic (PULSE_DEAD_LETTER_TOPIC): must differ from --topic");
+        }
+        if self.checkpoint_interval_secs == 0 {
+            bail!(
+                "--checkpoint-interval-secs (PULSE_CHECKPOINT_INTERVAL_SECS): must be at least 1"
+            );
+        }
+        if self.commit_interval_secs == 0 {
+            bail!("--commit-interval-secs (PULSE_COMMIT_INTERVAL_SECS): must be at least 1");
+        }
+        let config = HeatConfig {
+            error: self.sketch_error,
+            confidence: self.sketch_confidence,
+            top_k: self.top_k,
+            region_top_k: self.region_top_k,
+            max_tenants: self.max_tenants,
+        };
+        config.validate().map_err(|e| {
+            let flag = match e.field {
+                "error" => "--sketch-error (PULSE_SKETCH_ERROR)",
+                "confidence" => "--sketch-confidence (PULSE_SKETCH_CONFIDENCE)",
+                "top_k" => "--top-k (PULSE_TOP_K)",
+                "region_top_k" => "--region-top-k (PULSE_REGION_TOP_K)",
+                _ => "--max-tenants (PULSE_MAX_TENANTS)",
+            };
+            anyhow::anyhow!("{flag}: {}", e.reason)
+        })?;
+        Ok(config)
+    }
 }
 
 #[tokio::main]
@@ -44,6 +145,97 @@ async fn main() -> anyhow::Result<()> {
             tokio::signal::ctrl_c().await?;
             tracing::info!("stopping");
         }
+        Command::Serve(args) => serve(args).await?,
     }
+    Ok(())
+}
+
+/// Resolves on SIGINT or SIGTERM.
+async fn shutdown_signal() {
+    let ctrl_c = async {
+        let _ = tokio::signal::ctrl_c().await;
+    };
+    #[cfg(unix)]
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    #[cfg(not(unix))]
+    let term = std::future::pending::<()>();
+    tokio::select! {
+        () = ctrl_c => {},
+        () = term => {},
+    }
+    tracing::info!("shutdown signal received");
+}
+
+async fn serve(args: ServeArgs) -> anyhow::Result<()> {
+    let heat_config = args.validate()?;
+    // The embedded broker lives until serve returns, after ingest has stopped.
+    let mut embedded = None;
+    let brokers = match &args.brokers {
+        Some(b) => b.clone(),
+        None => {
+            let broker = EmbeddedBroker::start(1).context("starting the embedded broker")?;
+            broker.create_topic(&args.topic, 4)?;
+            broker.create_topic(PREWARM_TOPIC, 4)?;
+            if let Some(dlq) = &args.dead_letter_topic {
+                broker.create_topic(dlq, 1)?;
+            }
+            let address = broker.bootstrap_servers().to_owned();
+            println!("embedded broker: {address}");
+            tracing::info!(bootstrap = %address, "no --brokers: started an embedded broker");
+            embedded = Some(broker);
+            address
+        }
+    };
+
+    let heat = match &args.checkpoint {
+        Some(path) => match pulse::load_checkpoint(path)? {
+            Some(heat) if *heat.config() == heat_config => {
+                tracing::info!(path = %path.display(), tenants = heat.tenants_len(), "restored checkpoint");
+                heat
+            }
+            Some(_) => {
+                tracing::warn!(path = %path.display(), "checkpoint has other sketch settings; starting empty");
+                HeatMap::new(heat_config)
+            }
+            None => HeatMap::new(heat_config),
+        },
+        None => HeatMap::new(heat_config),
+    };
+    let heat = Arc::new(RwLock::new(heat));
+    let metrics = Arc::new(Metrics::new());
+    let ingest = Ingest::start(
+        IngestConfig {
+            brokers,
+            topic: args.topic.clone(),
+            group_id: args.group.clone(),
+            dead_letter_topic: args.dead_letter_topic.clone(),
+            checkpoint: args.checkpoint.clone(),
+            checkpoint_interval: Duration::from_secs(args.checkpoint_interval_secs),
+            commit_interval: Duration::from_secs(args.commit_interval_secs),
+        },
+        heat.clone(),
+        metrics.clone(),
+    )?;
+
+    let listener = tokio::net::TcpListener::bind(args.listen)
+        .await
+        .with_context(|| format!("--listen (PULSE_LISTEN): binding {}", args.listen))?;
+    let address = listener.local_addr()?;
+    println!("dashboard: http://{address}/api/tenants");
+    tracing::info!(%address, "dashboard API listening");
+    axum::serve(listener, pulse::app(AppState { heat, metrics }))
+        .with_graceful_shutdown(shutdown_signal())
+        .await?;
+
+    // Final checkpoint and commit, off the async threads.
+    tokio::task::spawn_blocking(move || ingest.stop()).await?;
+    drop(embedded);
     Ok(())
 }

@@ -1,0 +1,412 @@
+//! Configuration: a serde struct with defaults, read from TOML, overridable by flags,
+//! checked by [`Config::validate`] which names the bad field.
+//!
+//! ```
+//! let config: prefetcher::Config = toml::from_str(r#"
+//!     listen = "127.0.0.1:8080"
+//!     [flight]
+//!     wait_timeout_ms = 3000
+//!     on_wait_timeout = "hedge"
+//!     [[tenants]]
+//!     id = "acme"
+//!     hosts = ["acme.example", "www.acme.example"]
+//!     origin = "http://127.0.0.1:9000"
+//! "#)?;
+//! config.validate()?;
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+
+use std::collections::HashSet;
+use std::net::SocketAddr;
+use std::path::Path;
+use std::time::Duration;
+
+use http::Uri;
+use models::TenantId;
+use serde::{Deserialize, Serialize};
+
+/// Why a configuration was refused.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    /// The file could not be read.
+    #[error("cannot read {path}: {source}")]
+    Read {
+        /// The file.
+        path: String,
+        /// The I/O error.
+        source: std::io::Error,
+    },
+    /// The file is not valid TOML for this schema (unknown fields included).
+    #[error("cannot parse {path}: {message}")]
+    Parse {
+        /// The file.
+        path: String,
+        /// The parser's message, which names the field.
+        message: String,
+    },
+    /// A field holds a value that cannot work.
+    #[error("config field `{field}`: {reason}")]
+    Invalid {
+        /// The dotted path of the field.
+        field: String,
+        /// What is wrong with it.
+        reason: String,
+    },
+}
+
+/// `Result` with [`ConfigError`].
+pub(crate) type Result<T, E = ConfigError> = std::result::Result<T, E>;
+
+fn invalid(field: impl Into<String>, reason: impl Into<String>) -> ConfigError {
+    ConfigError::Invalid {
+        field: field.into(),
+        reason: reason.into(),
+    }
+}
+
+/// The whole node configuration.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Config {
+    /// Where the proxy listens (HTTP/1.1 and h2c).
+    pub listen: SocketAddr,
+    /// Where `/metrics` and `/healthz` are served; off when absent.
+    pub admin_listen: Option<SocketAddr>,
+    /// The L1 cache.
+    pub cache: CacheConfig,
+    /// Single-flight behaviour.
+    pub flight: FlightConfig,
+    /// The origin client.
+    pub origin: OriginConfig,
+    /// Host name → tenant → origin: the only source of a request's tenant.
+    pub tenants: Vec<TenantConfig>,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            listen: SocketAddr::from(([127, 0, 0, 1], 8080)),
+            admin_listen: None,
+            cache: CacheConfig::default(),
+            flight: FlightConfig::default(),
+            origin: OriginConfig::default(),
+            tenants: Vec::new(),
+        }
+    }
+}
+
+/// The L1 cache: size bounds, TTLs, stale-while-revalidate and early refresh.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct CacheConfig {
+    /// Total bytes the cache may hold (bodies, headers and keys).
+    pub max_bytes: u64,
+    /// Largest object that is cached or collapsed; larger ones pass through.
+    pub max_object_bytes: u64,
+    /// TTL when the origin gives none (no `Cache-Control` max-age, no `Expires`).
+    pub default_ttl_ms: u64,
+    /// Spread of TTLs as a fraction: the default TTL moves by ± this much, origin TTLs
+    /// only shorten by up to this much, so entries stored together do not expire
+    /// together. 0 turns it off.
+    pub jitter: f64,
+    /// How long past expiry an entry may be served stale while one refresh runs,
+    /// unless the origin sends `stale-while-revalidate`.
+    pub stale_grace_ms: u64,
+    /// XFetch β for probabilistic early refresh; 0 turns it off, 1 is the usual value.
+    pub xfetch_beta: f64,
+}
+
+impl Default for CacheConfig {
+    fn default() -> Self {
+        CacheConfig {
+            max_bytes: 256 * 1024 * 1024,
+            max_object_bytes: 16 * 1024 * 1024,
+            default_ttl_ms: 60_000,
+            jitter: 0.1,
+            stale_grace_ms: 10_000,
+            xfetch_beta: 0.0,
+        }
+    }
+}
+
+/// What a waiter does when a fill takes longer than `wait_timeout_ms`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "snake_case")]
+pub enum WaitTimeoutPolicy {
+    /// Fetch from the origin on its own (uncached).
+    Hedge,
+    /// Answer 504.
+    Fail,
+}
+
+/// Single-flight settings.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct FlightConfig {
+    /// Longest a waiter waits for the leader's response head.
+    pub wait_timeout_ms: u64,
+    /// What a waiter does then.
+    pub on_wait_timeout: WaitTimeoutPolicy,
+    /// Most origin fills (and hedges) in progress at once.
+    pub max_fills: usize,
+    /// Fill slots background (pre-warm) fills may never take.
+    pub reserved_for_user: usize,
+    /// Most distinct keys in flight at once; past it a request gets 503.
+    pub max_flights: usize,
+}
+
+impl Default for FlightConfig {
+    fn default() -> Self {
+        FlightConfig {
+            wait_timeout_ms: 3_000,
+            on_wait_timeout: WaitTimeoutPolicy::Hedge,
+            max_fills: 256,
+            reserved_for_user: 64,
+            max_flights: 100_000,
+        }
+    }
+}
+
+/// Origin client timeouts and pool.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct OriginConfig {
+    /// TCP connect timeout.
+    pub connect_timeout_ms: u64,
+    /// Longest wait for the response head once connected.
+    pub header_timeout_ms: u64,
+    /// Longest gap between two body chunks.
+    pub body_idle_timeout_ms: u64,
+    /// Idle keep-alive connections kept per origin.
+    pub pool_max_idle: usize,
+}
+
+impl Default for OriginConfig {
+    fn default() -> Self {
+        OriginConfig {
+            connect_timeout_ms: 2_000,
+            header_timeout_ms: 15_000,
+            body_idle_timeout_ms: 15_000,
+            pool_max_idle: 64,
+        }
+    }
+}
+
+/// One tenant: the host names that select it and its origin.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TenantConfig {
+    /// The tenant id (used in flight keys and events, never as a metric label).
+    pub id: TenantId,
+    /// Host names (without port) that select this tenant; `"*"` makes it the fallback.
+    #[serde(default)]
+    pub hosts: Vec<String>,
+    /// `http://host[:port][/prefix]`: the origin, or a regional prefetcher (shield).
+    pub origin: String,
+    /// `Host` sent to the origin; defaults to the origin URL's authority. Set it when
+    /// the origin is a shield that maps host names to tenants.
+    #[serde(default)]
+    pub host_header: Option<String>,
+}
+
+impl Config {
+    /// One tenant that answers every host, in front of `origin`.
+    pub fn single_origin(listen: SocketAddr, tenant: TenantId, origin: impl Into<String>) -> Self {
+        Config {
+            listen,
+            tenants: vec![TenantConfig {
+                id: tenant,
+                hosts: vec!["*".into()],
+                origin: origin.into(),
+                host_header: None,
+            }],
+            ..Config::default()
+        }
+    }
+
+    /// Reads a TOML file (unknown fields are an error). Call [`Config::validate`] after
+    /// applying overrides.
+    pub fn from_file(path: &Path) -> Result<Self> {
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+            path: path.display().to_string(),
+            source,
+        })?;
+        toml::from_str(&text).map_err(|e| ConfigError::Parse {
+            path: path.display().to_string(),
+            message: e.to_string(),
+        })
+    }
+
+    /// Checks every field that could make the node misbehave; the error names it.
+    pub fn validate(&self) -> Result<()> {
+        let c = &self.cache;
+        if c.max_bytes == 0 {
+            return Err(invalid("cache.max_bytes", "must be positive"));
+        }
+        if c.max_object_bytes == 0 || c.max_object_bytes > c.max_bytes {
+            return Err(invalid(
+                "cache.max_object_bytes",
+                "must be positive and at most cache.max_bytes",
+            ));
+        }
+        if c.max_object_bytes > u64::from(u32::MAX) / 2 {
+            return Err(invalid("cache.max_object_bytes", "must be below 2 GiB"));
+        }
+        if c.default_ttl_ms == 0 {
+            return Err(invalid("cache.default_ttl_ms", "must be positive"));
+        }
+        if !(0.0..1.0).contains(&c.jitter) {
+            return Err(invalid("cache.jitter", "must be in [0, 1)"));
+        }
+        if !(0.0..=100.0).contains(&c.xfetch_beta) {
+            return Err(invalid("cache.xfetch_beta", "must be in [0, 100]"));
+        }
+        let f = &self.flight;
+        if f.wait_timeout_ms == 0 {
+            return Err(invalid("flight.wait_timeout_ms", "must be positive"));
+        }
+        if f.max_fills == 0 {
+            return Err(invalid("flight.max_fills", "must be positive"));
+        }
+        if f.reserved_for_user >= f.max_fills {
+            return Err(invalid(
+                "flight.reserved_for_user",
+                "must be below flight.max_fills",
+            ));
+        }
+        if f.max_flights == 0 {
+            return Err(invalid("flight.max_flights", "must be positive"));
+        }
+        let o = &self.origin;
+        for (name, v) in [
+            ("origin.connect_timeout_ms", o.connect_timeout_ms),
+            ("origin.header_timeout_ms", o.header_timeout_ms),
+            ("origin.body_idle_timeout_ms", o.body_idle_timeout_ms),
+        ] {
+            if v == 0 {
+                return Err(invalid(name, "must be positive"));
+            }
+        }
+        if self.tenants.is_empty() {
+            return Err(invalid("tenants", "at least one tenant is needed"));
+        }
+        let mut ids = HashSet::new();
+        let mut hosts = HashSet::new();
+        for (i, t) in self.tenants.iter().enumerate() {
+            if !ids.insert(t.id.as_str()) {
+                return Err(invalid(format!("tenants[{i}].id"), "duplicate tenant id"));
+            }
+            parse_origin(&t.origin).map_err(|r| invalid(format!("tenants[{i}].origin"), r))?;
+            for h in &t.hosts {
+                let h = h.to_ascii_lowercase();
+                if h.is_empty() || h.contains(['/', ' ', ':']) {
+                    return Err(invalid(
+                        format!("tenants[{i}].hosts"),
+                        format!("{h:?} is not a host name (no port, no path)"),
+                    ));
+                }
+                if !hosts.insert(h.clone()) {
+                    return Err(invalid(
+                        format!("tenants[{i}].hosts"),
+                        format!("{h:?} already belongs to another tenant"),
+                    ));
+                }
+            }
+            if let Some(h) = &t.host_header
+                && http::HeaderValue::from_str(h).is_err()
+            {
+                return Err(invalid(
+                    format!("tenants[{i}].host_header"),
+                    "not a valid header value",
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    pub(crate) fn wait_timeout(&self) -> Duration {
+        Duration::from_millis(self.flight.wait_timeout_ms)
+    }
+}
+
+/// The parts of an origin URL: `http://authority` and a path prefix without a trailing '/'.
+pub(crate) fn parse_origin(origin: &str) -> std::result::Result<(String, String), String> {
+    let uri: Uri = origin.parse().map_err(|e| format!("not a URL: {e}"))?;
+    match uri.scheme_str() {
+        Some("http") => {}
+        Some(other) => return Err(format!("scheme {other:?} is not supported (use http)")),
+        None => return Err("must start with http://".into()),
+    }
+    let authority = uri
+        .authority()
+        .ok_or_else(|| "must name a host".to_string())?;
+    if uri.query().is_some() {
+        return Err("must not have a query".into());
+    }
+    let prefix = uri.path().trim_end_matches('/').to_string();
+    Ok((format!("http://{authority}"), prefix))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn tenant(id: &str, hosts: &[&str], origin: &str) -> TenantConfig {
+        TenantConfig {
+            id: TenantId::new(id).unwrap(),
+            hosts: hosts.iter().map(|h| h.to_string()).collect(),
+            origin: origin.into(),
+            host_header: None,
+        }
+    }
+
+    #[test]
+    fn unknown_fields_are_refused_and_named() {
+        let err = toml::from_str::<Config>("[cache]\nmax_bytez = 1\n").unwrap_err();
+        assert!(err.to_string().contains("max_bytez"), "{err}");
+    }
+
+    #[test]
+    fn validate_names_the_bad_field() {
+        let mut c = Config::single_origin(
+            "127.0.0.1:0".parse().unwrap(),
+            TenantId::new("t").unwrap(),
+            "http://127.0.0.1:1",
+        );
+        c.validate().unwrap();
+        c.cache.jitter = 1.5;
+        assert!(
+            c.validate()
+                .unwrap_err()
+                .to_string()
+                .contains("cache.jitter")
+        );
+        c.cache.jitter = 0.1;
+        c.tenants.push(tenant("u", &["*"], "https://x"));
+        let e = c.validate().unwrap_err().to_string();
+        assert!(e.contains("tenants[1].origin"), "{e}");
+        c.tenants[1].origin = "http://x".into();
+        let e = c.validate().unwrap_err().to_string();
+        assert!(e.contains("tenants[1].hosts"), "{e}");
+        c.tenants[1] = tenant("t", &["a.example"], "http://x");
+        assert!(
+            c.validate()
+                .unwrap_err()
+                .to_string()
+                .contains("tenants[1].id")
+        );
+    }
+
+    #[test]
+    fn origin_urls_split_into_base_and_prefix() {
+        assert_eq!(
+            parse_origin("http://127.0.0.1:9000/base/").unwrap(),
+            ("http://127.0.0.1:9000".into(), "/base".into())
+        );
+        assert_eq!(
+            parse_origin("http://o.example").unwrap(),
+            ("http://o.example".into(), "".into())
+        );
+        assert!(parse_origin("o.example").is_err());
+    }
+}

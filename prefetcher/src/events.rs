@@ -1,0 +1,123 @@
+//! The access-event hook: called once per answered cacheable request, and once per
+//! completed background fill. Issue 6 plugs a Kafka publisher in behind it.
+//!
+//! A sink must never block or fail a request: [`ChannelSink`] uses a bounded channel
+//! and counts what it drops.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use models::{AccessEvent, CacheKey, Domain, NodeId, Outcome, RegionId, TenantId};
+use tokio::sync::mpsc;
+
+/// One request outcome, before the node adds its region and node ids.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OutcomeRecord {
+    /// The tenant (from trusted configuration).
+    pub tenant: TenantId,
+    /// The normalised cache key.
+    pub key: CacheKey,
+    /// How it was answered.
+    pub outcome: Outcome,
+    /// Body bytes sent (the stored or declared length; 0 for HEAD).
+    pub bytes: u64,
+    /// Origin fill time, for outcomes that waited on (or ran) a fill.
+    pub fill_ms: Option<u32>,
+    /// The `Referer` header's host, when valid.
+    pub referrer: Option<Domain>,
+}
+
+impl OutcomeRecord {
+    /// The wire event for this record.
+    pub fn into_event(self, ts_ms: u64, region: RegionId, node: NodeId) -> AccessEvent {
+        let mut event = AccessEvent::new(ts_ms, self.tenant, self.key, region, node, self.outcome);
+        event.bytes = self.bytes;
+        event.fill_ms = self.fill_ms;
+        event.referrer = self.referrer;
+        event
+    }
+}
+
+/// Where outcomes go. Implementations must return at once.
+pub trait EventSink: Send + Sync + 'static {
+    /// Whether records are wanted (lets the hit path skip building them).
+    fn enabled(&self) -> bool {
+        true
+    }
+
+    /// Takes one record; must not block.
+    fn record(&self, record: OutcomeRecord);
+}
+
+/// Discards everything.
+#[derive(Debug, Default)]
+pub struct NoopSink;
+
+impl EventSink for NoopSink {
+    fn enabled(&self) -> bool {
+        false
+    }
+
+    fn record(&self, _record: OutcomeRecord) {}
+}
+
+/// A bounded channel: `try_send`, and a count of records dropped when it is full.
+#[derive(Debug)]
+pub struct ChannelSink {
+    tx: mpsc::Sender<OutcomeRecord>,
+    dropped: AtomicU64,
+}
+
+impl ChannelSink {
+    /// A sink with room for `capacity` records, and its receiving end.
+    pub fn new(capacity: usize) -> (ChannelSink, mpsc::Receiver<OutcomeRecord>) {
+        let (tx, rx) = mpsc::channel(capacity);
+        (
+            ChannelSink {
+                tx,
+                dropped: AtomicU64::new(0),
+            },
+            rx,
+        )
+    }
+
+    /// Records dropped so far.
+    pub fn dropped(&self) -> u64 {
+        self.dropped.load(Ordering::Relaxed)
+    }
+}
+
+impl EventSink for ChannelSink {
+    fn record(&self, record: OutcomeRecord) {
+        if self.tx.try_send(record).is_err() {
+            self.dropped.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_full_channel_drops_and_counts_instead_of_blocking() {
+        let (sink, mut rx) = ChannelSink::new(1);
+        let record = OutcomeRecord {
+            tenant: TenantId::new("t").unwrap(),
+            key: CacheKey::new("/a").unwrap(),
+            outcome: Outcome::Hit,
+            bytes: 3,
+            fill_ms: None,
+            referrer: None,
+        };
+        sink.record(record.clone());
+        sink.record(record.clone());
+        assert_eq!(sink.dropped(), 1);
+        let event = rx.try_recv().unwrap().into_event(
+            1,
+            RegionId::new("r").unwrap(),
+            NodeId::new("n").unwrap(),
+        );
+        assert_eq!(event.outcome, Outcome::Hit);
+        assert_eq!(event.bytes, 3);
+    }
+}

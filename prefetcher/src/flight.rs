@@ -1,0 +1,781 @@
+//! The single-flight registry: at most one origin fill per flight key (tenant +
+//! normalised cache key), shared with every request that arrives while it runs.
+//!
+//! [`FlightRegistry::acquire`] atomically makes the caller the leader
+//! ([`Acquire::Lead`] with a [`FillPermit`]) or a waiter ([`Acquire::Join`] with a
+//! [`FlightSubscriber`]). The fill runs in its own task that owns the permit, so the
+//! leader's client connection has no say in it: the leader is just the first
+//! subscriber. The permit publishes the response head, then each body chunk, into a
+//! shared buffer (a `watch` channel); every subscriber, however late, replays it from
+//! the start, so bodies stream to everyone as they arrive.
+//!
+//! # Concurrent calls on the same key
+//!
+//! - Only the permit's owner removes the flight entry, and only its own (entries carry
+//!   a generation id), so a finished flight can never remove the next wave's.
+//! - On failure the entry is removed *before* the error is published: a request that
+//!   arrives afterwards starts a fresh fill instead of inheriting the error.
+//! - On success the end is published first (the clients' bodies complete without
+//!   waiting for the cache write), then the caller stores the entry, then the flight
+//!   entry goes; a request arriving in between joins the finished flight and replays it.
+//! - A permit dropped without finishing (the fill task panicked or was cancelled)
+//!   marks the flight [`FillError::Aborted`] in its `Drop`, so waiters never hang; a
+//!   waiter that sees `Aborted` before any response byte may take over leadership.
+//! - Waiters bound their own wait ([`FlightSubscriber::head`] under a timeout in the
+//!   proxy); the fill is bounded by the origin client's timeouts.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU8, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use axum::body::Body;
+use bytes::Bytes;
+use http::{HeaderMap, StatusCode};
+use models::{CacheKey, Priority, TenantId};
+use tokio::sync::{Notify, watch};
+
+/// Why a fill produced no (complete) response. Cloned to every waiter.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum FillError {
+    /// The origin answered with a server error; never cached, whatever its headers say.
+    #[error("origin answered {0}")]
+    Upstream(u16),
+    /// The origin could not be reached or reset the connection before answering.
+    #[error("origin unreachable: {0}")]
+    Connect(String),
+    /// The origin did not answer (or stalled mid-body) within its timeout.
+    #[error("origin timed out")]
+    Timeout,
+    /// The origin's body failed mid-stream (reset, protocol error).
+    #[error("origin body failed: {0}")]
+    Body(String),
+    /// The origin's body was shorter or longer than its `Content-Length`.
+    #[error("origin body truncated: {received} of {expected} bytes")]
+    Truncated {
+        /// Declared length.
+        expected: u64,
+        /// Bytes received.
+        received: u64,
+    },
+    /// A body without a length grew past the largest object the node collapses.
+    #[error("object larger than {0} bytes")]
+    TooLarge(u64),
+    /// The fill task ended without finishing (panic or shutdown).
+    #[error("fill aborted")]
+    Aborted,
+    /// A background fill found no spare origin capacity.
+    #[error("no spare origin capacity for a background fill")]
+    NoCapacity,
+}
+
+impl FillError {
+    /// The status a client gets for this error.
+    pub fn status(&self) -> StatusCode {
+        match self {
+            FillError::Timeout => StatusCode::GATEWAY_TIMEOUT,
+            FillError::NoCapacity => StatusCode::SERVICE_UNAVAILABLE,
+            _ => StatusCode::BAD_GATEWAY,
+        }
+    }
+
+    /// A bounded metric label.
+    pub fn label(&self) -> &'static str {
+        match self {
+            FillError::Upstream(_) => "upstream_5xx",
+            FillError::Connect(_) => "connect",
+            FillError::Timeout => "timeout",
+            FillError::Body(_) => "body",
+            FillError::Truncated { .. } => "truncated",
+            FillError::TooLarge(_) => "too_large",
+            FillError::Aborted => "aborted",
+            FillError::NoCapacity => "no_capacity",
+        }
+    }
+}
+
+/// What a flight is for: the tenant (from trusted configuration) and the normalised
+/// cache key. Two tenants with the same path never share a flight or an entry.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct FlightKey {
+    tenant: TenantId,
+    key: CacheKey,
+}
+
+impl FlightKey {
+    /// The key of `tenant`'s `key`.
+    pub fn new(tenant: TenantId, key: CacheKey) -> FlightKey {
+        FlightKey { tenant, key }
+    }
+
+    /// The tenant.
+    pub fn tenant(&self) -> &TenantId {
+        &self.tenant
+    }
+
+    /// The cache key.
+    pub fn key(&self) -> &CacheKey {
+        &self.key
+    }
+}
+
+/// A response head as the fill publishes it.
+#[derive(Debug, Clone)]
+pub struct Head {
+    /// Origin status.
+    pub status: StatusCode,
+    /// Origin headers (hop-by-hop removed).
+    pub headers: HeaderMap,
+}
+
+#[derive(Debug, Clone)]
+enum End {
+    Complete,
+    Failed(FillError),
+    /// Not shareable: the leader takes the body handed over, waiters fetch on their own.
+    Bypass,
+}
+
+#[derive(Debug, Default)]
+struct Progress {
+    head: Option<Arc<Head>>,
+    chunks: Vec<Bytes>,
+    end: Option<End>,
+}
+
+const BACKGROUND: u8 = 0;
+const USER: u8 = 1;
+
+fn priority_to_u8(p: Priority) -> u8 {
+    match p {
+        Priority::Background => BACKGROUND,
+        Priority::User => USER,
+    }
+}
+
+struct Flight {
+    id: u64,
+    key: FlightKey,
+    progress: watch::Sender<Progress>,
+    priority: AtomicU8,
+    promoted: Notify,
+    waiters: AtomicUsize,
+    /// The response handed to the leader when it is not shareable.
+    leader_body: Mutex<Option<(Arc<Head>, Body)>>,
+}
+
+impl Flight {
+    fn promote(&self) {
+        if self.priority.swap(USER, Ordering::AcqRel) == BACKGROUND {
+            self.promoted.notify_waiters();
+        }
+    }
+
+    fn priority(&self) -> Priority {
+        if self.priority.load(Ordering::Acquire) == USER {
+            Priority::User
+        } else {
+            Priority::Background
+        }
+    }
+}
+
+/// The outcome of [`FlightRegistry::acquire`].
+pub enum Acquire {
+    /// No fill was in flight: the caller leads and must hand the permit to a fill task.
+    Lead(FillPermit),
+    /// A fill is in flight: the caller subscribes to it.
+    Join(FlightSubscriber),
+    /// `max_flights` distinct keys are already in flight.
+    Full,
+}
+
+/// The map of fills in flight.
+///
+/// It is guarded by a `std::sync::Mutex`, not tokio's: every critical section is one
+/// map operation, never held across an `.await`, so a blocking lock is cheaper and
+/// cannot be held by a suspended task.
+#[derive(Clone)]
+pub struct FlightRegistry {
+    inner: Arc<RegistryInner>,
+}
+
+struct RegistryInner {
+    flights: Mutex<HashMap<FlightKey, Arc<Flight>>>,
+    next_id: AtomicU64,
+    max_flights: usize,
+}
+
+impl FlightRegistry {
+    /// A registry holding at most `max_flights` keys in flight.
+    pub fn new(max_flights: usize) -> FlightRegistry {
+        FlightRegistry {
+            inner: Arc::new(RegistryInner {
+                flights: Mutex::new(HashMap::new()),
+                next_id: AtomicU64::new(1),
+                max_flights,
+            }),
+        }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, HashMap<FlightKey, Arc<Flight>>> {
+        // Each critical section is a single map operation, so a panic elsewhere cannot
+        // leave the map half-updated: recover from poisoning.
+        self.inner
+            .flights
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// Atomically leads a new fill for `key` or joins the one in flight. A `User`
+    /// request joining a `Background` fill promotes it.
+    pub fn acquire(&self, key: &FlightKey, priority: Priority) -> Acquire {
+        let mut flights = self.lock();
+        if let Some(flight) = flights.get(key) {
+            let flight = Arc::clone(flight);
+            drop(flights);
+            flight.waiters.fetch_add(1, Ordering::Relaxed);
+            if priority == Priority::User {
+                flight.promote();
+            }
+            return Acquire::Join(FlightSubscriber::new(flight, false));
+        }
+        if flights.len() >= self.inner.max_flights {
+            return Acquire::Full;
+        }
+        let flight = Arc::new(Flight {
+            id: self.inner.next_id.fetch_add(1, Ordering::Relaxed),
+            key: key.clone(),
+            progress: watch::Sender::new(Progress::default()),
+            priority: AtomicU8::new(priority_to_u8(priority)),
+            promoted: Notify::new(),
+            waiters: AtomicUsize::new(0),
+            leader_body: Mutex::new(None),
+        });
+        flights.insert(key.clone(), Arc::clone(&flight));
+        drop(flights);
+        Acquire::Lead(FillPermit {
+            registry: self.clone(),
+            flight,
+            finished: false,
+        })
+    }
+
+    /// Leads a fill for `key` only if none is in flight (background refreshes, which
+    /// must never queue behind or duplicate a fill).
+    pub fn try_lead(&self, key: &FlightKey, priority: Priority) -> Option<FillPermit> {
+        if self.lock().contains_key(key) {
+            return None;
+        }
+        match self.acquire(key, priority) {
+            Acquire::Lead(permit) => Some(permit),
+            _ => None,
+        }
+    }
+
+    /// Number of keys in flight.
+    pub fn len(&self) -> usize {
+        self.lock().len()
+    }
+
+    /// Whether no fill is in flight.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Whether a fill for `key` is in flight.
+    pub fn contains(&self, key: &FlightKey) -> bool {
+        self.lock().contains_key(key)
+    }
+
+    /// Removes `key` if it still maps to flight `id` (owner-only removal).
+    fn remove_if_owner(&self, key: &FlightKey, id: u64) {
+        let mut flights = self.lock();
+        if flights.get(key).is_some_and(|f| f.id == id) {
+            flights.remove(key);
+        }
+    }
+}
+
+/// Leadership of one fill. Publish the head, the chunks, then exactly one of
+/// [`complete`](FillPermit::complete), [`fail`](FillPermit::fail) or
+/// [`bypass`](FillPermit::bypass). Dropping it unfinished aborts the flight.
+pub struct FillPermit {
+    registry: FlightRegistry,
+    flight: Arc<Flight>,
+    finished: bool,
+}
+
+impl FillPermit {
+    /// The flight key.
+    pub fn key(&self) -> &FlightKey {
+        &self.flight.key
+    }
+
+    /// The fill's current priority (a user joining raises it to `User`).
+    pub fn priority(&self) -> Priority {
+        self.flight.priority()
+    }
+
+    /// Resolves when a user request promotes this background fill.
+    pub async fn promoted(&self) {
+        let notified = self.flight.promoted.notified();
+        if self.priority() == Priority::User {
+            return;
+        }
+        notified.await;
+    }
+
+    /// How many requests joined this flight so far.
+    pub fn waiters(&self) -> usize {
+        self.flight.waiters.load(Ordering::Relaxed)
+    }
+
+    /// A subscriber for the leader's own client.
+    pub fn subscribe(&self) -> FlightSubscriber {
+        FlightSubscriber::new(Arc::clone(&self.flight), true)
+    }
+
+    /// Publishes the response head; waiters start their responses.
+    pub fn publish_head(&self, head: Head) {
+        let head = Arc::new(head);
+        self.flight.progress.send_modify(|p| p.head = Some(head));
+    }
+
+    /// Appends one body chunk for every subscriber.
+    pub fn push_chunk(&self, chunk: Bytes) {
+        if chunk.is_empty() {
+            return;
+        }
+        self.flight.progress.send_modify(|p| p.chunks.push(chunk));
+    }
+
+    /// The body is complete: publish the end, run `store` (the cache write), then
+    /// remove the flight entry.
+    pub fn complete(mut self, store: impl FnOnce()) {
+        self.finished = true;
+        self.flight
+            .progress
+            .send_modify(|p| p.end = Some(End::Complete));
+        store();
+        self.registry
+            .remove_if_owner(&self.flight.key, self.flight.id);
+    }
+
+    /// The fill failed: remove the flight entry (the next request starts afresh),
+    /// then give every subscriber the error.
+    pub fn fail(mut self, error: FillError) {
+        self.finished = true;
+        self.registry
+            .remove_if_owner(&self.flight.key, self.flight.id);
+        self.flight
+            .progress
+            .send_modify(|p| p.end = Some(End::Failed(error)));
+    }
+
+    /// The response is per-user: hand it to the leader only; waiters fetch on their own.
+    pub fn bypass(mut self, head: Head, body: Body) {
+        self.finished = true;
+        self.registry
+            .remove_if_owner(&self.flight.key, self.flight.id);
+        let head = Arc::new(head);
+        *self
+            .flight
+            .leader_body
+            .lock()
+            .unwrap_or_else(|p| p.into_inner()) = Some((head, body));
+        self.flight
+            .progress
+            .send_modify(|p| p.end = Some(End::Bypass));
+    }
+}
+
+impl Drop for FillPermit {
+    fn drop(&mut self) {
+        if !self.finished {
+            self.registry
+                .remove_if_owner(&self.flight.key, self.flight.id);
+            self.flight.progress.send_modify(|p| {
+                if p.end.is_none() {
+                    p.end = Some(End::Failed(FillError::Aborted));
+                }
+            });
+        }
+    }
+}
+
+/// What a subscriber learns before any body byte.
+pub enum HeadOutcome {
+    /// The shared response head; read the body with [`FlightSubscriber::next_chunk`].
+    Head(Arc<Head>),
+    /// Not shareable. The leader gets the response itself; a waiter gets `None` and
+    /// should fetch on its own.
+    Bypass(Option<(Arc<Head>, Body)>),
+    /// The fill failed before a response head.
+    Failed(FillError),
+}
+
+/// One request's view of a flight: the head, then the body from its first chunk.
+pub struct FlightSubscriber {
+    flight: Arc<Flight>,
+    progress: watch::Receiver<Progress>,
+    next: usize,
+    is_leader: bool,
+}
+
+impl FlightSubscriber {
+    fn new(flight: Arc<Flight>, is_leader: bool) -> FlightSubscriber {
+        let progress = flight.progress.subscribe();
+        FlightSubscriber {
+            flight,
+            progress,
+            next: 0,
+            is_leader,
+        }
+    }
+
+    /// Whether this is the leader's subscriber.
+    pub fn is_leader(&self) -> bool {
+        self.is_leader
+    }
+
+    /// Waits for the response head (callers bound this wait).
+    pub async fn head(&mut self) -> HeadOutcome {
+        loop {
+            {
+                let progress = self.progress.borrow_and_update();
+                if let Some(End::Bypass) = progress.end {
+                    drop(progress);
+                    let body = if self.is_leader {
+                        self.flight
+                            .leader_body
+                            .lock()
+                            .unwrap_or_else(|p| p.into_inner())
+                            .take()
+                    } else {
+                        None
+                    };
+                    return HeadOutcome::Bypass(body);
+                }
+                if let Some(head) = &progress.head {
+                    return HeadOutcome::Head(Arc::clone(head));
+                }
+                if let Some(End::Failed(e)) = &progress.end {
+                    return HeadOutcome::Failed(e.clone());
+                }
+            }
+            if self.progress.changed().await.is_err() {
+                return HeadOutcome::Failed(FillError::Aborted);
+            }
+        }
+    }
+
+    /// The next body chunk; `None` at the end of a complete body, an error if the
+    /// fill failed (the client's response must then be aborted, never completed).
+    pub async fn next_chunk(&mut self) -> Option<Result<Bytes, FillError>> {
+        loop {
+            {
+                let progress = self.progress.borrow_and_update();
+                if let Some(chunk) = progress.chunks.get(self.next) {
+                    self.next += 1;
+                    return Some(Ok(chunk.clone()));
+                }
+                match &progress.end {
+                    Some(End::Complete) => return None,
+                    Some(End::Failed(e)) => return Some(Err(e.clone())),
+                    Some(End::Bypass) => return Some(Err(FillError::Aborted)),
+                    None => {}
+                }
+            }
+            if self.progress.changed().await.is_err() {
+                return Some(Err(FillError::Aborted));
+            }
+        }
+    }
+
+    /// Reads the rest of the body into one buffer (tests, prefetches).
+    pub async fn collect_body(&mut self) -> Result<Bytes, FillError> {
+        let mut body = bytes::BytesMut::new();
+        while let Some(chunk) = self.next_chunk().await {
+            body.extend_from_slice(&chunk?);
+        }
+        Ok(body.freeze())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::AtomicUsize;
+    use std::time::Duration;
+
+    use super::*;
+
+    fn key(path: &str) -> FlightKey {
+        FlightKey::new(TenantId::new("t").unwrap(), CacheKey::new(path).unwrap())
+    }
+
+    fn head() -> Head {
+        Head {
+            status: StatusCode::OK,
+            headers: HeaderMap::new(),
+        }
+    }
+
+    /// A miniature of the proxy's miss path: lead and spawn a fill that "fetches" by
+    /// counting and sleeping, or join.
+    async fn get(
+        registry: &FlightRegistry,
+        k: &FlightKey,
+        fills: Arc<AtomicUsize>,
+        fetch_time: Duration,
+        fail: bool,
+    ) -> Result<Bytes, FillError> {
+        let mut sub = match registry.acquire(k, Priority::User) {
+            Acquire::Lead(permit) => {
+                let sub = permit.subscribe();
+                tokio::spawn(async move {
+                    fills.fetch_add(1, Ordering::SeqCst);
+                    tokio::time::sleep(fetch_time).await;
+                    if fail {
+                        permit.fail(FillError::Upstream(500));
+                    } else {
+                        permit.publish_head(head());
+                        permit.push_chunk(Bytes::from_static(b"hello "));
+                        permit.push_chunk(Bytes::from_static(b"world"));
+                        permit.complete(|| {});
+                    }
+                });
+                sub
+            }
+            Acquire::Join(sub) => sub,
+            Acquire::Full => panic!("registry full"),
+        };
+        match sub.head().await {
+            HeadOutcome::Head(_) => sub.collect_body().await,
+            HeadOutcome::Failed(e) => Err(e),
+            HeadOutcome::Bypass(_) => panic!("bypass"),
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn twelve_concurrent_callers_share_one_fill() {
+        let registry = FlightRegistry::new(16);
+        let fills = Arc::new(AtomicUsize::new(0));
+        let k = key("/a");
+        let calls = (0..12).map(|_| {
+            get(
+                &registry,
+                &k,
+                fills.clone(),
+                Duration::from_millis(200),
+                false,
+            )
+        });
+        let results = futures::future::join_all(calls).await;
+        assert_eq!(fills.load(Ordering::SeqCst), 1);
+        for r in results {
+            assert_eq!(r.unwrap(), Bytes::from_static(b"hello world"));
+        }
+        assert!(registry.is_empty(), "the owner removed its entry");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn errors_reach_every_waiter_and_the_next_wave_fills_afresh() {
+        let registry = FlightRegistry::new(16);
+        let fills = Arc::new(AtomicUsize::new(0));
+        let k = key("/a");
+        let wave = |fail| {
+            futures::future::join_all((0..12).map(|_| {
+                get(
+                    &registry,
+                    &k,
+                    fills.clone(),
+                    Duration::from_millis(50),
+                    fail,
+                )
+            }))
+        };
+        let results = wave(true).await;
+        assert_eq!(fills.load(Ordering::SeqCst), 1);
+        assert!(results.iter().all(|r| *r == Err(FillError::Upstream(500))));
+        assert!(registry.is_empty());
+        let results = wave(false).await;
+        assert_eq!(fills.load(Ordering::SeqCst), 2);
+        assert!(results.iter().all(|r| r.is_ok()));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn different_tenants_never_share_a_flight() {
+        let registry = FlightRegistry::new(16);
+        let a = FlightKey::new(TenantId::new("a").unwrap(), CacheKey::new("/x").unwrap());
+        let b = FlightKey::new(TenantId::new("b").unwrap(), CacheKey::new("/x").unwrap());
+        let _pa = match registry.acquire(&a, Priority::User) {
+            Acquire::Lead(p) => p,
+            _ => panic!("a should lead"),
+        };
+        assert!(matches!(
+            registry.acquire(&b, Priority::User),
+            Acquire::Lead(_)
+        ));
+        assert!(matches!(
+            registry.acquire(&a, Priority::User),
+            Acquire::Join(_)
+        ));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_panicking_fill_aborts_its_waiters_and_frees_the_key() {
+        let registry = FlightRegistry::new(16);
+        let k = key("/a");
+        let Acquire::Lead(permit) = registry.acquire(&k, Priority::User) else {
+            panic!("should lead")
+        };
+        let Acquire::Join(mut waiter) = registry.acquire(&k, Priority::User) else {
+            panic!("should join")
+        };
+        let task = tokio::spawn(async move {
+            let _permit = permit;
+            tokio::time::sleep(Duration::from_millis(10)).await;
+            panic!("fill task panics");
+        });
+        assert!(task.await.unwrap_err().is_panic());
+        assert!(matches!(
+            waiter.head().await,
+            HeadOutcome::Failed(FillError::Aborted)
+        ));
+        assert!(registry.is_empty());
+        assert!(matches!(
+            registry.acquire(&k, Priority::User),
+            Acquire::Lead(_)
+        ));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_truncated_body_ends_in_an_error_not_a_complete_body() {
+        let registry = FlightRegistry::new(16);
+        let k = key("/a");
+        let Acquire::Lead(permit) = registry.acquire(&k, Priority::User) else {
+            panic!()
+        };
+        let Acquire::Join(mut waiter) = registry.acquire(&k, Priority::User) else {
+            panic!()
+        };
+        permit.publish_head(head());
+        permit.push_chunk(Bytes::from_static(b"half"));
+        permit.fail(FillError::Truncated {
+            expected: 8,
+            received: 4,
+        });
+        assert!(matches!(waiter.head().await, HeadOutcome::Head(_)));
+        assert_eq!(
+            waiter.next_chunk().await.unwrap().unwrap(),
+            Bytes::from_static(b"half")
+        );
+        assert!(matches!(
+            waiter.next_chunk().await,
+            Some(Err(FillError::Truncated { .. }))
+        ));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn late_joiners_replay_the_body_from_the_start() {
+        let registry = FlightRegistry::new(16);
+        let k = key("/a");
+        let Acquire::Lead(permit) = registry.acquire(&k, Priority::User) else {
+            panic!()
+        };
+        permit.publish_head(head());
+        permit.push_chunk(Bytes::from_static(b"one,"));
+        let Acquire::Join(mut late) = registry.acquire(&k, Priority::User) else {
+            panic!()
+        };
+        permit.push_chunk(Bytes::from_static(b"two"));
+        permit.complete(|| {});
+        assert!(matches!(late.head().await, HeadOutcome::Head(_)));
+        assert_eq!(late.collect_body().await.unwrap(), "one,two");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_waiter_bounds_its_wait_on_a_hung_fill() {
+        let registry = FlightRegistry::new(16);
+        let k = key("/a");
+        let Acquire::Lead(_permit) = registry.acquire(&k, Priority::User) else {
+            panic!()
+        };
+        let Acquire::Join(mut waiter) = registry.acquire(&k, Priority::User) else {
+            panic!()
+        };
+        let waited = tokio::time::timeout(Duration::from_secs(3), waiter.head()).await;
+        assert!(waited.is_err(), "the hung fill never published a head");
+        assert_eq!(
+            registry.len(),
+            1,
+            "the fill itself is still bounded by its owner"
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_user_joining_a_background_fill_promotes_it() {
+        let registry = FlightRegistry::new(16);
+        let k = key("/a");
+        let Acquire::Lead(permit) = registry.acquire(&k, Priority::Background) else {
+            panic!()
+        };
+        assert_eq!(permit.priority(), Priority::Background);
+        let Acquire::Join(_) = registry.acquire(&k, Priority::Background) else {
+            panic!()
+        };
+        assert_eq!(permit.priority(), Priority::Background);
+        let promoted = tokio::spawn(async move {
+            permit.promoted().await;
+            permit
+        });
+        tokio::task::yield_now().await;
+        let Acquire::Join(_) = registry.acquire(&k, Priority::User) else {
+            panic!()
+        };
+        let permit = promoted.await.unwrap();
+        assert_eq!(permit.priority(), Priority::User);
+        assert_eq!(permit.waiters(), 2);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn only_the_owner_removes_its_entry_and_the_map_is_capped() {
+        let registry = FlightRegistry::new(1);
+        let k = key("/a");
+        let Acquire::Lead(first) = registry.acquire(&k, Priority::User) else {
+            panic!()
+        };
+        assert!(matches!(
+            registry.acquire(&key("/b"), Priority::User),
+            Acquire::Full
+        ));
+        let stale_id = first.flight.id;
+        first.fail(FillError::Timeout);
+        let Acquire::Lead(_second) = registry.acquire(&k, Priority::User) else {
+            panic!()
+        };
+        registry.remove_if_owner(&k, stale_id);
+        assert!(
+            registry.contains(&k),
+            "an old owner cannot remove a new flight"
+        );
+        assert!(registry.try_lead(&k, Priority::User).is_none());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_private_response_goes_to_the_leader_only() {
+        let registry = FlightRegistry::new(4);
+        let k = key("/a");
+        let Acquire::Lead(permit) = registry.acquire(&k, Priority::User) else {
+            panic!()
+        };
+        let mut leader = permit.subscribe();
+        let Acquire::Join(mut waiter) = registry.acquire(&k, Priority::User) else {
+            panic!()
+        };
+        permit.bypass(head(), Body::from("mine"));
+        assert!(matches!(leader.head().await, HeadOutcome::Bypass(Some(_))));
+        assert!(matches!(waiter.head().await, HeadOutcome::Bypass(None)));
+        assert!(registry.is_empty());
+    }
+}

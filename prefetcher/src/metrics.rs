@@ -1,0 +1,209 @@
+//! Prometheus metrics. Labels are bounded enums only (cache status, failure kind):
+//! never a raw key or tenant.
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::Histogram;
+use prometheus_client::registry::Registry;
+
+use crate::flight::FillError;
+use crate::status::CacheStatus;
+
+#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
+struct StatusLabels {
+    status: CacheStatus,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
+struct ReasonLabels {
+    reason: &'static str,
+}
+
+/// The node's metrics and their registry.
+pub struct Metrics {
+    registry: Registry,
+    /// One counter per cache status, created up front so the hot path never locks.
+    requests: Vec<Counter>,
+    fill_failures: Family<ReasonLabels, Counter>,
+    /// Origin fills started (leaders and background refreshes, not hedges).
+    pub fills_started: Counter,
+    /// Requests that joined a fill in flight.
+    pub waiters_joined: Counter,
+    /// Waiters that hit the wait bound.
+    pub wait_timeouts: Counter,
+    /// Waiters that then fetched on their own.
+    pub hedges: Counter,
+    /// Seconds a waiter waited for the response head.
+    pub wait_seconds: Histogram,
+    /// Seconds from fill start to the complete body.
+    pub fill_seconds: Histogram,
+    /// Fills in flight.
+    pub flights: Gauge,
+    /// Access events the sink dropped (buffer full).
+    pub events_dropped: Counter,
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Metrics::new()
+    }
+}
+
+impl Metrics {
+    /// Registers every metric under the `prefetcher_` prefix.
+    pub fn new() -> Metrics {
+        let mut registry = Registry::with_prefix("prefetcher");
+        let requests_family = Family::<StatusLabels, Counter>::default();
+        let requests = CacheStatus::ALL
+            .iter()
+            .map(|s| {
+                requests_family
+                    .get_or_create(&StatusLabels { status: *s })
+                    .clone()
+            })
+            .collect();
+        registry.register(
+            "requests",
+            "Requests answered, by x-cache status",
+            requests_family,
+        );
+        let fill_failures = Family::<ReasonLabels, Counter>::default();
+        registry.register(
+            "fill_failures",
+            "Origin fills that failed, by reason (never cached)",
+            fill_failures.clone(),
+        );
+        let m = Metrics {
+            requests,
+            fill_failures,
+            fills_started: Counter::default(),
+            waiters_joined: Counter::default(),
+            wait_timeouts: Counter::default(),
+            hedges: Counter::default(),
+            wait_seconds: Histogram::new(
+                [
+                    0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0,
+                ]
+                .into_iter(),
+            ),
+            fill_seconds: Histogram::new(
+                [
+                    0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
+                ]
+                .into_iter(),
+            ),
+            flights: Gauge::default(),
+            events_dropped: Counter::default(),
+            registry: Registry::default(),
+        };
+        registry.register(
+            "fills_started",
+            "Origin fills started",
+            m.fills_started.clone(),
+        );
+        registry.register(
+            "waiters_joined",
+            "Requests that joined a fill in flight",
+            m.waiters_joined.clone(),
+        );
+        registry.register(
+            "wait_timeouts",
+            "Waiters released by the wait bound",
+            m.wait_timeouts.clone(),
+        );
+        registry.register(
+            "hedges",
+            "Waiters that fetched on their own after the wait bound",
+            m.hedges.clone(),
+        );
+        registry.register(
+            "wait_seconds",
+            "Time a waiter waited for the shared response head",
+            m.wait_seconds.clone(),
+        );
+        registry.register(
+            "fill_seconds",
+            "Origin fill time, start to complete body",
+            m.fill_seconds.clone(),
+        );
+        registry.register("flights", "Fills in flight", m.flights.clone());
+        registry.register(
+            "events_dropped",
+            "Access events dropped because the sink was full",
+            m.events_dropped.clone(),
+        );
+        Metrics { registry, ..m }
+    }
+
+    /// Counts one answered request.
+    pub fn request(&self, status: CacheStatus) {
+        self.requests[status.index()].inc();
+    }
+
+    /// Requests answered with `status` so far.
+    pub fn requests(&self, status: CacheStatus) -> u64 {
+        self.requests[status.index()].get()
+    }
+
+    /// Counts one failed fill.
+    pub fn fill_failed(&self, error: &FillError) {
+        self.fill_failures
+            .get_or_create(&ReasonLabels {
+                reason: error.label(),
+            })
+            .inc();
+    }
+
+    /// Failed fills so far, all reasons.
+    pub fn fill_failures(&self) -> u64 {
+        [
+            "upstream_5xx",
+            "connect",
+            "timeout",
+            "body",
+            "truncated",
+            "too_large",
+            "aborted",
+            "no_capacity",
+        ]
+        .into_iter()
+        .map(|reason| {
+            self.fill_failures
+                .get_or_create(&ReasonLabels { reason })
+                .get()
+        })
+        .sum()
+    }
+
+    /// The Prometheus text exposition.
+    pub fn encode(&self) -> String {
+        let mut out = String::new();
+        prometheus_client::encoding::text::encode(&mut out, &self.registry)
+            .expect("writing to a String cannot fail");
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn exposition_has_bounded_labels_only() {
+        let m = Metrics::new();
+        m.request(CacheStatus::Collapsed);
+        m.fill_failed(&FillError::Upstream(503));
+        m.wait_seconds.observe(0.2);
+        let text = m.encode();
+        assert!(
+            text.contains(r#"prefetcher_requests_total{status="COLLAPSED"} 1"#),
+            "{text}"
+        );
+        assert!(text.contains(r#"prefetcher_fill_failures_total{reason="upstream_5xx"} 1"#));
+        assert!(text.contains("prefetcher_wait_seconds_bucket"));
+        assert_eq!(m.fill_failures(), 1);
+        assert_eq!(m.requests(CacheStatus::Collapsed), 1);
+    }
+}

@@ -1,0 +1,196 @@
+//! The origin client: one keep-alive pool for every tenant's origin, timeouts that
+//! turn a hung origin into an error, and the cap on concurrent fills.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::body::Body;
+use http::{HeaderMap, HeaderValue, Method, Request, Response, Uri, header};
+use hyper::body::Incoming;
+use hyper_util::client::legacy::Client;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::rt::TokioExecutor;
+use models::{CacheKey, Priority, TenantId};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+
+use crate::config::{OriginConfig, TenantConfig, parse_origin};
+use crate::flight::FillError;
+
+/// A tenant as the node resolved it from trusted configuration.
+#[derive(Debug)]
+pub struct Tenant {
+    /// The tenant id.
+    pub id: TenantId,
+    base: String,
+    prefix: String,
+    host: HeaderValue,
+}
+
+impl Tenant {
+    /// Builds the tenant from a validated [`TenantConfig`].
+    pub fn from_config(config: &TenantConfig) -> Result<Tenant, String> {
+        let (base, prefix) = parse_origin(&config.origin)?;
+        let host = match &config.host_header {
+            Some(h) => h.clone(),
+            None => base.trim_start_matches("http://").to_string(),
+        };
+        Ok(Tenant {
+            id: config.id.clone(),
+            base,
+            prefix,
+            host: HeaderValue::from_str(&host).map_err(|e| e.to_string())?,
+        })
+    }
+
+    /// The origin URL of `path_and_query` (a cache key or a raw pass-through path).
+    fn uri(&self, path_and_query: &str) -> Result<Uri, FillError> {
+        format!("{}{}{}", self.base, self.prefix, path_and_query)
+            .parse()
+            .map_err(|e| FillError::Connect(format!("bad origin URL: {e}")))
+    }
+}
+
+/// Hop-by-hop headers (RFC 9110 §7.6.1) and ours, never copied between hops.
+pub(crate) fn strip_hop_by_hop(headers: &mut HeaderMap) {
+    for name in [
+        header::CONNECTION,
+        header::TE,
+        header::TRAILER,
+        header::TRANSFER_ENCODING,
+        header::UPGRADE,
+        header::PROXY_AUTHORIZATION,
+        header::PROXY_AUTHENTICATE,
+    ] {
+        headers.remove(name);
+    }
+    headers.remove("keep-alive");
+    headers.remove("proxy-connection");
+    headers.remove("x-cache");
+}
+
+/// The origin client and the fill cap.
+#[derive(Clone)]
+pub struct OriginClient {
+    client: Client<HttpConnector, Body>,
+    fills: Arc<Semaphore>,
+    reserved_for_user: usize,
+    header_timeout: Duration,
+    body_idle_timeout: Duration,
+}
+
+impl OriginClient {
+    /// A client allowing `max_fills` concurrent fills, `reserved_for_user` of them
+    /// never given to background fills.
+    pub fn new(config: &OriginConfig, max_fills: usize, reserved_for_user: usize) -> Self {
+        let mut connector = HttpConnector::new();
+        connector.set_nodelay(true);
+        connector.set_connect_timeout(Some(Duration::from_millis(config.connect_timeout_ms)));
+        let client = Client::builder(TokioExecutor::new())
+            .pool_idle_timeout(Duration::from_secs(60))
+            .pool_max_idle_per_host(config.pool_max_idle)
+            .build(connector);
+        OriginClient {
+            client,
+            fills: Arc::new(Semaphore::new(max_fills)),
+            reserved_for_user,
+            header_timeout: Duration::from_millis(config.header_timeout_ms),
+            body_idle_timeout: Duration::from_millis(config.body_idle_timeout_ms),
+        }
+    }
+
+    /// Longest gap allowed between two body chunks.
+    pub fn body_idle_timeout(&self) -> Duration {
+        self.body_idle_timeout
+    }
+
+    /// Fill slots free right now.
+    pub fn free_slots(&self) -> usize {
+        self.fills.available_permits()
+    }
+
+    /// A fill slot. User fills queue for one; background fills take one only from
+    /// spare capacity (above the user reserve) and otherwise fail at once.
+    pub async fn acquire_slot(
+        &self,
+        priority: Priority,
+    ) -> Result<OwnedSemaphorePermit, FillError> {
+        match priority {
+            Priority::User => Arc::clone(&self.fills)
+                .acquire_owned()
+                .await
+                .map_err(|_| FillError::Aborted),
+            Priority::Background => {
+                if self.fills.available_permits() <= self.reserved_for_user {
+                    return Err(FillError::NoCapacity);
+                }
+                Arc::clone(&self.fills)
+                    .try_acquire_owned()
+                    .map_err(|_| FillError::NoCapacity)
+            }
+        }
+    }
+
+    /// A fill request: `GET` of the key with no client headers at all, so the response
+    /// is the same for every client that shares it. A 5xx is an error.
+    pub async fn get(
+        &self,
+        tenant: &Tenant,
+        key: &CacheKey,
+    ) -> Result<Response<Incoming>, FillError> {
+        let request = Request::builder()
+            .method(Method::GET)
+            .uri(tenant.uri(key.as_str())?)
+            .header(header::HOST, tenant.host.clone())
+            .header(header::USER_AGENT, "edge-pulse-prefetcher")
+            .header(header::VIA, "1.1 edge-pulse")
+            .body(Body::empty())
+            .map_err(|e| FillError::Connect(e.to_string()))?;
+        let response = self.send(request).await?;
+        if response.status().is_server_error() {
+            return Err(FillError::Upstream(response.status().as_u16()));
+        }
+        Ok(response)
+    }
+
+    /// A pass-through request (other methods, credentials, ranges): the client's
+    /// request with its body, hop-by-hop headers removed and the tenant's `Host`.
+    pub async fn forward(
+        &self,
+        tenant: &Tenant,
+        request: Request<Body>,
+    ) -> Result<Response<Incoming>, FillError> {
+        let (mut parts, body) = request.into_parts();
+        let path = parts
+            .uri
+            .path_and_query()
+            .map(|p| p.as_str())
+            .unwrap_or("/");
+        parts.uri = tenant.uri(path)?;
+        strip_hop_by_hop(&mut parts.headers);
+        parts.headers.insert(header::HOST, tenant.host.clone());
+        parts
+            .headers
+            .append(header::VIA, HeaderValue::from_static("1.1 edge-pulse"));
+        parts.version = http::Version::HTTP_11;
+        self.send(Request::from_parts(parts, body)).await
+    }
+
+    async fn send(&self, request: Request<Body>) -> Result<Response<Incoming>, FillError> {
+        match tokio::time::timeout(self.header_timeout, self.client.request(request)).await {
+            Err(_) => Err(FillError::Timeout),
+            Ok(Err(e)) => Err(FillError::Connect(error_chain(&e))),
+            Ok(Ok(response)) => Ok(response),
+        }
+    }
+}
+
+fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut message = e.to_string();
+    let mut source = e.source();
+    while let Some(s) = source {
+        message.push_str(": ");
+        message.push_str(&s.to_string());
+        source = s.source();
+    }
+    message
+}

@@ -1,0 +1,146 @@
+//! Ingest from a real broker: pulse's sustained consume-and-apply rate next to the
+//! raw consume rate of `kcat -C` on the same topic, in the same run.
+//!
+//! `cargo run --profile bench -p pulse --example ingest_bench -- BROKERS [EVENTS]`.
+//! Prints one line of `key=value` pairs for scripts/bench-pulse.
+
+use std::process::{Command, Stdio};
+use std::sync::{Arc, RwLock};
+use std::time::{Duration, Instant};
+
+use models::{AccessEvent, CacheKey, NodeId, Outcome, RegionId, TenantId, encode};
+use pulse::{HeatConfig, HeatMap, Ingest, IngestConfig, Metrics};
+use rdkafka::ClientConfig;
+use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
+use rdkafka::client::DefaultClientContext;
+use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
+
+#[tokio::main(flavor = "current_thread")]
+async fn main() {
+    let mut args = std::env::args().skip(1);
+    let brokers = args.next().unwrap_or_else(|| "127.0.0.1:9092".into());
+    let n: u64 = args
+        .next()
+        .and_then(|a| a.parse().ok())
+        .unwrap_or(1_000_000);
+    let topic = format!(
+        "pulse-bench-{}-{}",
+        std::process::id(),
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_secs()
+    );
+    let admin: AdminClient<DefaultClientContext> = ClientConfig::new()
+        .set("bootstrap.servers", &brokers)
+        .create()
+        .expect("admin client");
+    for r in admin
+        .create_topics(
+            [&NewTopic::new(&topic, 4, TopicReplication::Fixed(1))],
+            &AdminOptions::new(),
+        )
+        .await
+        .expect("create topic")
+    {
+        r.expect("create topic");
+    }
+
+    // Produce: Zipf-ish keys over 3 regions, 2 minutes of event time.
+    let producer: BaseProducer = ClientConfig::new()
+        .set("bootstrap.servers", &brokers)
+        .set("linger.ms", "20")
+        .set("batch.num.messages", "10000")
+        .set("queue.buffering.max.messages", "1000000")
+        .set("compression.type", "lz4")
+        .create()
+        .expect("producer");
+    let t0 = 1_764_470_000_000u64;
+    let tenant = TenantId::new("acme").unwrap();
+    let regions: Vec<RegionId> = ["eu-west", "us-east", "ap-south"]
+        .iter()
+        .map(|r| RegionId::new(*r).unwrap())
+        .collect();
+    let mut bytes = 0usize;
+    for i in 0..n {
+        let k = (i * 2_654_435_761) % 100_000 % (1 + i % 1_000);
+        let e = AccessEvent::new(
+            t0 + i * 120_000 / n,
+            tenant.clone(),
+            CacheKey::new(format!("/assets/{k}.js")).unwrap(),
+            regions[i as usize % 3].clone(),
+            NodeId::new(format!("edge-{}", i % 8)).unwrap(),
+            Outcome::ALL[i as usize % 4],
+        );
+        let payload = encode(&e);
+        bytes += payload.len();
+        let key = e.partition_key();
+        loop {
+            match producer.send(BaseRecord::to(&topic).key(&key).payload(&payload)) {
+                Ok(()) => break,
+                Err(_) => {
+                    producer.poll(Duration::from_millis(10));
+                }
+            }
+        }
+        producer.poll(Duration::ZERO);
+    }
+    producer.flush(Duration::from_secs(60)).expect("flush");
+
+    // kcat: raw consume of the whole topic, output discarded.
+    let start = Instant::now();
+    let status = Command::new("kcat")
+        .args([
+            "-C",
+            "-b",
+            &brokers,
+            "-t",
+            &topic,
+            "-o",
+            "beginning",
+            "-e",
+            "-q",
+        ])
+        .stdout(Stdio::null())
+        .status()
+        .expect("running kcat (apt-get install -y kcat)");
+    assert!(status.success(), "kcat failed");
+    let kcat_secs = start.elapsed().as_secs_f64();
+
+    // pulse: consume, decode and apply; rate from the first applied event to the last.
+    let heat = Arc::new(RwLock::new(HeatMap::new(HeatConfig::default())));
+    let metrics = Arc::new(Metrics::new());
+    let ingest = Ingest::start(
+        IngestConfig {
+            topic: topic.clone(),
+            group_id: format!("{topic}-pulse"),
+            ..IngestConfig::new(&brokers)
+        },
+        heat,
+        metrics.clone(),
+    )
+    .expect("ingest");
+    let mut first: Option<(Instant, u64)> = None;
+    loop {
+        let consumed = metrics.consumed.get();
+        if first.is_none() && consumed > 0 {
+            first = Some((Instant::now(), consumed));
+        }
+        if consumed >= n {
+            break;
+        }
+        std::thread::sleep(Duration::from_micros(200));
+    }
+    let (since, at_first) = first.unwrap();
+    let pulse_secs = since.elapsed().as_secs_f64();
+    let pulse_rate = (n - at_first) as f64 / pulse_secs;
+    tokio::task::spawn_blocking(move || ingest.stop())
+        .await
+        .unwrap();
+    let kcat_rate = n as f64 / kcat_secs;
+    println!(
+        "events={n} avg_bytes={} kcat_secs={kcat_secs:.2} kcat_rate={kcat_rate:.0} pulse_rate={pulse_rate:.0} ratio={:.2}",
+        bytes / n as usize,
+        pulse_rate / kcat_rate
+    );
+}

@@ -1,0 +1,199 @@
+//! Pulse end to end over Kafka: events produced to a topic are consumed by pulse's
+//! ingest into the heat map, read back through the dashboard API, checkpointed, and
+//! their offsets committed; malformed messages are counted and skipped.
+
+use std::sync::{Arc, RwLock};
+use std::time::Duration;
+
+use axum::body::Body;
+use axum::http::{Request, StatusCode};
+use models::{AccessEvent, CacheKey, NodeId, Outcome, RegionId, TenantId, encode};
+use pulse::{AppState, HeatConfig, HeatMap, Ingest, IngestConfig, Metrics, Window};
+use rdkafka::consumer::Consumer;
+use rdkafka::producer::FutureRecord;
+use rdkafka::{Offset, TopicPartitionList};
+use serde_json::Value;
+use tests::TestKafka;
+use tower::ServiceExt;
+
+const T0: u64 = 1_764_470_000_000;
+const REGIONS: [&str; 3] = ["eu-west", "us-east", "ap-south"];
+
+fn event(i: u64, key: &str, outcome: Outcome) -> AccessEvent {
+    AccessEvent::new(
+        T0 + i * 3,
+        TenantId::new("acme").unwrap(),
+        CacheKey::new(key).unwrap(),
+        RegionId::new(REGIONS[i as usize % 3]).unwrap(),
+        NodeId::new(format!("edge-{}", i % 2)).unwrap(),
+        outcome,
+    )
+}
+
+async fn get(app: &axum::Router, uri: &str) -> (StatusCode, Value) {
+    let response = app
+        .clone()
+        .oneshot(Request::get(uri).body(Body::empty()).unwrap())
+        .await
+        .unwrap();
+    let status = response.status();
+    let bytes = axum::body::to_bytes(response.into_body(), 1 << 20)
+        .await
+        .unwrap();
+    let value = serde_json::from_slice(&bytes)
+        .unwrap_or_else(|_| Value::String(String::from_utf8_lossy(&bytes).into_owned()));
+    (status, value)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn events_reach_the_heat_map_api_and_offsets_follow_the_checkpoint() {
+    let kafka = TestKafka::start();
+    let topic = kafka.unique_topic("pulse-events");
+    kafka.create_topic(&topic, 3).await;
+
+    let mut sent = Vec::new();
+    for i in 0..60 {
+        sent.push(event(i, "/live/score.json", Outcome::Miss));
+    }
+    for i in 0..10 {
+        sent.push(event(i, "/img/logo.png", Outcome::Hit));
+    }
+    let producer = kafka.producer();
+    let bad: [&[u8]; 2] = [
+        b"{not json",
+        br#"{"v":1,"ts_ms":1,"tenant":"acme","key":"http://evil/x","region":"r","node":"n","outcome":"hit"}"#,
+    ];
+    for (i, e) in sent.iter().enumerate() {
+        let key = e.partition_key();
+        if i < 60 && i % 30 == 5 {
+            producer
+                .send(
+                    FutureRecord::to(&topic).key(&key).payload(bad[i / 30]),
+                    Duration::from_secs(10),
+                )
+                .await
+                .expect("producing a bad message");
+        }
+        producer
+            .send(
+                FutureRecord::to(&topic).key(&key).payload(&encode(e)),
+                Duration::from_secs(10),
+            )
+            .await
+            .expect("producing an event");
+    }
+    let total_messages = (sent.len() + bad.len()) as i64;
+
+    let checkpoint = std::env::temp_dir().join(format!("{topic}.ckpt"));
+    let group = format!("{topic}-pulse");
+    let heat = Arc::new(RwLock::new(HeatMap::new(HeatConfig::default())));
+    let metrics = Arc::new(Metrics::new());
+    let ingest = Ingest::start(
+        IngestConfig {
+            group_id: group.clone(),
+            topic: topic.clone(),
+            checkpoint: Some(checkpoint.clone()),
+            checkpoint_interval: Duration::from_secs(1),
+            ..IngestConfig::new(kafka.bootstrap_servers())
+        },
+        heat.clone(),
+        metrics.clone(),
+    )
+    .expect("starting ingest");
+
+    let rejected = |reason: &'static str| {
+        metrics
+            .rejected
+            .get_or_create(&pulse::ReasonLabel { reason })
+            .get()
+    };
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    while metrics.consumed.get() < sent.len() as u64
+        || rejected("malformed") + rejected("invalid_field") < 2
+    {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "stalled: {} consumed, metrics:\n{}",
+            metrics.consumed.get(),
+            metrics.encode()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(metrics.consumed.get(), 70);
+    assert_eq!(rejected("malformed"), 1);
+    assert_eq!(rejected("invalid_field"), 1);
+
+    // The heat map, read back through the API.
+    let app = pulse::app(AppState {
+        heat: heat.clone(),
+        metrics: metrics.clone(),
+    });
+    let (status, body) = get(&app, "/api/heatmap?tenant=acme&window=60s").await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    let keys = body["keys"].as_array().unwrap();
+    assert_eq!(keys.len(), 2, "{body}");
+    assert_eq!(keys[0]["key"], "/live/score.json");
+    assert_eq!(keys[0]["count"], 60);
+    assert_eq!(keys[0]["misses"], 60);
+    assert_eq!(keys[0]["regions"].as_array().unwrap().len(), 3, "{body}");
+    assert_eq!(keys[1]["key"], "/img/logo.png");
+    assert_eq!(keys[1]["count"], 10);
+
+    let (status, stats) = get(&app, "/api/keys/acme/live/score.json").await;
+    assert_eq!(status, StatusCode::OK, "{stats}");
+    assert_eq!(stats["windows"][3]["counts"]["miss"], 60);
+    assert_eq!(stats["windows"][0]["window"], "200ms");
+    let mut miss_regions: Vec<String> = stats["windows"][0]["miss_regions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r.as_str().unwrap().to_owned())
+        .collect();
+    miss_regions.sort();
+    assert_eq!(miss_regions, ["ap-south", "eu-west", "us-east"]);
+
+    let (_, text) = get(&app, "/metrics").await;
+    let text = text.as_str().unwrap();
+    assert!(text.contains("pulse_events_consumed_total 70"), "{text}");
+    assert!(
+        text.contains("pulse_events_rejected_total{reason=\"malformed\"} 1"),
+        "{text}"
+    );
+
+    // Shutdown writes a final checkpoint, then commits every consumed offset.
+    tokio::task::spawn_blocking(move || ingest.stop())
+        .await
+        .unwrap();
+    let restored = pulse::load_checkpoint(&checkpoint)
+        .unwrap()
+        .expect("a checkpoint");
+    let _ = std::fs::remove_file(&checkpoint);
+    let tenant = TenantId::new("acme").unwrap();
+    let live = heat.read().unwrap();
+    let now = live.now_ms();
+    assert_eq!(restored.now_ms(), now);
+    assert_eq!(
+        restored
+            .hot_keys(&tenant, None, Window::S60, 10, now)
+            .unwrap(),
+        live.hot_keys(&tenant, None, Window::S60, 10, now).unwrap()
+    );
+
+    let consumer = kafka.consumer(&group);
+    let mut tpl = TopicPartitionList::new();
+    for p in 0..3 {
+        tpl.add_partition(&topic, p);
+    }
+    let committed = consumer
+        .committed_offsets(tpl, Duration::from_secs(10))
+        .expect("reading committed offsets");
+    let sum: i64 = committed
+        .elements()
+        .iter()
+        .map(|e| match e.offset() {
+            Offset::Offset(o) => o,
+            _ => 0,
+        })
+        .sum();
+    assert_eq!(sum, total_messages, "committed: {committed:?}");
+}
