@@ -19,23 +19,22 @@
 
 mod api;
 mod broker;
-mod decide;
-mod trace;
 mod checkpoint;
+mod decide;
 mod heat;
 mod ingest;
 mod metrics;
+mod trace;
 
 pub use api::{
     ApiError, AppState, ErrorBody, Health, HeatmapQuery, HeatmapResponse, MAX_HEATMAP_ROWS,
     TenantsResponse, app, openapi,
 };
 pub use broker::{BrokerError, EmbeddedBroker};
-pub use decide::{Decider, Decision, DecisionCounts, DecisionPolicy, Skip, Verdict};
-pub use trace::{Burst, BurstKind, Trace, TraceSpec, generate as generate_trace};
 pub use checkpoint::{
     CHECKPOINT_VERSION, CheckpointError, load as load_checkpoint, save as save_checkpoint,
 };
+pub use decide::{Decider, Decision, DecisionCounts, DecisionPolicy, Skip, Verdict};
 pub use heat::{
     ApplyError, COARSE_BUCKETS, COARSE_MS, ConfigError, FINE_BUCKETS, FINE_MS, HeatConfig, HeatMap,
     HotKey, KeyStats, MAX_REGIONS, OutcomeCounts, QueryError, RegionCount, TenantHeat,
@@ -43,6 +42,7 @@ pub use heat::{
 };
 pub use ingest::{Ingest, IngestConfig, IngestError, SharedHeatMap};
 pub use metrics::{Metrics, ReasonLabel, RouteLabel};
+pub use trace::{Burst, BurstKind, Trace, TraceSpec, generate as generate_trace};
 
 /// Topic that edge nodes publish [`models::AccessEvent`]s to.
 pub const EVENTS_TOPIC: &str = "edge-events";
