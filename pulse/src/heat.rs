@@ -1128,6 +1128,19 @@ impl HeatMap {
         Ok(self.get(tenant)?.candidates(now_ms))
     }
 
+    /// The per-window estimates of one key, shortest window first: [`HeatMap::key_stats`]
+    /// without the per-region breakdown, cheap enough to call per candidate per tick.
+    pub fn key_windows(
+        &self,
+        tenant: &TenantId,
+        key: &CacheKey,
+        now_ms: u64,
+    ) -> Result<[WindowStats; 4], QueryError> {
+        let heat = self.get(tenant)?;
+        let hash = key_hash(key.as_str());
+        Ok(Window::ALL.map(|w| heat.window_stats(hash, w, now_ms)))
+    }
+
     /// Approximate bytes held by the sketches and trackers (not the allocator's view).
     pub fn memory_bytes(&self) -> usize {
         let sketch = self.config.width() * self.config.depth() * std::mem::size_of::<Cell>();

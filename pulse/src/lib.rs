@@ -18,23 +18,27 @@
 //! - `metrics`: [`Metrics`], the Prometheus registry behind `/metrics`.
 
 mod api;
+mod backtest;
 mod broker;
 mod checkpoint;
-mod decide;
 mod heat;
 mod ingest;
 mod metrics;
+mod predict;
 mod trace;
 
 pub use api::{
     ApiError, AppState, ErrorBody, Health, HeatmapQuery, HeatmapResponse, MAX_HEATMAP_ROWS,
     TenantsResponse, app, openapi,
 };
+pub use backtest::{
+    BacktestRow, EventFile, Replay, ReplayOptions, backtest, read_events, replay,
+    score as score_replay, write_events,
+};
 pub use broker::{BrokerError, EmbeddedBroker};
 pub use checkpoint::{
     CHECKPOINT_VERSION, CheckpointError, load as load_checkpoint, save as save_checkpoint,
 };
-pub use decide::{Decider, Decision, DecisionCounts, DecisionPolicy, Skip, Verdict};
 pub use heat::{
     ApplyError, COARSE_BUCKETS, COARSE_MS, ConfigError, FINE_BUCKETS, FINE_MS, HeatConfig, HeatMap,
     HotKey, KeyStats, MAX_REGIONS, OutcomeCounts, QueryError, RegionCount, TenantHeat,
@@ -42,7 +46,18 @@ pub use heat::{
 };
 pub use ingest::{Ingest, IngestConfig, IngestError, SharedHeatMap};
 pub use metrics::{Metrics, ReasonLabel, RouteLabel};
+pub use predict::{
+    Decider, Decision, DecisionCounts, DecisionPolicy, MIN_REGION_DEMAND, Predictor,
+    PredictorConfig, RetrainOutcome, Sample, Skip, Verdict, retrain,
+};
 pub use trace::{Burst, BurstKind, Trace, TraceSpec, generate as generate_trace};
+
+/// The model pulse scores with unless told otherwise: trained by
+/// `scripts/train-default-model` on a generated trace and shipped in the binary.
+pub fn default_model() -> models::ScoringModel {
+    models::ScoringModel::from_json(include_str!("../model/default.json"))
+        .expect("the shipped model file is valid")
+}
 
 /// Topic that edge nodes publish [`models::AccessEvent`]s to.
 pub const EVENTS_TOPIC: &str = "edge-events";

@@ -31,6 +31,76 @@ enum Command {
     },
     /// Consume access events into the heat map and serve the dashboard API.
     Serve(ServeArgs),
+    /// Generate a synthetic trace: a Zipf background, viral events that spread across
+    /// regions, cron-like bursts, and noise bursts that must not trigger.
+    Trace(TraceArgs),
+    /// Fit the scoring model to a recorded or generated event file and save it.
+    Train(TrainArgs),
+    /// Replay an event file through the predictor at several thresholds and print
+    /// precision, recall, median lead time and wasted pre-warms.
+    Backtest(BacktestArgs),
+}
+
+#[derive(Args, Debug)]
+struct TraceArgs {
+    /// Where to write the events (JSON lines, the Kafka message format).
+    #[arg(long)]
+    out: PathBuf,
+    /// Where to write the truth about the injected bursts (JSON), for `backtest --truth`.
+    #[arg(long)]
+    truth: Option<PathBuf>,
+    /// A JSON file of generator settings (see `TraceSpec`); flags below override it.
+    #[arg(long)]
+    spec: Option<PathBuf>,
+    /// Random seed: the same seed gives the same trace.
+    #[arg(long)]
+    seed: Option<u64>,
+    /// Length of the trace in minutes.
+    #[arg(long)]
+    minutes: Option<u64>,
+    /// Viral events to inject.
+    #[arg(long)]
+    virals: Option<usize>,
+    /// Background requests per second over the fleet.
+    #[arg(long)]
+    background_rps: Option<f64>,
+}
+
+#[derive(Args, Debug)]
+struct TrainArgs {
+    /// The event file to learn from (JSON lines).
+    #[arg(long)]
+    events: PathBuf,
+    /// An event file from another period, only to measure the model on.
+    #[arg(long)]
+    held_out: Option<PathBuf>,
+    /// Where to write the model (JSON).
+    #[arg(long)]
+    out: PathBuf,
+    /// The model's name, recorded in every decision it makes.
+    #[arg(long, default_value = "model")]
+    name: String,
+}
+
+#[derive(Args, Debug)]
+struct BacktestArgs {
+    /// The event file to replay (JSON lines).
+    #[arg(long)]
+    events: PathBuf,
+    /// The truth file written by `pulse trace --truth`; without it, precision is the
+    /// share of useful commands and recall is not known.
+    #[arg(long)]
+    truth: Option<PathBuf>,
+    /// The model file; the built-in default model without it.
+    #[arg(long)]
+    model: Option<PathBuf>,
+    /// Confidence thresholds to try.
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "0.5,0.6,0.7,0.8,0.85,0.9,0.95"
+    )]
+    thresholds: Vec<f64>,
 }
 
 #[derive(Args, Debug)]
@@ -146,8 +216,158 @@ async fn main() -> anyhow::Result<()> {
             tracing::info!("stopping");
         }
         Command::Serve(args) => serve(args).await?,
+        Command::Trace(args) => trace(args)?,
+        Command::Train(args) => train(args)?,
+        Command::Backtest(args) => backtest(args)?,
     }
     Ok(())
+}
+
+fn trace(args: TraceArgs) -> anyhow::Result<()> {
+    let mut spec: pulse::TraceSpec = match &args.spec {
+        Some(path) => serde_json::from_str(&std::fs::read_to_string(path)?)
+            .with_context(|| format!("--spec: {}", path.display()))?,
+        None => pulse::TraceSpec::default(),
+    };
+    if let Some(seed) = args.seed {
+        spec.seed = seed;
+    }
+    if let Some(minutes) = args.minutes {
+        spec.duration_ms = minutes * 60_000;
+    }
+    if let Some(virals) = args.virals {
+        spec.virals = virals;
+    }
+    if let Some(rps) = args.background_rps {
+        spec.background_rps = rps;
+    }
+    spec.validate().map_err(|e| anyhow::anyhow!("trace settings: {e}"))?;
+    let trace = pulse::generate_trace(&spec);
+    pulse::write_events(&args.out, &trace.events)
+        .with_context(|| format!("--out: writing {}", args.out.display()))?;
+    if let Some(path) = &args.truth {
+        std::fs::write(path, serde_json::to_string_pretty(&trace.bursts)?)
+            .with_context(|| format!("--truth: writing {}", path.display()))?;
+    }
+    println!(
+        "{} events, {} bursts -> {}",
+        trace.events.len(),
+        trace.bursts.len(),
+        args.out.display()
+    );
+    Ok(())
+}
+
+fn read_events(path: &std::path::Path, flag: &str) -> anyhow::Result<Vec<models::AccessEvent>> {
+    let file = pulse::read_events(path).with_context(|| format!("{flag}: {}", path.display()))?;
+    if !file.rejected.is_empty() {
+        tracing::warn!(file = %path.display(), rejected = ?file.rejected, "skipped lines that do not decode");
+    }
+    if file.events.is_empty() {
+        bail!("{flag}: {} holds no events", path.display());
+    }
+    Ok(file.events)
+}
+
+fn train(args: TrainArgs) -> anyhow::Result<()> {
+    let options = pulse::ReplayOptions::default();
+    let samples =
+        |path: &std::path::Path, flag: &str| -> anyhow::Result<Vec<(models::Features, bool)>> {
+            let events = read_events(path, flag)?;
+            let run = pulse::replay(&events, None, &options);
+            tracing::info!(
+                events = events.len(),
+                samples = run.samples.len(),
+                "replayed {flag}"
+            );
+            Ok(run.samples.iter().map(|s| (s.features, s.viral)).collect())
+        };
+    let train = samples(&args.events, "--events")?;
+    let held_out = match &args.held_out {
+        Some(path) => samples(path, "--held-out")?,
+        None => Vec::new(),
+    };
+    let model = models::ScoringModel::train(
+        &train,
+        &held_out,
+        &models::TrainOptions {
+            name: args.name,
+            trained_at_ms: now_ms(),
+            ..models::TrainOptions::default()
+        },
+    )?;
+    std::fs::write(&args.out, model.to_json())
+        .with_context(|| format!("--out: writing {}", args.out.display()))?;
+    let m = &model.metrics;
+    println!(
+        "{}: {} samples ({} viral), R² {:.3}; at {:.2}: train precision {:.3} recall {:.3}",
+        model.name,
+        m.samples,
+        m.positives,
+        m.r2,
+        m.train.threshold,
+        m.train.precision(),
+        m.train.recall()
+    );
+    if let Some(h) = &m.held_out {
+        println!(
+            "held out: precision {:.3} recall {:.3}",
+            h.precision(),
+            h.recall()
+        );
+    }
+    println!("model -> {}", args.out.display());
+    Ok(())
+}
+
+fn backtest(args: BacktestArgs) -> anyhow::Result<()> {
+    if let Some(t) = args.thresholds.iter().find(|t| !(0.0..=1.0).contains(*t)) {
+        bail!("--thresholds: {t} is outside [0, 1]");
+    }
+    let events = read_events(&args.events, "--events")?;
+    let truth: Option<Vec<pulse::Burst>> = match &args.truth {
+        Some(path) => Some(
+            serde_json::from_str(&std::fs::read_to_string(path)?)
+                .with_context(|| format!("--truth: {}", path.display()))?,
+        ),
+        None => None,
+    };
+    let model = match &args.model {
+        Some(path) => models::ScoringModel::from_json(&std::fs::read_to_string(path)?)
+            .with_context(|| format!("--model: {}", path.display()))?,
+        None => pulse::default_model(),
+    };
+    println!("model {}, {} events", model.name, events.len());
+    println!("| threshold | commands | precision | recall | median lead | useful | wasted |");
+    println!("|---:|---:|---:|---:|---:|---:|---:|");
+    let model = Arc::new(model);
+    for threshold in &args.thresholds {
+        let row = &pulse::backtest(
+            &events,
+            truth.as_deref(),
+            model.clone(),
+            &[*threshold],
+            &pulse::ReplayOptions::default(),
+        )[0];
+        println!(
+            "| {:.2} | {} | {:.3} | {} | {} | {} | {} |",
+            row.threshold,
+            row.commands,
+            row.precision,
+            row.recall.map_or("n/a".into(), |r| format!("{r:.3}")),
+            row.median_lead_ms
+                .map_or("n/a".into(), |ms| format!("{:.1} s", ms as f64 / 1000.0)),
+            row.useful,
+            row.wasted
+        );
+    }
+    Ok(())
+}
+
+fn now_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
 }
 
 /// Resolves on SIGINT or SIGTERM.

@@ -68,6 +68,31 @@ impl Default for TraceSpec {
     }
 }
 
+impl TraceSpec {
+    /// Checks the settings; the message names the field.
+    pub fn validate(&self) -> Result<(), String> {
+        let positive = [
+            ("duration_ms", self.duration_ms as f64),
+            ("tenants", self.tenants as f64),
+            ("keys_per_tenant", self.keys_per_tenant as f64),
+            ("regions", self.regions as f64),
+            ("nodes_per_region", self.nodes_per_region as f64),
+            ("background_rps", self.background_rps),
+            ("zipf_exponent", self.zipf_exponent),
+        ];
+        if let Some((field, _)) = positive.iter().find(|(_, v)| !(*v > 0.0 && v.is_finite())) {
+            return Err(format!("{field}: must be positive"));
+        }
+        if self.regions > 64 {
+            return Err("regions: at most 64".into());
+        }
+        if self.duration_ms < 60_000 {
+            return Err("duration_ms: at least 60000 (bursts need room)".into());
+        }
+        Ok(())
+    }
+}
+
 /// The kind of an injected burst.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]

@@ -1,0 +1,189 @@
+//! From the heat map's windows and the tracker's history to the model's [`Features`].
+
+use models::{CacheKey, Features, RegionId, TenantId};
+
+use super::tracker::{TrackedKey, Tracker};
+use crate::WindowStats;
+
+/// Referrer domains counted as social or news, matched on the domain or any parent.
+const SOCIAL_AND_NEWS: [&str; 14] = [
+    "t.co",
+    "x.com",
+    "twitter.com",
+    "facebook.com",
+    "instagram.com",
+    "reddit.com",
+    "linkedin.com",
+    "tiktok.com",
+    "news.ycombinator.com",
+    "news.google.com",
+    "bsky.app",
+    "threads.net",
+    "youtube.com",
+    "flipboard.com",
+];
+
+/// Whether `domain` is a social network or a news aggregator.
+pub(crate) fn is_social(domain: &str) -> bool {
+    SOCIAL_AND_NEWS
+        .iter()
+        .any(|s| domain == *s || domain.strip_suffix(s).is_some_and(|p| p.ends_with('.')))
+}
+
+/// A key is bursting while its last second runs at least this many requests per second…
+const BURST_MIN_RPS: f64 = 20.0;
+/// …and this many times its minute average.
+const BURST_FACTOR: f64 = 4.0;
+/// Two bursts are "at the same phase" when their second of the minute is this close.
+const PHASE_TOLERANCE_S: u64 = 2;
+/// A key's own referrer baseline needs this many older requests; else the tenant's.
+const MIN_BASELINE_REQUESTS: u32 = 20;
+
+/// The features of one key and what the decision needs besides them.
+pub(crate) struct Extracted {
+    pub(crate) features: Features,
+    /// Fleet regions that have not asked for the key in the last minute.
+    pub(crate) unseen: Vec<RegionId>,
+    /// The same regions as tracker ids, with their request counts so far.
+    pub(crate) unseen_counts: Vec<(usize, u32)>,
+    pub(crate) bursting: bool,
+}
+
+/// Computes the features of a tracked key at `now_ms`.
+pub(crate) fn extract(
+    windows: &[WindowStats; 4],
+    tracker: &Tracker,
+    tenant: &TenantId,
+    key: &CacheKey,
+    now_ms: u64,
+) -> Option<Extracted> {
+    let t = tracker.tenants.get(tenant)?;
+    let k = t.keys.get(key)?;
+    let [w200, w1, w10, w60] = windows;
+    let (v200, v1, v10, v60) = (w200.velocity, w1.velocity, w10.velocity, w60.velocity);
+    let bursting = v1 >= BURST_MIN_RPS && v1 >= BURST_FACTOR * v60.max(0.1);
+
+    let minute_ago = now_ms.saturating_sub(60_000);
+    let mut unseen = Vec::new();
+    let mut unseen_counts = Vec::new();
+    for (i, region) in tracker.regions.iter().enumerate() {
+        let missed = w60.miss_regions.contains(region);
+        if !missed && !k.region_seen_since(i, minute_ago) {
+            unseen.push(region.clone());
+            unseen_counts.push((i, k.region_count(i)));
+        }
+    }
+
+    let (referrer_top_share, referrer_social_share, referrer_lift) = referrers(k, t, now_ms);
+    let minute = (now_ms / 60_000 % 60) as f64;
+    let hour = (now_ms % 86_400_000) as f64 / 3_600_000.0;
+    let weekday = ((now_ms / 86_400_000 + 3) % 7) as f64; // 0 = Monday
+    let tau = std::f64::consts::TAU;
+
+    let features = Features {
+        velocity_200ms: v200,
+        velocity_1s: v1,
+        velocity_10s: v10,
+        acceleration: ((1.0 + v200) / (1.0 + v10)).ln(),
+        miss_share_1s: if w1.total == 0 {
+            0.0
+        } else {
+            w1.misses as f64 / w1.total as f64
+        },
+        miss_regions_200ms: w200.miss_regions.len() as f64,
+        unseen_regions: unseen.len() as f64,
+        top_of_hour: 1.0 - minute.min(60.0 - minute) / 30.0,
+        hour_sin: (tau * hour / 24.0).sin(),
+        hour_cos: (tau * hour / 24.0).cos(),
+        weekday_sin: (tau * weekday / 7.0).sin(),
+        weekday_cos: (tau * weekday / 7.0).cos(),
+        phase_bursts_before: phase_bursts_before(k, now_ms) as f64,
+        referrer_top_share,
+        referrer_social_share,
+        referrer_lift,
+        tenant_burstiness: t.burstiness(now_ms),
+    };
+    Some(Extracted {
+        features,
+        unseen,
+        unseen_counts,
+        bursting,
+    })
+}
+
+/// Earlier bursts of the key at the same second of the minute as the current one (or
+/// as now, when it is not bursting): cron jobs fire on the minute.
+fn phase_bursts_before(k: &TrackedKey, now_ms: u64) -> usize {
+    let (reference, earlier) = match (k.in_burst, k.bursts.back()) {
+        (true, Some(start)) => (*start, k.bursts.len() - 1),
+        _ => (now_ms, k.bursts.len()),
+    };
+    let phase = |ms: u64| (ms / 1_000) % 60;
+    let target = phase(reference);
+    k.bursts
+        .iter()
+        .take(earlier)
+        .filter(|b| {
+            let d = phase(**b).abs_diff(target);
+            d.min(60 - d) <= PHASE_TOLERANCE_S
+        })
+        .count()
+}
+
+/// (top domain's share of the last 10 s, social share of the last 10 s, top share
+/// minus that domain's baseline share).
+fn referrers(k: &TrackedKey, t: &super::tracker::TenantTracker, now_ms: u64) -> (f64, f64, f64) {
+    let now_s = now_ms / 1_000;
+    let (total, by_domain) = k.referrer_counts(now_s.saturating_sub(9), now_s);
+    if total == 0 {
+        return (0.0, 0.0, 0.0);
+    }
+    let Some((&top, &top_count)) = by_domain.iter().max_by_key(|(d, c)| (**c, u32::MAX - **d))
+    else {
+        return (0.0, 0.0, 0.0);
+    };
+    let top_share = top_count as f64 / total as f64;
+    let social: u32 = by_domain
+        .iter()
+        .filter(|(d, _)| t.domain_name(**d).is_some_and(is_social))
+        .map(|(_, c)| c)
+        .sum();
+    let (old_total, old) = k.referrer_counts(now_s.saturating_sub(59), now_s.saturating_sub(10));
+    let baseline = if old_total >= MIN_BASELINE_REQUESTS {
+        old.get(&top).copied().unwrap_or(0) as f64 / old_total as f64
+    } else {
+        t.domain_share(top)
+    };
+    (
+        top_share,
+        social as f64 / total as f64,
+        top_share - baseline,
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn social_domains_match_on_parents_only() {
+        assert!(is_social("t.co"));
+        assert!(is_social("www.reddit.com"));
+        assert!(is_social("old.reddit.com"));
+        assert!(!is_social("notreddit.com"));
+        assert!(!is_social("www.google.com"));
+    }
+
+    #[test]
+    fn phase_counts_earlier_bursts_on_the_same_second() {
+        let mut k = TrackedKey::default();
+        // Bursts at :00, :01 and :30 of earlier minutes, and one now at :59 of minute 9.
+        for ms in [60_000, 121_000, 210_000, 599_000] {
+            k.bursts.push_back(ms);
+        }
+        k.in_burst = true;
+        assert_eq!(phase_bursts_before(&k, 600_500), 2);
+        k.in_burst = false;
+        assert_eq!(phase_bursts_before(&k, 600_500), 3);
+    }
+}

@@ -1,0 +1,191 @@
+//! Prediction: from the heat map's candidates to pre-warm commands.
+//!
+//! Every tick, for each tenant, the heat map's candidates (its Top-K of the last two
+//! seconds) become *tracked* keys; each tracked key that saw events since the last
+//! tick is scored: its [`Features`](models::Features) are extracted from the sketch
+//! windows and the tracker, the [`ScoringModel`] gives a confidence, and the
+//! [`Decider`] turns a confident score into a [`PrewarmCommand`] for the regions that
+//! have not asked for the key yet. Keys outside the candidates are never scored.
+//!
+//! The same code serves `pulse serve` (ticks after each ingested batch), `pulse
+//! backtest` and `pulse train` (ticks on the replayed trace's event time).
+//!
+//! # Layout
+//! - `tracker`: exact, bounded per-key history the sketches do not hold (regions,
+//!   referrers, bursts) and per-tenant baselines.
+//! - `features`: the feature vector of one key.
+//! - `decide`: [`Decider`], threshold, cooldown and tenant budgets, and the
+//!   useful/wasted verdict of each command.
+//! - `labels`: labels each scoring moment by whether demand came, for training.
+//! - `retrain`: [`retrain`], fits a candidate model and keeps it only if it is not worse.
+
+mod decide;
+mod features;
+mod labels;
+mod retrain;
+mod tracker;
+
+use std::sync::Arc;
+
+use models::{AccessEvent, PrewarmCommand, ScoringModel, TenantId};
+
+pub use decide::{Decider, Decision, DecisionCounts, DecisionPolicy, Skip, Verdict};
+pub use labels::{MIN_REGION_DEMAND, Sample};
+pub use retrain::{RetrainOutcome, retrain};
+
+use crate::HeatMap;
+use features::extract;
+use labels::Labeler;
+use tracker::Tracker;
+
+/// The predictor's settings.
+#[derive(Debug, Clone)]
+pub struct PredictorConfig {
+    /// The decision rules.
+    pub policy: DecisionPolicy,
+    /// Keys tracked per tenant.
+    pub max_tracked_keys: usize,
+    /// How far ahead a label looks for demand.
+    pub horizon_ms: u64,
+    /// At most one training sample per key per this long.
+    pub sample_every_ms: u64,
+    /// Labelled samples kept for retraining.
+    pub sample_capacity: usize,
+}
+
+impl Default for PredictorConfig {
+    fn default() -> Self {
+        PredictorConfig {
+            policy: DecisionPolicy::default(),
+            max_tracked_keys: 2_048,
+            horizon_ms: 10_000,
+            sample_every_ms: 500,
+            sample_capacity: 50_000,
+        }
+    }
+}
+
+/// The prediction state. Not thread-safe by itself: one owner feeds it events and
+/// ticks it (the ingest thread, or a replay).
+pub struct Predictor {
+    model: Option<Arc<ScoringModel>>,
+    decider: Decider,
+    tracker: Tracker,
+    labeler: Labeler,
+    scored: u64,
+}
+
+impl Predictor {
+    /// A predictor that scores with `model`; with `None` it only collects labelled
+    /// samples (for `pulse train`).
+    pub fn new(model: Option<Arc<ScoringModel>>, config: PredictorConfig) -> Self {
+        Predictor {
+            model,
+            decider: Decider::new(config.policy),
+            tracker: Tracker::new(config.max_tracked_keys),
+            labeler: Labeler::new(
+                config.horizon_ms,
+                config.sample_every_ms,
+                config.sample_capacity,
+            ),
+            scored: 0,
+        }
+    }
+
+    /// Feeds one applied event.
+    pub fn observe(&mut self, event: &AccessEvent) {
+        if self.tracker.observe(event) {
+            self.decider.observe(
+                event.ts_ms,
+                &event.tenant,
+                &event.key,
+                &event.region,
+                event.outcome,
+            );
+        }
+    }
+
+    /// Scores the candidates that saw events since the last tick and returns the
+    /// commands to send.
+    pub fn tick(&mut self, heat: &HeatMap, now_ms: u64) -> Vec<PrewarmCommand> {
+        let mut commands = Vec::new();
+        let tenants: Vec<TenantId> = heat.tenants().into_iter().map(|t| t.tenant).collect();
+        for tenant in &tenants {
+            if let Ok(candidates) = heat.candidates(tenant, now_ms) {
+                self.tracker.track(tenant, &candidates, now_ms);
+            }
+            let touched: Vec<_> = match self.tracker.tenants.get_mut(tenant) {
+                Some(t) => t
+                    .keys
+                    .iter_mut()
+                    .filter(|(_, k)| k.touched)
+                    .map(|(key, k)| {
+                        k.touched = false;
+                        key.clone()
+                    })
+                    .collect(),
+                None => continue,
+            };
+            for key in touched {
+                let Ok(windows) = heat.key_windows(tenant, &key, now_ms) else {
+                    continue;
+                };
+                let Some(x) = extract(&windows, &self.tracker, tenant, &key, now_ms) else {
+                    continue;
+                };
+                self.tracker.note_burst(tenant, &key, x.bursting, now_ms);
+                self.labeler
+                    .offer(now_ms, tenant, &key, &x.features, &x.unseen_counts);
+                let Some(model) = &self.model else {
+                    continue;
+                };
+                self.scored += 1;
+                let score = model.score(&x.features);
+                if let Ok(command) = self
+                    .decider
+                    .consider(now_ms, tenant, &key, &score, x.unseen)
+                {
+                    commands.push(command);
+                }
+            }
+        }
+        self.labeler.settle(now_ms, &self.tracker);
+        self.decider.expire(now_ms);
+        commands
+    }
+
+    /// The model in use.
+    pub fn model(&self) -> Option<&Arc<ScoringModel>> {
+        self.model.as_ref()
+    }
+
+    /// Replaces the model (after a retrain).
+    pub fn set_model(&mut self, model: Arc<ScoringModel>) {
+        self.model = Some(model);
+    }
+
+    /// Recent decisions, newest first.
+    pub fn decisions(&self) -> impl Iterator<Item = &Decision> {
+        self.decider.recent()
+    }
+
+    /// Decision totals.
+    pub fn counts(&self) -> DecisionCounts {
+        self.decider.counts()
+    }
+
+    /// Keys scored so far.
+    pub fn scored(&self) -> u64 {
+        self.scored
+    }
+
+    /// Labelled samples so far, oldest first.
+    pub fn samples(&self) -> impl ExactSizeIterator<Item = &Sample> {
+        self.labeler.labelled()
+    }
+
+    /// Takes the labelled samples out.
+    pub fn take_samples(&mut self) -> Vec<Sample> {
+        self.labeler.take()
+    }
+}

@@ -1,0 +1,405 @@
+//! What the sketches do not hold but the features need, kept exactly for a bounded
+//! set of *tracked* keys (the heat map's candidates of the last minute): when each
+//! region last asked for the key and how often, the key's referrer domains second by
+//! second, and the key's past bursts. Per tenant it also keeps the referrer mix and an
+//! hour-of-week burstiness baseline.
+//!
+//! Memory: at most `max_keys` tracked keys per tenant, each with at most
+//! [`MAX_DOMAINS_PER_SECOND`] domains per second over [`HISTORY_S`] seconds.
+
+use std::collections::{HashMap, VecDeque};
+
+use models::{AccessEvent, CacheKey, Outcome, RegionId, TenantId};
+
+/// Seconds of per-key referrer history.
+pub(crate) const HISTORY_S: u64 = 60;
+/// Distinct referrer domains counted per key per second; the rest count as "other".
+pub(crate) const MAX_DOMAINS_PER_SECOND: usize = 8;
+/// Bursts remembered per key.
+const BURSTS_KEPT: usize = 8;
+/// Distinct referrer domains a tenant's baseline counts; the rest are "other".
+const MAX_TENANT_DOMAINS: usize = 256;
+/// Weight of the newest hour in the hour-of-week EWMA.
+const EWMA_ALPHA: f64 = 0.3;
+
+/// One second of a key's requests, by referrer domain.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct ReferrerSecond {
+    pub(crate) second: u64,
+    pub(crate) total: u32,
+    pub(crate) domains: Vec<(u32, u32)>, // (domain id, count)
+}
+
+/// One tracked key.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct TrackedKey {
+    /// Per region id: (requests seen since tracking began, last request time).
+    pub(crate) regions: Vec<(u32, u64)>,
+    pub(crate) referrers: VecDeque<ReferrerSecond>,
+    /// Burst start times, newest last.
+    pub(crate) bursts: VecDeque<u64>,
+    pub(crate) in_burst: bool,
+    /// Last time the key was a heat-map candidate.
+    pub(crate) last_candidate_ms: u64,
+    /// Whether an event arrived since the last tick.
+    pub(crate) touched: bool,
+}
+
+impl TrackedKey {
+    /// Requests from `region` since tracking began (0 for a region never seen).
+    pub(crate) fn region_count(&self, region: usize) -> u32 {
+        self.regions.get(region).map_or(0, |r| r.0)
+    }
+
+    /// Whether `region` asked for the key at or after `since_ms`.
+    pub(crate) fn region_seen_since(&self, region: usize, since_ms: u64) -> bool {
+        self.regions
+            .get(region)
+            .is_some_and(|r| r.0 > 0 && r.1 >= since_ms)
+    }
+
+    /// Requests and per-domain counts over the seconds in `[from_s, to_s]`.
+    pub(crate) fn referrer_counts(&self, from_s: u64, to_s: u64) -> (u32, HashMap<u32, u32>) {
+        let mut total = 0;
+        let mut by_domain = HashMap::new();
+        for s in self
+            .referrers
+            .iter()
+            .filter(|s| (from_s..=to_s).contains(&s.second))
+        {
+            total += s.total;
+            for (d, c) in &s.domains {
+                *by_domain.entry(*d).or_insert(0) += c;
+            }
+        }
+        (total, by_domain)
+    }
+}
+
+/// One tenant's tracked keys and baselines.
+#[derive(Debug, Default)]
+pub(crate) struct TenantTracker {
+    pub(crate) keys: HashMap<CacheKey, TrackedKey>,
+    /// Interned referrer domains; id = index.
+    pub(crate) domains: Vec<String>,
+    domain_ids: HashMap<String, u32>,
+    /// Requests per domain id over the tenant's recent past (decayed each minute).
+    pub(crate) domain_counts: HashMap<u32, f64>,
+    pub(crate) domain_total: f64,
+    domain_minute: u64,
+    /// Burst EWMA per hour of the week, and the current hour's running count.
+    hour_ewma: Vec<f64>,
+    hour_slot: Option<u64>,
+    hour_bursts: f64,
+}
+
+/// The "other" domain id for domains past the cap.
+const OTHER_DOMAIN: u32 = u32::MAX;
+
+impl TenantTracker {
+    fn domain_id(&mut self, domain: &str) -> u32 {
+        if let Some(id) = self.domain_ids.get(domain) {
+            return *id;
+        }
+        if self.domains.len() >= MAX_TENANT_DOMAINS {
+            return OTHER_DOMAIN;
+        }
+        let id = self.domains.len() as u32;
+        self.domains.push(domain.to_owned());
+        self.domain_ids.insert(domain.to_owned(), id);
+        id
+    }
+
+    /// The domain's name, if it is a real (not "other") id.
+    pub(crate) fn domain_name(&self, id: u32) -> Option<&str> {
+        self.domains.get(id as usize).map(String::as_str)
+    }
+
+    /// The tenant-wide share of requests from `domain`.
+    pub(crate) fn domain_share(&self, domain: u32) -> f64 {
+        if self.domain_total <= 0.0 {
+            0.0
+        } else {
+            self.domain_counts.get(&domain).copied().unwrap_or(0.0) / self.domain_total
+        }
+    }
+
+    /// The tenant's burstiness at the hour of the week of `now_ms`.
+    pub(crate) fn burstiness(&self, now_ms: u64) -> f64 {
+        let slot = hour_of_week(now_ms);
+        let ewma = self.hour_ewma.get(slot as usize).copied().unwrap_or(0.0);
+        let running = if self.hour_slot == Some(slot) {
+            self.hour_bursts
+        } else {
+            0.0
+        };
+        (1.0 - EWMA_ALPHA) * ewma + EWMA_ALPHA * running
+    }
+
+    fn record_burst(&mut self, now_ms: u64) {
+        let slot = hour_of_week(now_ms);
+        if self.hour_ewma.is_empty() {
+            self.hour_ewma = vec![0.0; 168];
+        }
+        if let Some(old) = self.hour_slot.filter(|s| *s != slot) {
+            let e = &mut self.hour_ewma[old as usize];
+            *e = (1.0 - EWMA_ALPHA) * *e + EWMA_ALPHA * self.hour_bursts;
+            self.hour_bursts = 0.0;
+        }
+        self.hour_slot = Some(slot);
+        self.hour_bursts += 1.0;
+    }
+}
+
+fn hour_of_week(now_ms: u64) -> u64 {
+    // The Unix epoch was a Thursday; shift so that slot 0 is Monday 00:00 UTC.
+    (now_ms / 3_600_000 + 3 * 24) % 168
+}
+
+/// All tenants' tracked keys, and the fleet's regions.
+#[derive(Debug)]
+pub(crate) struct Tracker {
+    pub(crate) tenants: HashMap<TenantId, TenantTracker>,
+    pub(crate) regions: Vec<RegionId>,
+    max_keys: usize,
+}
+
+/// Most regions the tracker names (like the heat map's bitsets).
+const MAX_REGIONS: usize = 64;
+
+impl Tracker {
+    pub(crate) fn new(max_keys: usize) -> Self {
+        Tracker {
+            tenants: HashMap::new(),
+            regions: Vec::new(),
+            max_keys,
+        }
+    }
+
+    fn region_id(&mut self, region: &RegionId) -> Option<usize> {
+        if let Some(i) = self.regions.iter().position(|r| r == region) {
+            return Some(i);
+        }
+        if self.regions.len() >= MAX_REGIONS {
+            return None;
+        }
+        self.regions.push(region.clone());
+        Some(self.regions.len() - 1)
+    }
+
+    /// Counts one event: the fleet's regions, the tenant's referrer mix, and, when the
+    /// key is tracked, its per-region and per-referrer history. Returns whether the
+    /// key is tracked.
+    pub(crate) fn observe(&mut self, event: &AccessEvent) -> bool {
+        let region = self.region_id(&event.region);
+        let tenant = match self.tenants.get_mut(&event.tenant) {
+            Some(t) => t,
+            None => self.tenants.entry(event.tenant.clone()).or_default(),
+        };
+        if event.outcome == Outcome::PrefetchFill {
+            // A pre-warm, not demand: it warms the region but says nothing of referrers.
+            if let (Some(key), Some(r)) = (tenant.keys.get_mut(&event.key), region) {
+                note_region(key, r, event.ts_ms, 0);
+            }
+            return false;
+        }
+        let domain = event
+            .referrer
+            .as_ref()
+            .map(|d| tenant.domain_id(d.as_str()));
+        let minute = event.ts_ms / 60_000;
+        if minute != tenant.domain_minute {
+            // Halve the tenant's referrer counts each minute: a slow-moving baseline.
+            for c in tenant.domain_counts.values_mut() {
+                *c *= 0.5;
+            }
+            tenant.domain_counts.retain(|_, c| *c >= 0.5);
+            tenant.domain_total *= 0.5;
+            tenant.domain_minute = minute;
+        }
+        tenant.domain_total += 1.0;
+        if let Some(d) = domain {
+            *tenant.domain_counts.entry(d).or_insert(0.0) += 1.0;
+        }
+        let Some(key) = tenant.keys.get_mut(&event.key) else {
+            return false;
+        };
+        key.touched = true;
+        if let Some(r) = region {
+            note_region(key, r, event.ts_ms, 1);
+        }
+        let second = event.ts_ms / 1_000;
+        if key.referrers.back().is_none_or(|s| s.second < second) {
+            key.referrers.push_back(ReferrerSecond {
+                second,
+                ..ReferrerSecond::default()
+            });
+            while key
+                .referrers
+                .front()
+                .is_some_and(|s| s.second + HISTORY_S < second)
+            {
+                key.referrers.pop_front();
+            }
+        }
+        // Late events (older than the newest second) count in the newest second.
+        let slot = key.referrers.back_mut().expect("pushed above");
+        slot.total += 1;
+        if let Some(d) = domain {
+            if let Some((_, c)) = slot.domains.iter_mut().find(|(id, _)| *id == d) {
+                *c += 1;
+            } else if slot.domains.len() < MAX_DOMAINS_PER_SECOND {
+                slot.domains.push((d, 1));
+            }
+        }
+        true
+    }
+
+    /// Starts tracking the tenant's current candidates; forgets keys that have not
+    /// been candidates for a minute, and the stalest ones past `max_keys`.
+    pub(crate) fn track(&mut self, tenant: &TenantId, candidates: &[CacheKey], now_ms: u64) {
+        let max_keys = self.max_keys;
+        let t = self.tenants.entry(tenant.clone()).or_default();
+        for key in candidates {
+            match t.keys.get_mut(key) {
+                Some(k) => k.last_candidate_ms = now_ms,
+                None => {
+                    t.keys.insert(
+                        key.clone(),
+                        TrackedKey {
+                            last_candidate_ms: now_ms,
+                            ..TrackedKey::default()
+                        },
+                    );
+                }
+            }
+        }
+        if t.keys.len() > max_keys {
+            let forget_before = now_ms.saturating_sub(60_000);
+            t.keys.retain(|_, k| k.last_candidate_ms >= forget_before);
+            if t.keys.len() > max_keys {
+                let mut ages: Vec<u64> = t.keys.values().map(|k| k.last_candidate_ms).collect();
+                ages.sort_unstable();
+                let cutoff = ages[ages.len() - max_keys];
+                t.keys.retain(|_, k| k.last_candidate_ms >= cutoff);
+            }
+        }
+    }
+
+    /// Records that a tracked key is (or is not) bursting; a new burst is remembered
+    /// for the key's phase history and the tenant's hour-of-week baseline.
+    pub(crate) fn note_burst(
+        &mut self,
+        tenant: &TenantId,
+        key: &CacheKey,
+        bursting: bool,
+        now_ms: u64,
+    ) {
+        let Some(t) = self.tenants.get_mut(tenant) else {
+            return;
+        };
+        let Some(k) = t.keys.get_mut(key) else {
+            return;
+        };
+        if bursting && !k.in_burst {
+            k.bursts.push_back(now_ms);
+            if k.bursts.len() > BURSTS_KEPT {
+                k.bursts.pop_front();
+            }
+            k.in_burst = true;
+            t.record_burst(now_ms);
+        } else if !bursting {
+            k.in_burst = false;
+        }
+    }
+}
+
+fn note_region(key: &mut TrackedKey, region: usize, ts_ms: u64, demand: u32) {
+    if key.regions.len() <= region {
+        key.regions.resize(region + 1, (0, 0));
+    }
+    let slot = &mut key.regions[region];
+    slot.0 += demand;
+    // A pre-warm marks the region as seen: it holds the key now.
+    slot.0 = slot.0.max(1);
+    slot.1 = slot.1.max(ts_ms);
+}
+
+#[cfg(test)]
+mod tests {
+    use models::{Domain, NodeId};
+
+    use super::*;
+
+    fn event(ts: u64, key: &str, region: &str, referrer: Option<&str>) -> AccessEvent {
+        let mut e = AccessEvent::new(
+            ts,
+            "acme".parse().unwrap(),
+            key.parse().unwrap(),
+            region.parse().unwrap(),
+            "n1".parse::<NodeId>().unwrap(),
+            Outcome::Miss,
+        );
+        e.referrer = referrer.map(|d| Domain::new(d).unwrap());
+        e
+    }
+
+    #[test]
+    fn only_tracked_keys_keep_history() {
+        let mut tracker = Tracker::new(10);
+        let tenant: TenantId = "acme".parse().unwrap();
+        let key: CacheKey = "/a".parse().unwrap();
+        assert!(!tracker.observe(&event(1_000, "/a", "eu", Some("t.co"))));
+        tracker.track(&tenant, std::slice::from_ref(&key), 1_000);
+        assert!(tracker.observe(&event(1_100, "/a", "eu", Some("t.co"))));
+        assert!(tracker.observe(&event(1_200, "/a", "us", None)));
+        let k = &tracker.tenants[&tenant].keys[&key];
+        let (total, by_domain) = k.referrer_counts(0, 10);
+        assert_eq!(total, 2);
+        assert_eq!(by_domain.values().sum::<u32>(), 1);
+        assert!(k.region_seen_since(0, 1_100) && k.region_seen_since(1, 1_200));
+        assert!(!k.region_seen_since(1, 1_201));
+        // The tenant baseline saw all three requests.
+        assert_eq!(tracker.tenants[&tenant].domain_total, 3.0);
+    }
+
+    #[test]
+    fn referrer_history_is_bounded_to_a_minute() {
+        let mut tracker = Tracker::new(10);
+        let tenant: TenantId = "acme".parse().unwrap();
+        let key: CacheKey = "/a".parse().unwrap();
+        tracker.track(&tenant, std::slice::from_ref(&key), 0);
+        for s in 0..200 {
+            tracker.observe(&event(s * 1_000, "/a", "eu", Some("t.co")));
+        }
+        assert!(tracker.tenants[&tenant].keys[&key].referrers.len() as u64 <= HISTORY_S + 1);
+    }
+
+    #[test]
+    fn tracked_keys_are_capped() {
+        let mut tracker = Tracker::new(5);
+        let tenant: TenantId = "acme".parse().unwrap();
+        for i in 0..50u64 {
+            let key: CacheKey = format!("/k{i}").parse().unwrap();
+            tracker.track(&tenant, &[key], i);
+        }
+        let keys = &tracker.tenants[&tenant].keys;
+        assert_eq!(keys.len(), 5);
+        assert!(keys.contains_key(&"/k49".parse::<CacheKey>().unwrap()));
+    }
+
+    #[test]
+    fn bursts_feed_phase_history_and_tenant_burstiness() {
+        let mut tracker = Tracker::new(5);
+        let tenant: TenantId = "acme".parse().unwrap();
+        let key: CacheKey = "/cron".parse().unwrap();
+        tracker.track(&tenant, std::slice::from_ref(&key), 0);
+        for minute in 0..3u64 {
+            tracker.note_burst(&tenant, &key, true, minute * 60_000);
+            tracker.note_burst(&tenant, &key, true, minute * 60_000 + 500); // same burst
+            tracker.note_burst(&tenant, &key, false, minute * 60_000 + 5_000);
+        }
+        assert_eq!(tracker.tenants[&tenant].keys[&key].bursts.len(), 3);
+        assert!(tracker.tenants[&tenant].burstiness(0) > 0.0);
+    }
+}
