@@ -30,7 +30,7 @@ enum Command {
         partitions: i32,
     },
     /// Consume access events into the heat map and serve the dashboard API.
-    Serve(ServeArgs),
+    Serve(Box<ServeArgs>),
 }
 
 #[derive(Args, Debug)]
@@ -145,7 +145,7 @@ async fn main() -> anyhow::Result<()> {
             tokio::signal::ctrl_c().await?;
             tracing::info!("stopping");
         }
-        Command::Serve(args) => serve(args).await?,
+        Command::Serve(args) => serve(*args).await?,
     }
     Ok(())
 }
