@@ -82,18 +82,12 @@ impl Metrics {
             waiters_joined: Counter::default(),
             wait_timeouts: Counter::default(),
             hedges: Counter::default(),
-            wait_seconds: Histogram::new(
-                [
-                    0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0,
-                ]
-                .into_iter(),
-            ),
-            fill_seconds: Histogram::new(
-                [
-                    0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
-                ]
-                .into_iter(),
-            ),
+            wait_seconds: Histogram::new([
+                0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0,
+            ]),
+            fill_seconds: Histogram::new([
+                0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
+            ]),
             flights: Gauge::default(),
             events_dropped: Counter::default(),
             registry: Registry::default(),

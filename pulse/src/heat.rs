@@ -157,7 +157,7 @@ impl HeatConfig {
                 reason: reason.to_owned(),
             })
         };
-        if !(self.error > 0.0 && self.error < 1.0) || !(2.0 / self.error).is_finite() {
+        if !(self.error > 0.0 && self.error < 1.0 && (2.0 / self.error).is_finite()) {
             return bad("error", "must be in (0, 1)");
         }
         if self.error < 1e-5 {
@@ -353,6 +353,8 @@ struct Tally {
     region_bit: u64,
 }
 
+// Adding a tally marks its region: OR is the set union of regions, on purpose.
+#[allow(clippy::suspicious_op_assign_impl)]
 impl<'a> AddAssign<&'a Tally> for Cell {
     fn add_assign(&mut self, tally: &'a Tally) {
         self.0[tally.outcome] = self.0[tally.outcome].saturating_add(1);

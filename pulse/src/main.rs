@@ -30,7 +30,7 @@ enum Command {
         partitions: i32,
     },
     /// Consume access events into the heat map and serve the dashboard API.
-    Serve(ServeArgs),
+    Serve(Box<ServeArgs>),
     /// Generate a synthetic trace: a Zipf background, viral events that spread across
     /// regions, cron-like bursts, and noise bursts that must not trigger.
     Trace(TraceArgs),
@@ -215,7 +215,7 @@ async fn main() -> anyhow::Result<()> {
             tokio::signal::ctrl_c().await?;
             tracing::info!("stopping");
         }
-        Command::Serve(args) => serve(args).await?,
+        Command::Serve(args) => serve(*args).await?,
         Command::Trace(args) => trace(args)?,
         Command::Train(args) => train(args)?,
         Command::Backtest(args) => backtest(args)?,
@@ -241,7 +241,8 @@ fn trace(args: TraceArgs) -> anyhow::Result<()> {
     if let Some(rps) = args.background_rps {
         spec.background_rps = rps;
     }
-    spec.validate().map_err(|e| anyhow::anyhow!("trace settings: {e}"))?;
+    spec.validate()
+        .map_err(|e| anyhow::anyhow!("trace settings: {e}"))?;
     let trace = pulse::generate_trace(&spec);
     pulse::write_events(&args.out, &trace.events)
         .with_context(|| format!("--out: writing {}", args.out.display()))?;
