@@ -31,7 +31,7 @@ macro_rules! features {
 }
 
 /// How many features the model reads.
-pub const FEATURE_COUNT: usize = 17;
+pub const FEATURE_COUNT: usize = 18;
 
 features! {
     /// Requests per second for the key over the last 200 ms, all outcomes.
@@ -49,6 +49,10 @@ features! {
     /// Regions of the fleet that have not requested the key in the last 60 s: the ones a
     /// pre-warm would help.
     unseen_regions,
+    /// Regions whose first request came in the last 10 s (a second or more after pulse
+    /// began tracking the key) and that have asked at least 5 times since: the key is
+    /// spreading.
+    new_regions_10s,
     /// 1 at minute :00 of the hour, falling linearly to 0 at :30 (top-of-hour jobs).
     top_of_hour,
     /// Hour of day on the unit circle (sine), UTC.

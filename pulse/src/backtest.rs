@@ -107,13 +107,15 @@ pub struct BacktestRow {
     pub threshold: f64,
     /// Commands sent.
     pub commands: usize,
-    /// Share of commands that were for a viral key while it was spreading (with a
-    /// truth file), else the share that proved useful.
+    /// With a truth file, the share of commands sent for a viral or cron burst while it
+    /// was still reaching regions (noise bursts and background keys are false alarms);
+    /// without one, the share that proved useful.
     pub precision: f64,
     /// Share of viral events that got a command before reaching their last region
     /// (needs a truth file).
     pub recall: Option<f64>,
-    /// Median time from a command to the first request in each region it warmed.
+    /// Median time from a command to the first request in each region it warmed, over
+    /// the commands for viral bursts (with a truth file) or all useful commands.
     pub median_lead_ms: Option<u64>,
     /// Commands requested in at least one warmed region before expiry.
     pub useful: usize,
@@ -133,11 +135,12 @@ pub fn score(replay: &Replay, threshold: f64, truth: Option<&[Burst]>) -> Backte
         .iter()
         .filter(|d| d.verdict == Verdict::Wasted)
         .count();
-    let virals: Vec<&Burst> = truth
-        .unwrap_or_default()
+    let bursts = truth.unwrap_or_default();
+    let virals: Vec<&Burst> = bursts
         .iter()
         .filter(|b| b.kind == BurstKind::Viral)
         .collect();
+    // A command is in time for a burst while regions it has not reached remain.
     let spreading = |b: &Burst, c: &PrewarmCommand| {
         let last_region = b
             .regions
@@ -147,9 +150,15 @@ pub fn score(replay: &Replay, threshold: f64, truth: Option<&[Burst]>) -> Backte
             .unwrap_or(b.start_ms);
         b.tenant == c.tenant
             && b.key == c.key
-            && (b.start_ms..last_region).contains(&c.issued_at_ms)
+            && (b.start_ms..=last_region).contains(&c.issued_at_ms)
     };
-    let right = |c: &PrewarmCommand| virals.iter().any(|b| spreading(b, c));
+    // Cron bursts are real demand too; only noise and background keys are false alarms.
+    let right = |c: &PrewarmCommand| {
+        bursts
+            .iter()
+            .any(|b| b.kind != BurstKind::Noise && spreading(b, c))
+    };
+    let for_viral = |c: &PrewarmCommand| virals.iter().any(|b| spreading(b, c));
     let commands = replay.decisions.len();
     let precision = match truth {
         Some(_) => ratio(
@@ -172,7 +181,7 @@ pub fn score(replay: &Replay, threshold: f64, truth: Option<&[Burst]>) -> Backte
     let mut leads: Vec<u64> = replay
         .decisions
         .iter()
-        .filter(|d| truth.is_none() || right(&d.command))
+        .filter(|d| truth.is_none() || for_viral(&d.command))
         .flat_map(|d| d.lead_times_ms.iter().map(|(_, ms)| *ms))
         .collect();
     leads.sort_unstable();

@@ -15,7 +15,7 @@ use serde::{Deserialize, Serialize};
 use crate::HeatMap;
 
 /// The checkpoint format this build writes and reads.
-pub const CHECKPOINT_VERSION: u32 = 1;
+pub const CHECKPOINT_VERSION: u32 = 2;
 
 /// Why a checkpoint could not be written or read.
 #[derive(Debug, thiserror::Error)]

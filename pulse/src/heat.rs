@@ -309,7 +309,7 @@ impl From<TrackerRepr> for Tracker {
 /// Intersect is the element-wise minimum (and AND), union the maximum (and OR), so
 /// streaming_algorithms' conservative update works on each outcome independently.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
-struct Cell([u32; OUTCOMES], u64);
+struct Cell([u32; OUTCOMES], u64, u64);
 
 impl New for Cell {
     type Config = ();
@@ -324,6 +324,7 @@ impl<'a> UnionAssign<&'a Cell> for Cell {
             *a = (*a).max(b);
         }
         self.1 |= rhs.1;
+        self.2 |= rhs.2;
     }
 }
 
@@ -338,6 +339,7 @@ impl Intersect for Cell {
                 *a = (*a).min(b);
             }
             acc.1 &= cell.1;
+            acc.2 &= cell.2;
         }
         Some(acc)
     }
@@ -350,6 +352,9 @@ impl IntersectPlusUnionIsPlus for Cell {
 /// What one event adds to a cell.
 struct Tally {
     outcome: usize,
+    /// The region's bit when the outcome is miss-like, else 0.
+    miss_bit: u64,
+    /// The region's bit.
     region_bit: u64,
 }
 
@@ -358,7 +363,8 @@ struct Tally {
 impl<'a> AddAssign<&'a Tally> for Cell {
     fn add_assign(&mut self, tally: &'a Tally) {
         self.0[tally.outcome] = self.0[tally.outcome].saturating_add(1);
-        self.1 |= tally.region_bit;
+        self.1 |= tally.miss_bit;
+        self.2 |= tally.region_bit;
     }
 }
 
@@ -569,6 +575,9 @@ pub struct WindowStats {
     /// Regions that reported a miss-like outcome in the window.
     #[schema(value_type = Vec<String>)]
     pub miss_regions: Vec<RegionId>,
+    /// Regions that asked for the key in the window, whatever the outcome.
+    #[schema(value_type = Vec<String>)]
+    pub regions: Vec<RegionId>,
 }
 
 /// Whether a key's demand is growing.
@@ -757,10 +766,11 @@ impl TenantHeat {
         let hash = key_hash(event.key.as_str());
         let tally = Tally {
             outcome: outcome_index(event.outcome),
-            region_bit: match region {
+            miss_bit: match region {
                 Some(i) if event.outcome.is_miss() => 1 << i,
                 _ => 0,
             },
+            region_bit: region.map_or(0, |i| 1 << i),
         };
         coarse.events += 1;
         coarse.sketch.push(&hash, &tally);
@@ -789,20 +799,22 @@ impl TenantHeat {
     }
 
     /// Sum of a key's cells over the `n` buckets of `ring` ending at `end_ms`.
-    fn sum(ring: &Ring, hash: u64, end_ms: u64, n: u64) -> ([u64; OUTCOMES], u64) {
+    /// Counts per outcome, and the bitsets of regions that missed and that asked.
+    fn sum(ring: &Ring, hash: u64, end_ms: u64, n: u64) -> ([u64; OUTCOMES], u64, u64) {
         let mut counts = [0u64; OUTCOMES];
-        let mut regions = 0u64;
+        let (mut missed, mut asked) = (0u64, 0u64);
         for bucket in ring.last_n(end_ms, n) {
             let cell = bucket.sketch.get(&hash);
             for (c, v) in counts.iter_mut().zip(cell.0) {
                 *c += u64::from(v);
             }
-            regions |= cell.1;
+            missed |= cell.1;
+            asked |= cell.2;
         }
-        (counts, regions)
+        (counts, missed, asked)
     }
 
-    fn window_sum(&self, hash: u64, window: Window, end_ms: u64) -> ([u64; OUTCOMES], u64) {
+    fn window_sum(&self, hash: u64, window: Window, end_ms: u64) -> ([u64; OUTCOMES], u64, u64) {
         if window.is_fine() {
             Self::sum(&self.fine, hash, end_ms, window.millis() / FINE_MS)
         } else {
@@ -820,7 +832,7 @@ impl TenantHeat {
     }
 
     fn window_stats(&self, hash: u64, window: Window, now_ms: u64) -> WindowStats {
-        let (counts, regions) = self.window_sum(hash, window, now_ms);
+        let (counts, missed, asked) = self.window_sum(hash, window, now_ms);
         let counts = OutcomeCounts::from_array(counts);
         let total = counts.total();
         let misses = counts.misses();
@@ -831,7 +843,8 @@ impl TenantHeat {
             misses,
             velocity: total as f64 / window.seconds(),
             miss_velocity: misses as f64 / window.seconds(),
-            miss_regions: self.region_names(regions),
+            miss_regions: self.region_names(missed),
+            regions: self.region_names(asked),
         }
     }
 

@@ -61,7 +61,7 @@ impl Default for TraceSpec {
             zipf_exponent: 1.1,
             virals: 12,
             crons: 6,
-            noise: 12,
+            noise: 36,
             fill_ms: 50,
             node_ttl_ms: 60_000,
         }
@@ -284,8 +284,11 @@ pub fn generate(spec: &TraceSpec) -> Trace {
         let first_minute = spec.start_ms.div_ceil(60_000) * 60_000;
         let mut minute = first_minute + 60_000 * rng.random_range(0..2);
         while minute + 5_000 < end_ms {
-            for region in 0..spec.regions {
-                let mut t = minute as f64 + rng.random_range(0.0..300.0);
+            let mut reached = Vec::new();
+            for (region, name) in regions.iter().enumerate() {
+                let first = minute + rng.random_range(0..300);
+                reached.push((name.clone(), first));
+                let mut t = first as f64;
                 while t < (minute + 3_000) as f64 {
                     requests.push(Request {
                         ts_ms: t as u64,
@@ -304,7 +307,7 @@ pub fn generate(spec: &TraceSpec) -> Trace {
                 key: key.clone(),
                 start_ms: minute,
                 end_ms: minute + 3_000,
-                regions: regions.iter().map(|r| (r.clone(), minute)).collect(),
+                regions: reached,
             });
             minute += 60_000 * rng.random_range(2..4);
         }

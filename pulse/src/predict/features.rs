@@ -67,8 +67,8 @@ pub(crate) fn extract(
     let mut unseen = Vec::new();
     let mut unseen_counts = Vec::new();
     for (i, region) in tracker.regions.iter().enumerate() {
-        let missed = w60.miss_regions.contains(region);
-        if !missed && !k.region_seen_since(i, minute_ago) {
+        let asked = w60.regions.contains(region);
+        if !asked && !k.region_seen_since(i, minute_ago) {
             unseen.push(region.clone());
             unseen_counts.push((i, k.region_count(i)));
         }
@@ -92,6 +92,11 @@ pub(crate) fn extract(
         },
         miss_regions_200ms: w200.miss_regions.len() as f64,
         unseen_regions: unseen.len() as f64,
+        new_regions_10s: k.regions_new_since(
+            now_ms.saturating_sub(10_000),
+            1_000,
+            super::MIN_REGION_DEMAND,
+        ) as f64,
         top_of_hour: 1.0 - minute.min(60.0 - minute) / 30.0,
         hour_sin: (tau * hour / 24.0).sin(),
         hour_cos: (tau * hour / 24.0).cos(),

@@ -134,6 +134,11 @@ impl Predictor {
                     continue;
                 };
                 self.tracker.note_burst(tenant, &key, x.bursting, now_ms);
+                // Only a bursting key with regions left to warm can become a command:
+                // only those moments are scored, and only those teach the model.
+                if !x.bursting || x.unseen.is_empty() {
+                    continue;
+                }
                 self.labeler
                     .offer(now_ms, tenant, &key, &x.features, &x.unseen_counts);
                 let Some(model) = &self.model else {

@@ -30,15 +30,25 @@ pub(crate) struct ReferrerSecond {
     pub(crate) domains: Vec<(u32, u32)>, // (domain id, count)
 }
 
+/// One region's requests for a tracked key.
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct RegionSeen {
+    pub(crate) count: u32,
+    pub(crate) first_ms: u64,
+    pub(crate) last_ms: u64,
+}
+
 /// One tracked key.
 #[derive(Debug, Clone, Default)]
 pub(crate) struct TrackedKey {
-    /// Per region id: (requests seen since tracking began, last request time).
-    pub(crate) regions: Vec<(u32, u64)>,
+    /// Per region id: requests seen since tracking began, first and last request time.
+    pub(crate) regions: Vec<RegionSeen>,
     pub(crate) referrers: VecDeque<ReferrerSecond>,
     /// Burst start times, newest last.
     pub(crate) bursts: VecDeque<u64>,
     pub(crate) in_burst: bool,
+    /// When tracking began.
+    pub(crate) tracked_since_ms: u64,
     /// Last time the key was a heat-map candidate.
     pub(crate) last_candidate_ms: u64,
     /// Whether an event arrived since the last tick.
@@ -48,14 +58,30 @@ pub(crate) struct TrackedKey {
 impl TrackedKey {
     /// Requests from `region` since tracking began (0 for a region never seen).
     pub(crate) fn region_count(&self, region: usize) -> u32 {
-        self.regions.get(region).map_or(0, |r| r.0)
+        self.regions.get(region).map_or(0, |r| r.count)
     }
 
     /// Whether `region` asked for the key at or after `since_ms`.
     pub(crate) fn region_seen_since(&self, region: usize, since_ms: u64) -> bool {
         self.regions
             .get(region)
-            .is_some_and(|r| r.0 > 0 && r.1 >= since_ms)
+            .is_some_and(|r| r.count > 0 && r.last_ms >= since_ms)
+    }
+
+    /// Regions first seen at or after `since_ms`, at least `settle_ms` after tracking
+    /// began (before that, every region is "new" to the tracker), that have made at
+    /// least `min_requests` requests since: regions the key is spreading to.
+    pub(crate) fn regions_new_since(
+        &self,
+        since_ms: u64,
+        settle_ms: u64,
+        min_requests: u32,
+    ) -> usize {
+        let after = since_ms.max(self.tracked_since_ms + settle_ms);
+        self.regions
+            .iter()
+            .filter(|r| r.count >= min_requests && r.first_ms >= after)
+            .count()
     }
 
     /// Requests and per-domain counts over the seconds in `[from_s, to_s]`.
@@ -267,6 +293,7 @@ impl Tracker {
                     t.keys.insert(
                         key.clone(),
                         TrackedKey {
+                            tracked_since_ms: now_ms,
                             last_candidate_ms: now_ms,
                             ..TrackedKey::default()
                         },
@@ -316,13 +343,15 @@ impl Tracker {
 
 fn note_region(key: &mut TrackedKey, region: usize, ts_ms: u64, demand: u32) {
     if key.regions.len() <= region {
-        key.regions.resize(region + 1, (0, 0));
+        key.regions.resize(region + 1, RegionSeen::default());
     }
     let slot = &mut key.regions[region];
-    slot.0 += demand;
-    // A pre-warm marks the region as seen: it holds the key now.
-    slot.0 = slot.0.max(1);
-    slot.1 = slot.1.max(ts_ms);
+    if slot.count == 0 {
+        slot.first_ms = ts_ms;
+    }
+    // A pre-warm (demand 0) still marks the region as seen: it holds the key now.
+    slot.count = (slot.count + demand).max(1);
+    slot.last_ms = slot.last_ms.max(ts_ms);
 }
 
 #[cfg(test)]
