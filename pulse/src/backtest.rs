@@ -59,35 +59,77 @@ pub struct Replay {
     pub refused: usize,
 }
 
+/// A heat map and a predictor fed one event at a time, ticking on event time: the
+/// replay loop, also used by tests that need a predictor with history.
+pub struct Replayer {
+    /// The heat map.
+    pub heat: HeatMap,
+    /// The predictor.
+    pub predictor: Predictor,
+    tick_ms: u64,
+    next_tick: Option<u64>,
+    /// Events applied.
+    pub applied: usize,
+    /// Events the heat map refused.
+    pub refused: usize,
+}
+
+impl Replayer {
+    /// An empty heat map and a fresh predictor.
+    pub fn new(model: Option<Arc<ScoringModel>>, options: &ReplayOptions) -> Self {
+        Replayer {
+            heat: HeatMap::new(options.heat.clone()),
+            predictor: Predictor::new(model, options.predictor.clone()),
+            tick_ms: options.tick_ms,
+            next_tick: None,
+            applied: 0,
+            refused: 0,
+        }
+    }
+
+    /// Applies one event, first ticking for every tick time it passes; returns the
+    /// commands those ticks sent.
+    pub fn feed(&mut self, event: &AccessEvent) -> Vec<PrewarmCommand> {
+        let mut commands = Vec::new();
+        let next_tick = self.next_tick.get_or_insert(event.ts_ms + self.tick_ms);
+        while event.ts_ms >= *next_tick {
+            commands.extend(self.predictor.tick(&self.heat, self.heat.now_ms()));
+            *next_tick += self.tick_ms;
+        }
+        match self.heat.apply(event) {
+            Ok(()) => {
+                self.applied += 1;
+                self.predictor.observe(event);
+            }
+            Err(_) => self.refused += 1,
+        }
+        commands
+    }
+
+    /// Ticks at the last event, then after every command's expiry and every label's
+    /// horizon, so every decision has its verdict and every sample its label.
+    pub fn finish(&mut self, options: &ReplayOptions) -> Vec<PrewarmCommand> {
+        let commands = self.predictor.tick(&self.heat, self.heat.now_ms());
+        let p = &options.predictor;
+        let end = self.heat.now_ms() + p.policy.command_ttl_ms.max(p.horizon_ms) + 1;
+        self.predictor.tick(&self.heat, end);
+        commands
+    }
+}
+
 /// Replays `events` (in time order) and settles every decision and label at the end.
 pub fn replay(
     events: &[AccessEvent],
     model: Option<Arc<ScoringModel>>,
     options: &ReplayOptions,
 ) -> Replay {
-    let mut heat = HeatMap::new(options.heat.clone());
-    let mut predictor = Predictor::new(model, options.predictor.clone());
+    let mut replayer = Replayer::new(model, options);
     let mut commands = Vec::new();
-    let (mut applied, mut refused) = (0, 0);
-    let mut next_tick = events.first().map_or(0, |e| e.ts_ms + options.tick_ms);
     for event in events {
-        while event.ts_ms >= next_tick {
-            commands.extend(predictor.tick(&heat, heat.now_ms()));
-            next_tick += options.tick_ms;
-        }
-        match heat.apply(event) {
-            Ok(()) => {
-                applied += 1;
-                predictor.observe(event);
-            }
-            Err(_) => refused += 1,
-        }
+        commands.extend(replayer.feed(event));
     }
-    commands.extend(predictor.tick(&heat, heat.now_ms()));
-    // Let every command expire and every label's horizon pass.
-    let p = &options.predictor;
-    let end = heat.now_ms() + p.policy.command_ttl_ms.max(p.horizon_ms) + 1;
-    predictor.tick(&heat, end);
+    commands.extend(replayer.finish(options));
+    let predictor = &mut replayer.predictor;
     let mut decisions: Vec<Decision> = predictor.decisions().cloned().collect();
     decisions.reverse();
     Replay {
@@ -95,8 +137,8 @@ pub fn replay(
         decisions,
         counts: predictor.counts(),
         samples: predictor.take_samples(),
-        applied,
-        refused,
+        applied: replayer.applied,
+        refused: replayer.refused,
     }
 }
 

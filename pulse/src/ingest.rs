@@ -33,6 +33,14 @@ use crate::{HeatMap, Metrics, checkpoint};
 /// `.await`.
 pub type SharedHeatMap = Arc<RwLock<HeatMap>>;
 
+/// What runs on the ingest thread after each poll round, with the heat map locked for
+/// reading: the predictor. It sees the events just applied (none when the round was
+/// idle, so time-driven work such as expiring decisions still runs).
+pub trait BatchObserver: Send + 'static {
+    /// Called after `events` were applied to `heat`.
+    fn on_batch(&mut self, heat: &HeatMap, events: &[AccessEvent]);
+}
+
 /// Most messages applied under one write lock.
 const BATCH: usize = 4_096;
 
@@ -172,6 +180,16 @@ impl Ingest {
         heat: SharedHeatMap,
         metrics: Arc<Metrics>,
     ) -> Result<Ingest, IngestError> {
+        Self::start_with(config, heat, metrics, None)
+    }
+
+    /// Like [`Ingest::start`], with an observer run after each batch.
+    pub fn start_with(
+        config: IngestConfig,
+        heat: SharedHeatMap,
+        metrics: Arc<Metrics>,
+        observer: Option<Box<dyn BatchObserver>>,
+    ) -> Result<Ingest, IngestError> {
         let context = IngestContext {
             metrics: metrics.clone(),
             moved: Mutex::new(Vec::new()),
@@ -204,6 +222,7 @@ impl Ingest {
             heat,
             metrics,
             offsets: HashMap::new(),
+            observer,
         };
         let stop_flag = stop.clone();
         let thread = std::thread::Builder::new()
@@ -247,6 +266,7 @@ struct Worker {
     /// Next offset to consume per partition of the events topic, for what has been
     /// applied to the heat map.
     offsets: HashMap<i32, i64>,
+    observer: Option<Box<dyn BatchObserver>>,
 }
 
 impl Worker {
@@ -286,9 +306,7 @@ impl Worker {
                     }
                 }
             }
-            if !batch.is_empty() {
-                self.apply(&mut batch);
-            }
+            self.apply(&mut batch);
             match &self.config.checkpoint {
                 Some(_) if last_checkpoint.elapsed() >= self.config.checkpoint_interval => {
                     last_checkpoint = Instant::now();
@@ -315,24 +333,32 @@ impl Worker {
         tracing::info!("ingest stopped");
     }
 
-    fn apply(&self, batch: &mut Vec<AccessEvent>) {
-        let mut applied = 0u64;
-        let mut refused = Vec::new();
-        {
-            let mut heat = self.heat.write().unwrap_or_else(|e| e.into_inner());
-            for event in batch.iter() {
-                match heat.apply(event) {
-                    Ok(()) => applied += 1,
-                    Err(e) => refused.push(e.reason()),
-                }
+    /// Applies the batch (keeping only the events the heat map took), then runs the
+    /// observer on them.
+    fn apply(&mut self, batch: &mut Vec<AccessEvent>) {
+        if !batch.is_empty() {
+            let mut refused = Vec::new();
+            {
+                let mut heat = self.heat.write().unwrap_or_else(|e| e.into_inner());
+                batch.retain(|event| match heat.apply(event) {
+                    Ok(()) => true,
+                    Err(e) => {
+                        refused.push(e.reason());
+                        false
+                    }
+                });
+                self.metrics.sketch_bytes.set(heat.memory_bytes() as i64);
+                self.metrics.tenants.set(heat.tenants_len() as i64);
             }
-            self.metrics.sketch_bytes.set(heat.memory_bytes() as i64);
-            self.metrics.tenants.set(heat.tenants_len() as i64);
+            for reason in refused {
+                self.metrics.reject(reason);
+            }
+            self.metrics.consumed.inc_by(batch.len() as u64);
         }
-        for reason in refused {
-            self.metrics.reject(reason);
+        if let Some(observer) = &mut self.observer {
+            let heat = self.heat.read().unwrap_or_else(|e| e.into_inner());
+            observer.on_batch(&heat, batch);
         }
-        self.metrics.consumed.inc_by(applied);
         batch.clear();
     }
 

@@ -25,14 +25,17 @@ mod heat;
 mod ingest;
 mod metrics;
 mod predict;
+mod prewarm;
 mod trace;
 
 pub use api::{
-    ApiError, AppState, ErrorBody, Health, HeatmapQuery, HeatmapResponse, MAX_HEATMAP_ROWS,
-    TenantsResponse, app, openapi,
+    ApiError, AppState, ContributionView, DecisionTotals, DecisionView, ErrorBody, EvaluationView,
+    Health, HeatmapQuery, HeatmapResponse, LeadTime, MAX_HEATMAP_ROWS, MAX_PREDICTIONS,
+    ModelFeature, ModelResponse, PredictionsQuery, PredictionsResponse, TenantsResponse, app,
+    openapi,
 };
 pub use backtest::{
-    BacktestRow, EventFile, Replay, ReplayOptions, backtest, read_events, replay,
+    BacktestRow, EventFile, Replay, ReplayOptions, Replayer, backtest, read_events, replay,
     score as score_replay, write_events,
 };
 pub use broker::{BrokerError, EmbeddedBroker};
@@ -44,12 +47,13 @@ pub use heat::{
     HotKey, KeyStats, MAX_REGIONS, OutcomeCounts, QueryError, RegionCount, TenantHeat,
     TenantSummary, Trend, Velocities, Window, WindowStats,
 };
-pub use ingest::{Ingest, IngestConfig, IngestError, SharedHeatMap};
+pub use ingest::{BatchObserver, Ingest, IngestConfig, IngestError, SharedHeatMap};
 pub use metrics::{Metrics, ReasonLabel, RouteLabel};
 pub use predict::{
     Decider, Decision, DecisionCounts, DecisionPolicy, MIN_REGION_DEMAND, Predictor,
     PredictorConfig, RetrainOutcome, Sample, Skip, Verdict, retrain,
 };
+pub use prewarm::{PrewarmLoop, PrewarmPublisher, Retrainer, SharedPredictor, retrain_once};
 pub use trace::{Burst, BurstKind, Trace, TraceSpec, generate as generate_trace};
 
 /// The model pulse scores with unless told otherwise: trained by

@@ -8,8 +8,9 @@ use std::time::Duration;
 use anyhow::{Context, bail};
 use clap::{Args, Parser, Subcommand};
 use pulse::{
-    AppState, EVENTS_TOPIC, EmbeddedBroker, HeatConfig, HeatMap, Ingest, IngestConfig, Metrics,
-    PREWARM_TOPIC,
+    AppState, BatchObserver, DecisionPolicy, EVENTS_TOPIC, EmbeddedBroker, HeatConfig, HeatMap,
+    Ingest, IngestConfig, Metrics, PREWARM_TOPIC, Predictor, PredictorConfig, PrewarmLoop,
+    PrewarmPublisher, Retrainer,
 };
 
 /// Pulse watches edge access events and pre-warms hot keys across regions.
@@ -146,6 +147,33 @@ struct ServeArgs {
     /// Tenants tracked; events of further tenants are rejected.
     #[arg(long, env = "PULSE_MAX_TENANTS", default_value_t = HeatConfig::default().max_tenants)]
     max_tenants: usize,
+    /// Do not predict or send pre-warm commands: heat map and API only.
+    #[arg(long, env = "PULSE_NO_PREWARM")]
+    no_prewarm: bool,
+    /// The topic pre-warm commands go to.
+    #[arg(long, env = "PULSE_PREWARM_TOPIC", default_value = PREWARM_TOPIC)]
+    prewarm_topic: String,
+    /// The scoring model file (JSON, from `pulse train`); the built-in model without it.
+    #[arg(long, env = "PULSE_MODEL")]
+    model: Option<PathBuf>,
+    /// Minimum confidence for a pre-warm command, in [0, 1].
+    #[arg(long, env = "PULSE_THRESHOLD", default_value_t = DecisionPolicy::default().threshold)]
+    threshold: f64,
+    /// Seconds a key waits after a command before it can get another (one per wave).
+    #[arg(long, env = "PULSE_COOLDOWN_SECS", default_value_t = DecisionPolicy::default().cooldown_ms / 1000)]
+    cooldown_secs: u64,
+    /// Seconds a command stays valid at the edges.
+    #[arg(long, env = "PULSE_COMMAND_TTL_SECS", default_value_t = DecisionPolicy::default().command_ttl_ms / 1000)]
+    command_ttl_secs: u64,
+    /// Each tenant's committed rate of commands per second.
+    #[arg(long, env = "PULSE_TENANT_RATE", default_value_t = DecisionPolicy::default().tenant_rate_per_s)]
+    tenant_rate: f64,
+    /// Each tenant's burst allowance, in commands.
+    #[arg(long, env = "PULSE_TENANT_BURST", default_value_t = DecisionPolicy::default().tenant_burst)]
+    tenant_burst: f64,
+    /// Seconds between background retrains on pulse's own labelled decisions (0: never).
+    #[arg(long, env = "PULSE_RETRAIN_INTERVAL_SECS", default_value_t = 300)]
+    retrain_interval_secs: u64,
 }
 
 impl ServeArgs {
@@ -172,6 +200,26 @@ impl ServeArgs {
         }
         if self.commit_interval_secs == 0 {
             bail!("--commit-interval-secs (PULSE_COMMIT_INTERVAL_SECS): must be at least 1");
+        }
+        if !(0.0..=1.0).contains(&self.threshold) {
+            bail!(
+                "--threshold (PULSE_THRESHOLD): {} is outside [0, 1]",
+                self.threshold
+            );
+        }
+        if self.command_ttl_secs == 0 {
+            bail!("--command-ttl-secs (PULSE_COMMAND_TTL_SECS): must be at least 1");
+        }
+        if !(self.tenant_rate > 0.0 && self.tenant_rate.is_finite()) {
+            bail!("--tenant-rate (PULSE_TENANT_RATE): must be positive");
+        }
+        if !(self.tenant_burst >= 1.0 && self.tenant_burst.is_finite()) {
+            bail!("--tenant-burst (PULSE_TENANT_BURST): must be at least 1");
+        }
+        if self.prewarm_topic.trim().is_empty() || self.prewarm_topic == self.topic {
+            bail!(
+                "--prewarm-topic (PULSE_PREWARM_TOPIC): must be non-empty and differ from --topic"
+            );
         }
         let config = HeatConfig {
             error: self.sketch_error,
@@ -431,7 +479,51 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     };
     let heat = Arc::new(RwLock::new(heat));
     let metrics = Arc::new(Metrics::new());
-    let ingest = Ingest::start(
+    // Prediction runs on the ingest thread after each batch; the retrainer beside it.
+    let mut observer: Option<Box<dyn BatchObserver>> = None;
+    let mut predictor = None;
+    let mut retrainer = None;
+    if !args.no_prewarm {
+        let model = match &args.model {
+            Some(path) => models::ScoringModel::from_json(
+                &std::fs::read_to_string(path)
+                    .with_context(|| format!("--model (PULSE_MODEL): {}", path.display()))?,
+            )
+            .with_context(|| format!("--model (PULSE_MODEL): {}", path.display()))?,
+            None => pulse::default_model(),
+        };
+        tracing::info!(model = %model.name, threshold = args.threshold, "prediction on");
+        let shared = Arc::new(std::sync::Mutex::new(Predictor::new(
+            Some(Arc::new(model)),
+            PredictorConfig {
+                policy: DecisionPolicy {
+                    threshold: args.threshold,
+                    cooldown_ms: args.cooldown_secs * 1000,
+                    command_ttl_ms: args.command_ttl_secs * 1000,
+                    tenant_rate_per_s: args.tenant_rate,
+                    tenant_burst: args.tenant_burst,
+                    ..DecisionPolicy::default()
+                },
+                ..PredictorConfig::default()
+            },
+        )));
+        let publisher = PrewarmPublisher::new(&brokers, &args.prewarm_topic)?;
+        observer = Some(Box::new(PrewarmLoop::new(
+            shared.clone(),
+            publisher,
+            metrics.clone(),
+        )));
+        if args.retrain_interval_secs > 0 {
+            retrainer = Some(Retrainer::start(
+                shared.clone(),
+                Duration::from_secs(args.retrain_interval_secs),
+                args.threshold,
+                metrics.clone(),
+            ));
+        }
+        predictor = Some(shared);
+    }
+    let ingest = Ingest::start_with(
         IngestConfig {
             brokers,
             topic: args.topic.clone(),
@@ -443,6 +535,7 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         },
         heat.clone(),
         metrics.clone(),
+        observer,
     )?;
 
     let listener = tokio::net::TcpListener::bind(args.listen)
@@ -451,12 +544,25 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     let address = listener.local_addr()?;
     println!("dashboard: http://{address}/api/tenants");
     tracing::info!(%address, "dashboard API listening");
-    axum::serve(listener, pulse::app(AppState { heat, metrics }))
-        .with_graceful_shutdown(shutdown_signal())
-        .await?;
+    axum::serve(
+        listener,
+        pulse::app(AppState {
+            heat,
+            metrics,
+            predictor,
+        }),
+    )
+    .with_graceful_shutdown(shutdown_signal())
+    .await?;
 
     // Final checkpoint and commit, off the async threads.
-    tokio::task::spawn_blocking(move || ingest.stop()).await?;
+    tokio::task::spawn_blocking(move || {
+        if let Some(retrainer) = retrainer {
+            retrainer.stop();
+        }
+        ingest.stop();
+    })
+    .await?;
     drop(embedded);
     Ok(())
 }

@@ -46,6 +46,22 @@ pub struct Metrics {
     pub commits: Counter,
     /// HTTP request latency in seconds.
     pub request_seconds: HistogramFamily,
+    /// Keys scored by the model.
+    pub keys_scored: Counter,
+    /// Pre-warm commands produced to the prewarm topic.
+    pub prewarm_sent: Counter,
+    /// Pre-warm commands that could not be handed to the producer.
+    pub prewarm_send_failed: Counter,
+    /// Commands requested in a warmed region before they expired.
+    pub prewarm_useful: Counter,
+    /// Commands that expired with no request in any warmed region.
+    pub prewarm_wasted: Counter,
+    /// Scored keys that got no command, by reason.
+    pub prewarm_skipped: Family<ReasonLabel, Counter>,
+    /// From the end of a batch's apply to its commands handed to the producer.
+    pub decision_seconds: Histogram,
+    /// Background retrains, by outcome (`replaced`, `kept`, `not_enough_data`).
+    pub retrains: Family<ReasonLabel, Counter>,
 }
 
 impl Default for Metrics {
@@ -70,6 +86,14 @@ impl Metrics {
             request_seconds: Family::new_with_constructor(|| {
                 Histogram::new(exponential_buckets(0.000_05, 2.0, 16))
             }),
+            keys_scored: Counter::default(),
+            prewarm_sent: Counter::default(),
+            prewarm_send_failed: Counter::default(),
+            prewarm_useful: Counter::default(),
+            prewarm_wasted: Counter::default(),
+            prewarm_skipped: Family::default(),
+            decision_seconds: Histogram::new(exponential_buckets(0.000_05, 2.0, 16)),
+            retrains: Family::default(),
             registry: Registry::default(),
         };
         registry.register(
@@ -108,6 +132,46 @@ impl Metrics {
             "http_request_duration_seconds",
             "HTTP request latency",
             m.request_seconds.clone(),
+        );
+        registry.register(
+            "keys_scored",
+            "Keys scored by the model",
+            m.keys_scored.clone(),
+        );
+        registry.register(
+            "prewarm_commands_sent",
+            "Pre-warm commands produced to the prewarm topic",
+            m.prewarm_sent.clone(),
+        );
+        registry.register(
+            "prewarm_commands_send_failed",
+            "Pre-warm commands the producer refused (queue full or broker gone)",
+            m.prewarm_send_failed.clone(),
+        );
+        registry.register(
+            "prewarm_commands_useful",
+            "Commands requested in a warmed region before they expired",
+            m.prewarm_useful.clone(),
+        );
+        registry.register(
+            "prewarm_commands_wasted",
+            "Commands that expired with no request in any warmed region",
+            m.prewarm_wasted.clone(),
+        );
+        registry.register(
+            "prewarm_skipped",
+            "Scored keys that got no command, by reason",
+            m.prewarm_skipped.clone(),
+        );
+        registry.register(
+            "decision_duration_seconds",
+            "From a batch applied to its pre-warm commands handed to the producer",
+            m.decision_seconds.clone(),
+        );
+        registry.register(
+            "model_retrains",
+            "Background retrains, by outcome",
+            m.retrains.clone(),
         );
         Metrics { registry, ..m }
     }

@@ -127,6 +127,7 @@ async fn events_reach_the_heat_map_api_and_offsets_follow_the_checkpoint() {
     let app = pulse::app(AppState {
         heat: heat.clone(),
         metrics: metrics.clone(),
+        predictor: None,
     });
     let (status, body) = get(&app, "/api/heatmap?tenant=acme&window=60s").await;
     assert_eq!(status, StatusCode::OK, "{body}");

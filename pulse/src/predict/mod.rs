@@ -159,6 +159,11 @@ impl Predictor {
         commands
     }
 
+    /// The decision rules in force.
+    pub fn policy(&self) -> &DecisionPolicy {
+        self.decider.policy()
+    }
+
     /// The model in use.
     pub fn model(&self) -> Option<&Arc<ScoringModel>> {
         self.model.as_ref()

@@ -1,5 +1,13 @@
-//! The dashboard API: the heat map, per-key estimates, health, metrics and an
-//! OpenAPI description, built by [`app`] so tests drive it with `oneshot`.
+//! The dashboard API: the heat map, per-key estimates, pre-warm decisions and the
+//! model card, health, metrics and an OpenAPI description, built by [`app`] so tests
+//! drive it with `oneshot`.
+
+mod predictions;
+
+pub use predictions::{
+    ContributionView, DecisionTotals, DecisionView, EvaluationView, LeadTime, MAX_PREDICTIONS,
+    ModelFeature, ModelResponse, PredictionsQuery, PredictionsResponse,
+};
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -17,7 +25,7 @@ use utoipa::{IntoParams, OpenApi, ToSchema};
 
 use crate::{
     HotKey, KeyStats, Metrics, OutcomeCounts, QueryError, RegionCount, RouteLabel, SharedHeatMap,
-    TenantSummary, Trend, Velocities, Window, WindowStats,
+    SharedPredictor, TenantSummary, Trend, Velocities, Window, WindowStats,
 };
 
 /// Most rows one heat-map request may ask for.
@@ -30,6 +38,8 @@ pub struct AppState {
     pub heat: SharedHeatMap,
     /// The metrics `/metrics` serves.
     pub metrics: Arc<Metrics>,
+    /// The predictor, when prediction is on.
+    pub predictor: Option<SharedPredictor>,
 }
 
 /// The error body of every 4xx.
@@ -52,6 +62,14 @@ pub struct ApiError {
 }
 
 impl ApiError {
+    fn prediction_off() -> Self {
+        ApiError {
+            status: StatusCode::NOT_FOUND,
+            code: "prediction_off",
+            message: "prediction is off in this pulse (started with --no-prewarm)".into(),
+        }
+    }
+
     fn bad(code: &'static str, message: impl Into<String>) -> Self {
         ApiError {
             status: StatusCode::BAD_REQUEST,
@@ -160,8 +178,23 @@ pub struct Health {
         title = "pulse dashboard API",
         description = "Heat map and per-key estimates from windowed Count-Min sketches"
     ),
-    paths(tenants, heatmap, key_stats, healthz),
+    paths(
+        tenants,
+        heatmap,
+        key_stats,
+        predictions::predictions,
+        predictions::model,
+        healthz
+    ),
     components(schemas(
+        PredictionsResponse,
+        DecisionTotals,
+        DecisionView,
+        ContributionView,
+        LeadTime,
+        ModelResponse,
+        ModelFeature,
+        EvaluationView,
         ErrorBody,
         TenantsResponse,
         HeatmapResponse,
@@ -190,6 +223,8 @@ pub fn app(state: AppState) -> Router {
         .route("/api/tenants", get(tenants))
         .route("/api/heatmap", get(heatmap))
         .route("/api/keys/{tenant}/{*key}", get(key_stats))
+        .route("/api/predictions", get(predictions::predictions))
+        .route("/api/model", get(predictions::model))
         .route("/api/openapi.json", get(|| async { Json(openapi()) }))
         .route("/healthz", get(healthz))
         .route("/metrics", get(metrics))
@@ -353,7 +388,7 @@ mod tests {
 
     const T0: u64 = 1_764_470_000_000;
 
-    fn state() -> AppState {
+    pub(super) fn state() -> AppState {
         let mut heat = HeatMap::new(HeatConfig::default());
         for i in 0..40u64 {
             let (key, region) = if i % 4 == 0 {
@@ -381,10 +416,11 @@ mod tests {
         AppState {
             heat: Arc::new(RwLock::new(heat)),
             metrics: Arc::new(Metrics::new()),
+            predictor: None,
         }
     }
 
-    async fn get(app: &Router, uri: &str) -> (StatusCode, Value) {
+    pub(super) async fn get(app: &Router, uri: &str) -> (StatusCode, Value) {
         let response = app
             .clone()
             .oneshot(Request::get(uri).body(Body::empty()).unwrap())
@@ -535,7 +571,7 @@ mod tests {
         );
     }
 
-    fn properties(doc: &Value, schema: &str) -> BTreeSet<String> {
+    pub(super) fn properties(doc: &Value, schema: &str) -> BTreeSet<String> {
         doc["components"]["schemas"][schema]["properties"]
             .as_object()
             .unwrap_or_else(|| panic!("no schema {schema}"))
@@ -544,7 +580,7 @@ mod tests {
             .collect()
     }
 
-    fn keys(v: &Value) -> BTreeSet<String> {
+    pub(super) fn keys(v: &Value) -> BTreeSet<String> {
         v.as_object().unwrap().keys().cloned().collect()
     }
 

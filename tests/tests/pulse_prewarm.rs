@@ -1,0 +1,149 @@
+//! Prediction end to end over Kafka: a generated viral event, produced to the events
+//! topic, is consumed by pulse's ingest, scored on the ingest thread, and a pre-warm
+//! command for the spreading key comes out on the prewarm topic, aimed at the regions
+//! the key has not reached, with its reasons.
+
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::Duration;
+
+use futures::future::join_all;
+use models::{PrewarmCommand, RegionTargets, decode, encode};
+use pulse::{
+    BurstKind, HeatConfig, HeatMap, Ingest, IngestConfig, Metrics, Predictor, PredictorConfig,
+    PrewarmLoop, PrewarmPublisher, TraceSpec, default_model, generate_trace,
+};
+use rdkafka::Message;
+use rdkafka::consumer::Consumer;
+use rdkafka::producer::FutureRecord;
+use tests::TestKafka;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_spreading_key_gets_a_prewarm_command_for_the_regions_it_has_not_reached() {
+    let kafka = TestKafka::start();
+    let events_topic = kafka.unique_topic("pulse-prewarm-events");
+    let prewarm_topic = kafka.unique_topic("pulse-prewarm-commands");
+    kafka.create_topic(&events_topic, 3).await;
+    kafka.create_topic(&prewarm_topic, 1).await;
+
+    let trace = generate_trace(&TraceSpec {
+        duration_ms: 60_000,
+        background_rps: 50.0,
+        virals: 1,
+        noise: 0,
+        crons: 0,
+        ..TraceSpec::default()
+    });
+    let viral = trace
+        .bursts
+        .iter()
+        .find(|b| b.kind == BurstKind::Viral)
+        .unwrap()
+        .clone();
+
+    let producer = kafka.producer();
+    for chunk in trace.events.chunks(2_000) {
+        let sends = chunk.iter().map(|e| {
+            let key = e.partition_key();
+            let payload = encode(e);
+            let producer = producer.clone();
+            let topic = events_topic.clone();
+            async move {
+                producer
+                    .send(
+                        FutureRecord::to(&topic).key(&key).payload(&payload),
+                        Duration::from_secs(30),
+                    )
+                    .await
+                    .map(|_| ())
+                    .map_err(|(e, _)| e)
+            }
+        });
+        for result in join_all(sends).await {
+            result.expect("producing an event");
+        }
+    }
+
+    let heat = Arc::new(RwLock::new(HeatMap::new(HeatConfig::default())));
+    let metrics = Arc::new(Metrics::new());
+    let predictor = Arc::new(Mutex::new(Predictor::new(
+        Some(Arc::new(default_model())),
+        PredictorConfig::default(),
+    )));
+    let publisher =
+        PrewarmPublisher::new(kafka.bootstrap_servers(), &prewarm_topic).expect("a producer");
+    let ingest = Ingest::start_with(
+        IngestConfig {
+            group_id: format!("{events_topic}-pulse"),
+            topic: events_topic.clone(),
+            ..IngestConfig::new(kafka.bootstrap_servers())
+        },
+        heat.clone(),
+        metrics.clone(),
+        Some(Box::new(PrewarmLoop::new(
+            predictor.clone(),
+            publisher,
+            metrics.clone(),
+        ))),
+    )
+    .expect("starting ingest");
+
+    let consumer = kafka.consumer(&format!("{prewarm_topic}-edge"));
+    consumer.subscribe(&[&prewarm_topic]).unwrap();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(90);
+    let command: PrewarmCommand = loop {
+        let message = tokio::time::timeout_at(deadline, consumer.recv())
+            .await
+            .unwrap_or_else(|_| {
+                panic!(
+                    "no pre-warm command for {}; consumed {} events; metrics:\n{}",
+                    viral.key,
+                    metrics.consumed.get(),
+                    metrics.encode()
+                )
+            })
+            .expect("consuming the prewarm topic");
+        let command: PrewarmCommand =
+            decode(message.payload().unwrap_or_default()).expect("a valid command");
+        assert_eq!(
+            message.key(),
+            Some(command.partition_key().as_bytes()),
+            "keyed by tenant and key"
+        );
+        if command.key == viral.key {
+            break command;
+        }
+    };
+    tokio::task::spawn_blocking(move || ingest.stop())
+        .await
+        .unwrap();
+
+    assert_eq!(command.tenant, viral.tenant);
+    assert!(command.confidence >= 0.85, "{command:?}");
+    assert_eq!(command.priority, models::Priority::Background);
+    let RegionTargets::Only(targets) = &command.regions else {
+        panic!("expected named regions: {command:?}");
+    };
+    let first_region = &viral.regions[0].0;
+    assert!(
+        !targets.contains(first_region),
+        "the region where it started is not warmed"
+    );
+    assert!(!targets.is_empty());
+    // Every target region was one the viral had not yet reached when the command left.
+    for target in targets {
+        let reached = viral.regions.iter().find(|(r, _)| r == target).unwrap().1;
+        assert!(
+            reached > command.issued_at_ms,
+            "{target} was reached before the command"
+        );
+    }
+    assert_eq!(command.reason.features.len(), models::FEATURE_COUNT);
+    assert!(metrics.prewarm_sent.get() >= 1);
+    let text = metrics.encode();
+    assert!(
+        text.contains("pulse_decision_duration_seconds_count"),
+        "{text}"
+    );
+    let p = predictor.lock().unwrap();
+    assert!(p.decisions().any(|d| d.command.id == command.id));
+}
