@@ -11,6 +11,8 @@ use std::time::{Duration, SystemTime};
 
 use bytes::Bytes;
 use http::{HeaderMap, StatusCode, header};
+use moka::notification::RemovalCause;
+use prometheus_client::metrics::counter::Counter;
 use rand::Rng;
 use tokio::time::Instant;
 
@@ -127,14 +129,32 @@ pub struct L1Cache {
 impl L1Cache {
     /// A cache holding at most `config.max_bytes`.
     pub fn new(config: &CacheConfig) -> L1Cache {
-        let entries = moka::sync::Cache::builder()
+        L1Cache::build(config, None)
+    }
+
+    /// A cache that counts in `wasted` every pre-warmed entry that leaves the cache
+    /// (expired, evicted for size, or replaced) before any user hit it.
+    pub fn with_waste_counter(config: &CacheConfig, wasted: Counter) -> L1Cache {
+        L1Cache::build(config, Some(wasted))
+    }
+
+    fn build(config: &CacheConfig, wasted: Option<Counter>) -> L1Cache {
+        let mut builder = moka::sync::Cache::builder()
             .max_capacity(config.max_bytes)
             .weigher(|k: &FlightKey, v: &Arc<Entry>| {
                 v.weight
                     .saturating_add((k.key().as_str().len() + k.tenant().as_str().len()) as u32)
             })
-            .expire_after(EntryExpiry)
-            .build();
+            .expire_after(EntryExpiry);
+        if let Some(wasted) = wasted {
+            builder = builder.eviction_listener(move |_key, entry: Arc<Entry>, cause| {
+                // An explicit invalidation is an operator's choice, not a wasted fill.
+                if cause != RemovalCause::Explicit && entry.prefetched.load(Ordering::Acquire) {
+                    wasted.inc();
+                }
+            });
+        }
+        let entries = builder.build();
         L1Cache {
             entries,
             xfetch_beta: config.xfetch_beta,
@@ -526,5 +546,36 @@ mod tests {
         assert!(matches!(cache.lookup(&key), Lookup::Stale(_)));
         tokio::time::advance(Duration::from_secs(5)).await;
         assert!(matches!(cache.lookup(&key), Lookup::Miss));
+    }
+
+    #[test]
+    fn prefetched_entries_leaving_unused_count_as_wasted() {
+        let wasted = Counter::default();
+        let cache = L1Cache::with_waste_counter(&cfg(), wasted.clone());
+        let key = FlightKey::new(TenantId::new("t").unwrap(), CacheKey::new("/w").unwrap());
+        let entry = |prefetched| {
+            Entry::new(
+                StatusCode::OK,
+                HeaderMap::new(),
+                Bytes::from_static(b"x"),
+                Duration::from_secs(60),
+                Duration::ZERO,
+                Duration::from_millis(1),
+                prefetched,
+            )
+        };
+        cache.insert(key.clone(), entry(true));
+        cache.insert(key.clone(), entry(true));
+        cache.entry_count();
+        assert_eq!(wasted.get(), 1, "replaced before any user hit");
+        assert!(cache.get_fresh(&key).unwrap().take_prefetched());
+        cache.insert(key.clone(), entry(false));
+        cache.invalidate(&key);
+        cache.entry_count();
+        assert_eq!(
+            wasted.get(),
+            1,
+            "used, plain and invalidated entries are not waste"
+        );
     }
 }

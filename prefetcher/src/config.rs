@@ -22,7 +22,7 @@ use std::path::Path;
 use std::time::Duration;
 
 use http::Uri;
-use models::TenantId;
+use models::{NodeId, RegionId, TenantId};
 use serde::{Deserialize, Serialize};
 
 /// Why a configuration was refused.
@@ -80,6 +80,16 @@ pub struct Config {
     pub origin: OriginConfig,
     /// Host name → tenant → origin: the only source of a request's tenant.
     pub tenants: Vec<TenantConfig>,
+    /// The region this node serves (access events, pre-warm targeting). Required
+    /// when `kafka.brokers` is set.
+    pub region: Option<RegionId>,
+    /// This node's id (access events, the pre-warm consumer group). Required when
+    /// `kafka.brokers` is set; unique per node.
+    pub node: Option<NodeId>,
+    /// Pre-warm fills: the adaptive limit and queue of the prefetch class.
+    pub prefetch: PrefetchConfig,
+    /// Kafka: the access-event publisher and the pre-warm consumer.
+    pub kafka: KafkaConfig,
 }
 
 impl Default for Config {
@@ -91,6 +101,10 @@ impl Default for Config {
             flight: FlightConfig::default(),
             origin: OriginConfig::default(),
             tenants: Vec::new(),
+            region: None,
+            node: None,
+            prefetch: PrefetchConfig::default(),
+            kafka: KafkaConfig::default(),
         }
     }
 }
@@ -153,6 +167,11 @@ pub struct FlightConfig {
     pub reserved_for_user: usize,
     /// Most distinct keys in flight at once; past it a request gets 503.
     pub max_flights: usize,
+    /// User fills that may wait for a fill slot when all `max_fills` are busy; past it
+    /// a request gets 503 with a `Retry-After` instead of queueing without bound.
+    pub max_queued_fills: usize,
+    /// Largest `Retry-After` (seconds) an overloaded node sends.
+    pub retry_after_max_s: u32,
 }
 
 impl Default for FlightConfig {
@@ -163,8 +182,130 @@ impl Default for FlightConfig {
             max_fills: 256,
             reserved_for_user: 64,
             max_flights: 100_000,
+            max_queued_fills: 1024,
+            retry_after_max_s: 30,
         }
     }
+}
+
+/// The prefetch (pre-warm) class of origin fills. It uses only spare capacity: at
+/// most a limit that adapts to origin latency (additive increase while fills are as
+/// fast as usual, multiplicative decrease when they slow down or fail), never the
+/// `flight.reserved_for_user` slots, and never while a user fill waits for a slot.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct PrefetchConfig {
+    /// Upper bound of the adaptive prefetch limit (and its starting value); capped at
+    /// `flight.max_fills - flight.reserved_for_user`.
+    pub max_fills: usize,
+    /// Lower bound of the adaptive prefetch limit.
+    pub min_fills: usize,
+    /// Prefetches that may wait for a prefetch slot; more are shed at once.
+    pub max_queued: usize,
+    /// Longest a prefetch waits for a slot before it is shed.
+    pub queue_timeout_ms: u64,
+    /// The limit shrinks when recent fill latency exceeds this multiple of the
+    /// long-run latency.
+    pub latency_tolerance: f64,
+    /// The limit also shrinks while recent fill latency is above this, if set.
+    pub latency_target_ms: Option<u64>,
+}
+
+impl Default for PrefetchConfig {
+    fn default() -> Self {
+        PrefetchConfig {
+            max_fills: 32,
+            min_fills: 1,
+            max_queued: 1024,
+            queue_timeout_ms: 10_000,
+            latency_tolerance: 2.0,
+            latency_target_ms: None,
+        }
+    }
+}
+
+/// Where a new pre-warm consumer group starts reading.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum OffsetReset {
+    /// From the oldest retained command (expired ones are dropped and counted).
+    Earliest,
+    /// Only commands produced after the group first joins.
+    Latest,
+}
+
+impl OffsetReset {
+    /// The librdkafka `auto.offset.reset` value.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            OffsetReset::Earliest => "earliest",
+            OffsetReset::Latest => "latest",
+        }
+    }
+}
+
+/// Kafka settings. Without `brokers` the node uses no Kafka at all: it serves, but
+/// publishes no access events and reads no pre-warm commands.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct KafkaConfig {
+    /// `bootstrap.servers` (comma-separated `host:port`); `None` turns Kafka off.
+    pub brokers: Option<String>,
+    /// Topic the access events go to.
+    pub events_topic: String,
+    /// Topic the pre-warm commands come from.
+    pub prewarm_topic: String,
+    /// Consumer group of the pre-warm consumer; default `prefetcher-{node}`, so every
+    /// node reads every command.
+    pub group_id: Option<String>,
+    /// Where a new consumer group starts reading the pre-warm topic.
+    pub prewarm_offset_reset: OffsetReset,
+    /// Access events buffered between the proxy and the publisher; past it events are
+    /// dropped (and counted), never waited for.
+    pub event_buffer: usize,
+    /// librdkafka `queue.buffering.max.messages`: events queued inside the producer.
+    pub queue_max_messages: usize,
+    /// librdkafka `linger.ms`: how long the producer waits to fill a batch.
+    pub linger_ms: u64,
+    /// librdkafka `message.timeout.ms`: an event not delivered by then is dropped.
+    pub message_timeout_ms: u64,
+    /// Extra librdkafka properties for both clients (security settings and the like).
+    pub properties: std::collections::BTreeMap<String, String>,
+}
+
+impl Default for KafkaConfig {
+    fn default() -> Self {
+        KafkaConfig {
+            brokers: None,
+            events_topic: "edge-events".into(),
+            prewarm_topic: "prewarm".into(),
+            group_id: None,
+            prewarm_offset_reset: OffsetReset::Earliest,
+            event_buffer: 16_384,
+            queue_max_messages: 100_000,
+            linger_ms: 20,
+            message_timeout_ms: 10_000,
+            properties: std::collections::BTreeMap::new(),
+        }
+    }
+}
+
+impl KafkaConfig {
+    /// Whether Kafka is on.
+    pub fn enabled(&self) -> bool {
+        self.brokers.is_some()
+    }
+}
+
+/// Whether `name` is a legal Kafka topic name.
+fn valid_topic(name: &str) -> bool {
+    !name.is_empty()
+        && name.len() <= 249
+        && name != "."
+        && name != ".."
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'))
 }
 
 /// Origin client timeouts and pool.
@@ -277,6 +418,26 @@ impl Config {
         if f.max_flights == 0 {
             return Err(invalid("flight.max_flights", "must be positive"));
         }
+        if f.retry_after_max_s == 0 {
+            return Err(invalid("flight.retry_after_max_s", "must be positive"));
+        }
+        let p = &self.prefetch;
+        if p.min_fills == 0 || p.min_fills > p.max_fills {
+            return Err(invalid(
+                "prefetch.min_fills",
+                "must be positive and at most prefetch.max_fills",
+            ));
+        }
+        if p.queue_timeout_ms == 0 {
+            return Err(invalid("prefetch.queue_timeout_ms", "must be positive"));
+        }
+        if !(p.latency_tolerance > 1.0 && p.latency_tolerance <= 100.0) {
+            return Err(invalid("prefetch.latency_tolerance", "must be in (1, 100]"));
+        }
+        if p.latency_target_ms == Some(0) {
+            return Err(invalid("prefetch.latency_target_ms", "must be positive"));
+        }
+        self.validate_kafka()?;
         let o = &self.origin;
         for (name, v) in [
             ("origin.connect_timeout_ms", o.connect_timeout_ms),
@@ -322,6 +483,67 @@ impl Config {
             }
         }
         Ok(())
+    }
+
+    fn validate_kafka(&self) -> Result<()> {
+        let k = &self.kafka;
+        let Some(brokers) = &k.brokers else {
+            return Ok(());
+        };
+        if brokers.trim().is_empty() {
+            return Err(invalid("kafka.brokers", "must name at least one host:port"));
+        }
+        if self.region.is_none() {
+            return Err(invalid(
+                "region",
+                "is required when kafka.brokers is set (events and pre-warm targeting)",
+            ));
+        }
+        if self.node.is_none() {
+            return Err(invalid(
+                "node",
+                "is required when kafka.brokers is set (events and the consumer group)",
+            ));
+        }
+        for (name, topic) in [
+            ("kafka.events_topic", &k.events_topic),
+            ("kafka.prewarm_topic", &k.prewarm_topic),
+        ] {
+            if !valid_topic(topic) {
+                return Err(invalid(
+                    name,
+                    "must be 1-249 characters of A-Z a-z 0-9 . _ -",
+                ));
+            }
+        }
+        if k.group_id.as_deref().is_some_and(|g| g.trim().is_empty()) {
+            return Err(invalid("kafka.group_id", "must not be empty"));
+        }
+        if k.event_buffer == 0 {
+            return Err(invalid("kafka.event_buffer", "must be positive"));
+        }
+        if !(1..=10_000_000).contains(&k.queue_max_messages) {
+            return Err(invalid(
+                "kafka.queue_max_messages",
+                "must be in [1, 10000000]",
+            ));
+        }
+        if k.linger_ms > 900_000 {
+            return Err(invalid("kafka.linger_ms", "must be at most 900000"));
+        }
+        if k.message_timeout_ms == 0 {
+            return Err(invalid("kafka.message_timeout_ms", "must be positive"));
+        }
+        Ok(())
+    }
+
+    /// The pre-warm consumer group: `kafka.group_id`, else `prefetcher-{node}`.
+    pub fn prewarm_group(&self) -> String {
+        match (&self.kafka.group_id, &self.node) {
+            (Some(g), _) => g.clone(),
+            (None, Some(node)) => format!("prefetcher-{node}"),
+            (None, None) => "prefetcher".into(),
+        }
     }
 
     pub(crate) fn wait_timeout(&self) -> Duration {
@@ -395,6 +617,36 @@ mod tests {
                 .to_string()
                 .contains("tenants[1].id")
         );
+    }
+
+    #[test]
+    fn kafka_needs_region_and_node_and_sane_topics() {
+        let mut c = Config::single_origin(
+            "127.0.0.1:0".parse().unwrap(),
+            TenantId::new("t").unwrap(),
+            "http://127.0.0.1:1",
+        );
+        c.kafka.brokers = Some("127.0.0.1:9092".into());
+        assert!(c.validate().unwrap_err().to_string().contains("`region`"));
+        c.region = Some(RegionId::new("eu-west").unwrap());
+        assert!(c.validate().unwrap_err().to_string().contains("`node`"));
+        c.node = Some(NodeId::new("edge-1").unwrap());
+        c.validate().unwrap();
+        assert_eq!(c.prewarm_group(), "prefetcher-edge-1");
+        c.kafka.events_topic = "bad topic".into();
+        let e = c.validate().unwrap_err().to_string();
+        assert!(e.contains("kafka.events_topic"), "{e}");
+        c.kafka.events_topic = "edge-events".into();
+        c.prefetch.min_fills = c.prefetch.max_fills + 1;
+        let e = c.validate().unwrap_err().to_string();
+        assert!(e.contains("prefetch.min_fills"), "{e}");
+        let parsed: Config = toml::from_str(
+            "region = \"r\"\nnode = \"n\"\n[kafka]\nbrokers = \"b:1\"\nprewarm_offset_reset = \"latest\"\n[prefetch]\nmax_fills = 4\n",
+        )
+        .unwrap();
+        assert_eq!(parsed.kafka.prewarm_offset_reset, OffsetReset::Latest);
+        assert!(toml::from_str::<Config>("[kafka]\nbrokerz = \"b\"\n").is_err());
+        assert!(toml::from_str::<Config>("node = \"a b\"\n").is_err());
     }
 
     #[test]

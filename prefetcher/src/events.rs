@@ -1,5 +1,6 @@
 //! The access-event hook: called once per answered cacheable request, and once per
-//! completed background fill. Issue 6 plugs a Kafka publisher in behind it.
+//! completed background fill. The Kafka publisher (`publisher`) reads a
+//! [`ChannelSink`]'s receiving end.
 //!
 //! A sink must never block or fail a request: [`ChannelSink`] uses a bounded channel
 //! and counts what it drops.
@@ -37,6 +38,12 @@ impl OutcomeRecord {
     }
 }
 
+/// A record the sink could not take (its buffer was full); the node counts it in
+/// `prefetcher_events_dropped_total`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("access event dropped: buffer full")]
+pub struct Dropped;
+
 /// Where outcomes go. Implementations must return at once.
 pub trait EventSink: Send + Sync + 'static {
     /// Whether records are wanted (lets the hit path skip building them).
@@ -44,8 +51,8 @@ pub trait EventSink: Send + Sync + 'static {
         true
     }
 
-    /// Takes one record; must not block.
-    fn record(&self, record: OutcomeRecord);
+    /// Takes one record, or refuses it at once; must not block.
+    fn record(&self, record: OutcomeRecord) -> Result<(), Dropped>;
 }
 
 /// Discards everything.
@@ -57,7 +64,9 @@ impl EventSink for NoopSink {
         false
     }
 
-    fn record(&self, _record: OutcomeRecord) {}
+    fn record(&self, _record: OutcomeRecord) -> Result<(), Dropped> {
+        Ok(())
+    }
 }
 
 /// A bounded channel: `try_send`, and a count of records dropped when it is full.
@@ -87,10 +96,11 @@ impl ChannelSink {
 }
 
 impl EventSink for ChannelSink {
-    fn record(&self, record: OutcomeRecord) {
-        if self.tx.try_send(record).is_err() {
+    fn record(&self, record: OutcomeRecord) -> Result<(), Dropped> {
+        self.tx.try_send(record).map_err(|_| {
             self.dropped.fetch_add(1, Ordering::Relaxed);
-        }
+            Dropped
+        })
     }
 }
 
@@ -109,8 +119,8 @@ mod tests {
             fill_ms: None,
             referrer: None,
         };
-        sink.record(record.clone());
-        sink.record(record.clone());
+        assert_eq!(sink.record(record.clone()), Ok(()));
+        assert_eq!(sink.record(record.clone()), Err(Dropped));
         assert_eq!(sink.dropped(), 1);
         let event = rx.try_recv().unwrap().into_event(
             1,

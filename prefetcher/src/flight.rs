@@ -63,9 +63,15 @@ pub enum FillError {
     /// The fill task ended without finishing (panic or shutdown).
     #[error("fill aborted")]
     Aborted,
-    /// A background fill found no spare origin capacity.
+    /// A background (prefetch) fill was shed: no spare origin capacity in time.
     #[error("no spare origin capacity for a background fill")]
     NoCapacity,
+    /// Every fill slot is busy and the user queue is full: retry later.
+    #[error("origin overloaded; retry in {retry_after_s} s")]
+    Overloaded {
+        /// The `Retry-After` value, in seconds.
+        retry_after_s: u32,
+    },
 }
 
 impl FillError {
@@ -73,7 +79,7 @@ impl FillError {
     pub fn status(&self) -> StatusCode {
         match self {
             FillError::Timeout => StatusCode::GATEWAY_TIMEOUT,
-            FillError::NoCapacity => StatusCode::SERVICE_UNAVAILABLE,
+            FillError::NoCapacity | FillError::Overloaded { .. } => StatusCode::SERVICE_UNAVAILABLE,
             _ => StatusCode::BAD_GATEWAY,
         }
     }
@@ -89,6 +95,7 @@ impl FillError {
             FillError::TooLarge(_) => "too_large",
             FillError::Aborted => "aborted",
             FillError::NoCapacity => "no_capacity",
+            FillError::Overloaded { .. } => "overloaded",
         }
     }
 }

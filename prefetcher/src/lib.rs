@@ -13,9 +13,14 @@
 //! - `status`: [`CacheStatus`], the `x-cache` value and metric label.
 //! - `cache`: [`L1Cache`], TTL/jitter/stale-while-revalidate/XFetch rules.
 //! - `flight`: [`FlightRegistry`], [`FillPermit`], [`FlightSubscriber`], [`FillError`].
-//! - `origin`: [`OriginClient`] (timeouts, fill cap, priorities) and [`Tenant`].
+//! - `origin`: [`OriginClient`] (timeouts, pooled connections) and [`Tenant`].
+//! - `limits`: [`FillLimiter`], the user and prefetch classes of origin fills (the
+//!   adaptive prefetch limit, shedding, `Retry-After` under overload).
 //! - `proxy`: [`Node`] (the request path and the fill task), [`app`], [`admin_app`].
 //! - `events`: the [`EventSink`] hook for access events.
+//! - `publisher`: [`EventPublisher`], access events to Kafka (bounded, never blocking).
+//! - `prewarm`: [`PrewarmConsumer`], pre-warm commands from Kafka, checked and counted.
+//! - `run`: [`spawn_node`], a whole node (listeners, publisher, consumer) in-process.
 //! - `metrics`: Prometheus [`Metrics`].
 //! - `server`: [`serve`] (HTTP/1.1 + h2c, graceful shutdown).
 //! - `testing` (feature `testing`): a synthetic origin and test clients.
@@ -24,9 +29,13 @@ mod cache;
 mod config;
 mod events;
 mod flight;
+mod limits;
 mod metrics;
 mod origin;
+mod prewarm;
 mod proxy;
+mod publisher;
+mod run;
 mod server;
 mod status;
 #[cfg(feature = "testing")]
@@ -34,15 +43,20 @@ pub mod testing;
 
 pub use cache::{Entry, L1Cache, Lookup, Storability, classify, xfetch_due};
 pub use config::{
-    CacheConfig, Config, ConfigError, FlightConfig, OriginConfig, TenantConfig, WaitTimeoutPolicy,
+    CacheConfig, Config, ConfigError, FlightConfig, KafkaConfig, OffsetReset, OriginConfig,
+    PrefetchConfig, TenantConfig, WaitTimeoutPolicy,
 };
-pub use events::{ChannelSink, EventSink, NoopSink, OutcomeRecord};
+pub use events::{ChannelSink, Dropped, EventSink, NoopSink, OutcomeRecord};
 pub use flight::{
     Acquire, FillError, FillPermit, FlightKey, FlightRegistry, FlightSubscriber, Head, HeadOutcome,
 };
-pub use metrics::Metrics;
+pub use limits::{FillClass, FillLimiter, FillSlot, retry_after_secs};
+pub use metrics::{Metrics, PREWARM_REJECT_REASONS};
 pub use models::Priority;
 pub use origin::{OriginClient, Tenant};
+pub use prewarm::{PrewarmConsumer, RejectReason, handle_prewarm};
 pub use proxy::{Node, PrewarmError, PrewarmOutcome, X_CACHE, admin_app, app, normalise_key};
+pub use publisher::EventPublisher;
+pub use run::{NodeHandle, NodeOptions, StartError, spawn_node, spawn_node_with};
 pub use server::{ServeOptions, serve, shutdown_signal};
 pub use status::CacheStatus;

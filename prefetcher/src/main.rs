@@ -7,9 +7,8 @@ use std::path::PathBuf;
 use anyhow::Context;
 use clap::Parser;
 use models::TenantId;
-use prefetcher::{Config, Node, ServeOptions, WaitTimeoutPolicy, admin_app, app, serve};
-use tokio::net::TcpListener;
-use tokio::sync::watch;
+use models::{NodeId, RegionId};
+use prefetcher::{Config, WaitTimeoutPolicy, spawn_node};
 
 /// An edge caching proxy that collapses concurrent misses into one origin fill.
 ///
@@ -21,6 +20,13 @@ use tokio::sync::watch;
 ///
 /// Shield mode: point `--origin` at another prefetcher (the regional tier) and each
 /// region makes one origin fill per key.
+///
+/// Kafka (optional): with `--brokers`, the node publishes one access event per
+/// request outcome to `--events-topic` and pre-warms the keys named by commands on
+/// `--prewarm-topic` (for its `--region`, at background priority, within spare
+/// origin capacity); `--region` and `--node` are then required. Without `--brokers`
+/// there is no Kafka at all: the proxy works the same, no events are published and
+/// no pre-warm commands are read.
 ///
 /// Flags override the config file; every flag can also be set by its environment
 /// variable. Metrics (Prometheus text) are on `--admin-listen` at `/metrics`.
@@ -71,6 +77,34 @@ struct Cli {
     #[arg(long, env = "PREFETCHER_XFETCH_BETA")]
     xfetch_beta: Option<f64>,
 
+    /// Most concurrent pre-warm fills (the adaptive prefetch limit's ceiling).
+    #[arg(long, env = "PREFETCHER_PREFETCH_MAX_FILLS")]
+    prefetch_max_fills: Option<usize>,
+
+    /// Kafka bootstrap servers (host:port,...). Without it (and without
+    /// `kafka.brokers` in the config) the node uses no Kafka at all: no access events
+    /// are published and no pre-warm commands are read.
+    #[arg(long, env = "PREFETCHER_BROKERS")]
+    brokers: Option<String>,
+
+    /// This node's region: stamped on access events and matched against a pre-warm
+    /// command's `regions`. Required with --brokers.
+    #[arg(long, env = "PREFETCHER_REGION")]
+    region: Option<RegionId>,
+
+    /// This node's id, unique per node: stamped on access events; the pre-warm
+    /// consumer group is `prefetcher-{node}`. Required with --brokers.
+    #[arg(long, env = "PREFETCHER_NODE")]
+    node: Option<NodeId>,
+
+    /// Topic the access events are published to [default: edge-events].
+    #[arg(long, env = "PREFETCHER_EVENTS_TOPIC")]
+    events_topic: Option<String>,
+
+    /// Topic the pre-warm commands are read from [default: prewarm].
+    #[arg(long, env = "PREFETCHER_PREWARM_TOPIC")]
+    prewarm_topic: Option<String>,
+
     /// Worker threads (default: one per core).
     #[arg(long, env = "PREFETCHER_WORKERS")]
     workers: Option<usize>,
@@ -113,6 +147,25 @@ impl Cli {
         if let Some(v) = self.xfetch_beta {
             config.cache.xfetch_beta = v;
         }
+        if let Some(v) = self.prefetch_max_fills {
+            config.prefetch.max_fills = v;
+            config.prefetch.min_fills = config.prefetch.min_fills.min(v);
+        }
+        if let Some(v) = &self.brokers {
+            config.kafka.brokers = Some(v.clone());
+        }
+        if let Some(v) = &self.region {
+            config.region = Some(v.clone());
+        }
+        if let Some(v) = &self.node {
+            config.node = Some(v.clone());
+        }
+        if let Some(v) = &self.events_topic {
+            config.kafka.events_topic = v.clone();
+        }
+        if let Some(v) = &self.prewarm_topic {
+            config.kafka.prewarm_topic = v.clone();
+        }
         config.validate()?;
         Ok(config)
     }
@@ -135,40 +188,17 @@ fn main() -> anyhow::Result<()> {
 }
 
 async fn run(config: Config) -> anyhow::Result<()> {
-    let node = Node::new(config.clone())?;
-    let listener = TcpListener::bind(config.listen)
-        .await
-        .with_context(|| format!("binding {}", config.listen))?;
-    tracing::info!(listen = %listener.local_addr()?, tenants = config.tenants.len(), "proxy listening");
-    // One signal future fanned out to every listener.
-    let (shutdown_tx, shutdown_rx) = watch::channel(false);
-    let wait_for = |mut rx: watch::Receiver<bool>| async move {
-        let _ = rx.wait_for(|stop| *stop).await;
-    };
-    let mut tasks = Vec::new();
-    if let Some(admin) = config.admin_listen {
-        let admin_listener = TcpListener::bind(admin)
-            .await
-            .with_context(|| format!("binding {admin}"))?;
-        tracing::info!(listen = %admin_listener.local_addr()?, "admin (/metrics) listening");
-        tasks.push(tokio::spawn(serve(
-            admin_listener,
-            admin_app(node.clone()),
-            wait_for(shutdown_rx.clone()),
-            ServeOptions::default(),
-        )));
-    }
-    tasks.push(tokio::spawn(serve(
-        listener,
-        app(node),
-        wait_for(shutdown_rx),
-        ServeOptions::default(),
-    )));
+    let tenants = config.tenants.len();
+    let handle = spawn_node(config).await?;
+    tracing::info!(
+        listen = %handle.addr(),
+        admin = ?handle.admin_addr(),
+        tenants,
+        kafka = handle.kafka_enabled(),
+        "proxy listening"
+    );
     prefetcher::shutdown_signal().await;
-    tracing::info!("shutting down: draining connections");
-    let _ = shutdown_tx.send(true);
-    for task in tasks {
-        let _ = task.await;
-    }
+    tracing::info!("shutting down: draining connections, flushing events");
+    handle.shutdown().await;
     Ok(())
 }

@@ -41,9 +41,44 @@ pub struct Metrics {
     pub fill_seconds: Histogram,
     /// Fills in flight.
     pub flights: Gauge,
-    /// Access events the sink dropped (buffer full).
+    /// Access events dropped: the buffer was full, or Kafka did not take them in time.
     pub events_dropped: Counter,
+    /// Access events Kafka acknowledged.
+    pub events_published: Counter,
+    prefetches_rejected: Family<ReasonLabels, Counter>,
+    /// Pre-warm commands read from Kafka (before any check).
+    pub prefetches_received: Counter,
+    /// Pre-warms that started a new (background) fill.
+    pub prefetches_started: Counter,
+    /// Pre-warms that joined a fill already in flight.
+    pub prefetches_joined: Counter,
+    /// Pre-warms for a key already fresh in the cache (nothing to do).
+    pub prefetches_cached: Counter,
+    /// Queued pre-warm fills promoted to user priority because a user request joined.
+    pub prefetches_promoted: Counter,
+    /// First user hits on pre-warmed entries.
+    pub prefetches_useful: Counter,
+    /// Pre-warmed entries that expired or were evicted before any user hit.
+    pub prefetches_wasted: Counter,
+    /// Pre-warm fills shed for lack of spare origin capacity.
+    pub prefetches_shed: Counter,
+    /// The adaptive prefetch fill limit.
+    pub prefetch_limit: Gauge,
+    /// Pre-warm fills waiting for a prefetch slot.
+    pub prefetch_queued: Gauge,
 }
+
+/// Every reason a pre-warm command is refused (the `reason` label values).
+pub const PREWARM_REJECT_REASONS: [&str; 8] = [
+    "too_large",
+    "malformed",
+    "invalid_field",
+    "unsupported_version",
+    "expired",
+    "other_region",
+    "unknown_tenant",
+    "full",
+];
 
 impl Default for Metrics {
     fn default() -> Self {
@@ -90,8 +125,25 @@ impl Metrics {
             ]),
             flights: Gauge::default(),
             events_dropped: Counter::default(),
+            events_published: Counter::default(),
+            prefetches_rejected: Family::default(),
+            prefetches_received: Counter::default(),
+            prefetches_started: Counter::default(),
+            prefetches_joined: Counter::default(),
+            prefetches_cached: Counter::default(),
+            prefetches_promoted: Counter::default(),
+            prefetches_useful: Counter::default(),
+            prefetches_wasted: Counter::default(),
+            prefetches_shed: Counter::default(),
+            prefetch_limit: Gauge::default(),
+            prefetch_queued: Gauge::default(),
             registry: Registry::default(),
         };
+        for reason in PREWARM_REJECT_REASONS {
+            let _ = m
+                .prefetches_rejected
+                .get_or_create(&ReasonLabels { reason });
+        }
         registry.register(
             "fills_started",
             "Origin fills started",
@@ -125,8 +177,72 @@ impl Metrics {
         registry.register("flights", "Fills in flight", m.flights.clone());
         registry.register(
             "events_dropped",
-            "Access events dropped because the sink was full",
+            "Access events dropped: buffer full, or not delivered to Kafka in time",
             m.events_dropped.clone(),
+        );
+        registry.register(
+            "events_published",
+            "Access events acknowledged by Kafka",
+            m.events_published.clone(),
+        );
+        registry.register(
+            "prefetches_received",
+            "Pre-warm commands read from Kafka",
+            m.prefetches_received.clone(),
+        );
+        registry.register(
+            "prefetches_rejected",
+            "Pre-warm commands refused, by reason",
+            m.prefetches_rejected.clone(),
+        );
+        for (name, help, counter) in [
+            (
+                "prefetches_started",
+                "Pre-warms that started a background fill",
+                &m.prefetches_started,
+            ),
+            (
+                "prefetches_joined",
+                "Pre-warms that joined a fill in flight",
+                &m.prefetches_joined,
+            ),
+            (
+                "prefetches_cached",
+                "Pre-warms for a key already fresh in the cache",
+                &m.prefetches_cached,
+            ),
+            (
+                "prefetches_promoted",
+                "Queued pre-warm fills raised to user priority by a joining user request",
+                &m.prefetches_promoted,
+            ),
+            (
+                "prefetches_useful",
+                "First user hits on pre-warmed entries",
+                &m.prefetches_useful,
+            ),
+            (
+                "prefetches_wasted",
+                "Pre-warmed entries expired or evicted before any user hit",
+                &m.prefetches_wasted,
+            ),
+            (
+                "prefetches_shed",
+                "Pre-warm fills shed for lack of spare origin capacity",
+                &m.prefetches_shed,
+            ),
+        ] {
+            registry.register(name, help, counter.clone());
+        }
+        registry.register(
+            "prefetch_limit",
+            "Adaptive limit of concurrent pre-warm fills",
+            m.prefetch_limit.clone(),
+        );
+        registry.register(
+            "prefetch_queued",
+            "Pre-warm fills waiting for a prefetch slot",
+            m.prefetch_queued.clone(),
         );
         Metrics { registry, ..m }
     }
@@ -150,6 +266,20 @@ impl Metrics {
             .inc();
     }
 
+    /// Counts one refused pre-warm command (`reason` from [`PREWARM_REJECT_REASONS`]).
+    pub fn prewarm_rejected(&self, reason: &'static str) {
+        self.prefetches_rejected
+            .get_or_create(&ReasonLabels { reason })
+            .inc();
+    }
+
+    /// Pre-warm commands refused for `reason` so far.
+    pub fn prewarm_rejections(&self, reason: &'static str) -> u64 {
+        self.prefetches_rejected
+            .get_or_create(&ReasonLabels { reason })
+            .get()
+    }
+
     /// Failed fills so far, all reasons.
     pub fn fill_failures(&self) -> u64 {
         [
@@ -161,6 +291,7 @@ impl Metrics {
             "too_large",
             "aborted",
             "no_capacity",
+            "overloaded",
         ]
         .into_iter()
         .map(|reason| {

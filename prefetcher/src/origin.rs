@@ -1,7 +1,6 @@
 //! The origin client: one keep-alive pool for every tenant's origin, timeouts that
-//! turn a hung origin into an error, and the cap on concurrent fills.
+//! turn a hung origin into an error, and the fill limits ([`FillLimiter`]).
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use axum::body::Body;
@@ -10,11 +9,11 @@ use hyper::body::Incoming;
 use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
-use models::{CacheKey, Priority, TenantId};
-use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+use models::{CacheKey, TenantId};
 
-use crate::config::{OriginConfig, TenantConfig, parse_origin};
+use crate::config::{FlightConfig, OriginConfig, PrefetchConfig, TenantConfig, parse_origin};
 use crate::flight::FillError;
+use crate::limits::FillLimiter;
 
 /// A tenant as the node resolved it from trusted configuration.
 #[derive(Debug)]
@@ -68,20 +67,19 @@ pub(crate) fn strip_hop_by_hop(headers: &mut HeaderMap) {
     headers.remove("x-cache");
 }
 
-/// The origin client and the fill cap.
+/// The origin client and the fill limits.
 #[derive(Clone)]
 pub struct OriginClient {
     client: Client<HttpConnector, Body>,
-    fills: Arc<Semaphore>,
-    reserved_for_user: usize,
+    limiter: FillLimiter,
     header_timeout: Duration,
     body_idle_timeout: Duration,
 }
 
 impl OriginClient {
-    /// A client allowing `max_fills` concurrent fills, `reserved_for_user` of them
-    /// never given to background fills.
-    pub fn new(config: &OriginConfig, max_fills: usize, reserved_for_user: usize) -> Self {
+    /// A client whose fills are limited by `flight` (both classes) and `prefetch`
+    /// (the adaptive prefetch class).
+    pub fn new(config: &OriginConfig, flight: &FlightConfig, prefetch: &PrefetchConfig) -> Self {
         let mut connector = HttpConnector::new();
         connector.set_nodelay(true);
         connector.set_connect_timeout(Some(Duration::from_millis(config.connect_timeout_ms)));
@@ -91,8 +89,7 @@ impl OriginClient {
             .build(connector);
         OriginClient {
             client,
-            fills: Arc::new(Semaphore::new(max_fills)),
-            reserved_for_user,
+            limiter: FillLimiter::new(flight, prefetch),
             header_timeout: Duration::from_millis(config.header_timeout_ms),
             body_idle_timeout: Duration::from_millis(config.body_idle_timeout_ms),
         }
@@ -103,31 +100,9 @@ impl OriginClient {
         self.body_idle_timeout
     }
 
-    /// Fill slots free right now.
-    pub fn free_slots(&self) -> usize {
-        self.fills.available_permits()
-    }
-
-    /// A fill slot. User fills queue for one; background fills take one only from
-    /// spare capacity (above the user reserve) and otherwise fail at once.
-    pub async fn acquire_slot(
-        &self,
-        priority: Priority,
-    ) -> Result<OwnedSemaphorePermit, FillError> {
-        match priority {
-            Priority::User => Arc::clone(&self.fills)
-                .acquire_owned()
-                .await
-                .map_err(|_| FillError::Aborted),
-            Priority::Background => {
-                if self.fills.available_permits() <= self.reserved_for_user {
-                    return Err(FillError::NoCapacity);
-                }
-                Arc::clone(&self.fills)
-                    .try_acquire_owned()
-                    .map_err(|_| FillError::NoCapacity)
-            }
-        }
+    /// The fill limiter (user and prefetch classes).
+    pub fn limiter(&self) -> &FillLimiter {
+        &self.limiter
     }
 
     /// A fill request: `GET` of the key with no client headers at all, so the response

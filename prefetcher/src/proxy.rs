@@ -22,6 +22,7 @@ use crate::events::{EventSink, NoopSink, OutcomeRecord};
 use crate::flight::{
     Acquire, FillError, FillPermit, FlightKey, FlightRegistry, FlightSubscriber, Head, HeadOutcome,
 };
+use crate::limits::FillSlot;
 use crate::metrics::Metrics;
 use crate::origin::{OriginClient, Tenant, strip_hop_by_hop};
 use crate::status::CacheStatus;
@@ -46,9 +47,23 @@ pub enum PrewarmError {
     /// The tenant is not in this node's configuration.
     #[error("unknown tenant {0}")]
     UnknownTenant(String),
+    /// The key is not a valid cache key once normalised.
+    #[error("invalid key: {0}")]
+    InvalidKey(String),
     /// Too many keys in flight.
     #[error("too many fills in flight")]
     Full,
+}
+
+impl PrewarmError {
+    /// The `reason` label it is counted under.
+    pub fn reason(&self) -> &'static str {
+        match self {
+            PrewarmError::UnknownTenant(_) => "unknown_tenant",
+            PrewarmError::InvalidKey(_) => "invalid_field",
+            PrewarmError::Full => "full",
+        }
+    }
 }
 
 /// One edge (or shield) node. Cheap to clone.
@@ -87,6 +102,10 @@ async fn handle(State(node): State<Node>, request: Request) -> Response {
 }
 
 async fn metrics(State(node): State<Node>) -> Response {
+    let limiter = node.inner.origin.limiter();
+    let m = &node.inner.metrics;
+    m.prefetch_limit.set(limiter.prefetch_limit() as i64);
+    m.prefetch_queued.set(limiter.prefetch_queued() as i64);
     let mut response = Response::new(Body::from(node.inner.metrics.encode()));
     response.headers_mut().insert(
         header::CONTENT_TYPE,
@@ -124,6 +143,17 @@ fn error_response(code: StatusCode, status: Option<CacheStatus>, message: &str) 
     headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
     if let Some(s) = status {
         headers.insert(X_CACHE, HeaderValue::from_static(s.as_str()));
+    }
+    response
+}
+
+/// The response for a failed fill; an overloaded origin adds `Retry-After`.
+fn fill_error_response(error: &FillError, status: CacheStatus) -> Response {
+    let mut response = error_response(error.status(), Some(status), &error.to_string());
+    if let FillError::Overloaded { retry_after_s } = error {
+        response
+            .headers_mut()
+            .insert(header::RETRY_AFTER, HeaderValue::from(*retry_after_s));
     }
     response
 }
@@ -225,17 +255,17 @@ impl Node {
             }
             by_id.insert(t.id.clone(), tenant);
         }
-        let origin = OriginClient::new(
-            &config.origin,
-            config.flight.max_fills,
-            config.flight.reserved_for_user,
-        );
+        let origin = OriginClient::new(&config.origin, &config.flight, &config.prefetch);
+        let metrics = Metrics::new();
         Ok(Node {
             inner: Arc::new(NodeInner {
-                cache: L1Cache::new(&config.cache),
+                cache: L1Cache::with_waste_counter(
+                    &config.cache,
+                    metrics.prefetches_wasted.clone(),
+                ),
                 registry: FlightRegistry::new(config.flight.max_flights),
                 origin,
-                metrics: Metrics::new(),
+                metrics,
                 sink,
                 by_host,
                 fallback,
@@ -263,6 +293,17 @@ impl Node {
     /// The L1 cache.
     pub fn cache(&self) -> &L1Cache {
         &self.inner.cache
+    }
+
+    /// The origin client and its fill limits.
+    pub fn origin(&self) -> &OriginClient {
+        &self.inner.origin
+    }
+
+    fn emit(&self, record: OutcomeRecord) {
+        if self.inner.sink.record(record).is_err() {
+            self.inner.metrics.events_dropped.inc();
+        }
     }
 
     /// The tenant selected by the request's host, from configuration only.
@@ -330,6 +371,7 @@ impl Node {
                     self.refresh(&ctx, true);
                 }
                 let status = if entry.take_prefetched() {
+                    self.inner.metrics.prefetches_useful.inc();
                     CacheStatus::Prefetched
                 } else {
                     CacheStatus::Hit
@@ -352,7 +394,7 @@ impl Node {
             return;
         }
         if let Some(outcome) = status.outcome() {
-            self.inner.sink.record(OutcomeRecord {
+            self.emit(OutcomeRecord {
                 tenant: ctx.key.tenant().clone(),
                 key: ctx.key.key().clone(),
                 outcome,
@@ -374,11 +416,16 @@ impl Node {
         for _ in 0..3 {
             match self.inner.registry.acquire(&ctx.key, Priority::User) {
                 Acquire::Full => {
-                    return error_response(
+                    self.inner.metrics.request(CacheStatus::Miss);
+                    let mut response = error_response(
                         StatusCode::SERVICE_UNAVAILABLE,
                         Some(CacheStatus::Miss),
                         "too many fills in flight",
                     );
+                    response
+                        .headers_mut()
+                        .insert(header::RETRY_AFTER, HeaderValue::from(1u32));
+                    return response;
                 }
                 Acquire::Lead(permit) => {
                     let subscriber = permit.subscribe();
@@ -424,7 +471,7 @@ impl Node {
             HeadOutcome::Bypass(None) => self.direct(ctx).await,
             HeadOutcome::Failed(e) => {
                 self.inner.metrics.request(CacheStatus::Miss);
-                error_response(e.status(), Some(CacheStatus::Miss), &e.to_string())
+                fill_error_response(&e, CacheStatus::Miss)
             }
         }
     }
@@ -469,29 +516,34 @@ impl Node {
                 ))
             }
             Ok(HeadOutcome::Bypass(_)) => Some(self.direct(ctx).await),
-            Ok(HeadOutcome::Failed(FillError::Aborted)) => None,
+            // An aborted fill, or a prefetch shed just before this request could
+            // promote it: lead a fresh fill at user priority.
+            Ok(HeadOutcome::Failed(FillError::Aborted | FillError::NoCapacity)) => None,
             Ok(HeadOutcome::Failed(e)) => {
                 self.inner.metrics.request(CacheStatus::Collapsed);
-                Some(error_response(
-                    e.status(),
-                    Some(CacheStatus::Collapsed),
-                    &e.to_string(),
-                ))
+                Some(fill_error_response(&e, CacheStatus::Collapsed))
             }
         }
     }
 
     /// An uncollapsed, uncached GET of the key (hedges and per-user responses).
     async fn direct(&self, ctx: &Ctx) -> Response {
-        let response = match self.inner.origin.acquire_slot(Priority::User).await {
+        let started = Instant::now();
+        let response = match self.inner.origin.limiter().acquire_user().await {
             Ok(_slot) => self.inner.origin.get(&ctx.tenant, ctx.key.key()).await,
             Err(e) => Err(e),
         };
-        self.inner.metrics.request(CacheStatus::Miss);
         match response {
             Ok(response) => {
                 let (mut parts, body) = response.into_parts();
                 strip_hop_by_hop(&mut parts.headers);
+                let bytes = content_length(&parts.headers).unwrap_or(0);
+                self.answered(
+                    ctx,
+                    CacheStatus::Miss,
+                    bytes,
+                    Some(millis(started.elapsed())),
+                );
                 let head = Head {
                     status: parts.status,
                     headers: parts.headers,
@@ -503,7 +555,10 @@ impl Node {
                 };
                 with_head(&head, body, CacheStatus::Miss)
             }
-            Err(e) => error_response(e.status(), Some(CacheStatus::Miss), &e.to_string()),
+            Err(e) => {
+                self.inner.metrics.request(CacheStatus::Miss);
+                fill_error_response(&e, CacheStatus::Miss)
+            }
         }
     }
 
@@ -525,7 +580,9 @@ impl Node {
 
     /// Pre-warms `key` through the same single-flight path at background priority:
     /// joins a fill in flight instead of starting another, and marks the stored entry
-    /// so the first user hit reports `PREFETCHED`.
+    /// so the first user hit reports `PREFETCHED`. The origin is the tenant's own
+    /// from configuration; the key is normalised like a request's (sorted query).
+    /// Counted in the `prefetches_{started,joined,cached}` metrics.
     pub fn prewarm(
         &self,
         tenant: &TenantId,
@@ -534,18 +591,54 @@ impl Node {
         let Some(t) = self.inner.by_id.get(tenant) else {
             return Err(PrewarmError::UnknownTenant(tenant.to_string()));
         };
+        let key = key
+            .as_str()
+            .parse::<Uri>()
+            .map_err(|e| e.to_string())
+            .and_then(|uri| normalise_key(&uri).map_err(|e| e.to_string()))
+            .map_err(PrewarmError::InvalidKey)?;
         let fkey = FlightKey::new(tenant.clone(), key);
+        let metrics = &self.inner.metrics;
         if self.inner.cache.get_fresh(&fkey).is_some() {
+            metrics.prefetches_cached.inc();
             return Ok(PrewarmOutcome::Cached);
         }
         match self.inner.registry.acquire(&fkey, Priority::Background) {
             Acquire::Lead(permit) => {
+                metrics.prefetches_started.inc();
                 self.spawn_fill(permit, Arc::clone(t), false);
                 Ok(PrewarmOutcome::Started)
             }
-            Acquire::Join(_) => Ok(PrewarmOutcome::Joined),
+            Acquire::Join(_) => {
+                metrics.prefetches_joined.inc();
+                Ok(PrewarmOutcome::Joined)
+            }
             Acquire::Full => Err(PrewarmError::Full),
         }
+    }
+
+    /// A fill slot for `permit`'s class. A background fill waits (bounded) for a
+    /// prefetch slot; if a user request joins meanwhile, it leaves the prefetch queue
+    /// and takes a user slot (priority inheritance).
+    async fn fill_slot(&self, permit: &FillPermit) -> Result<FillSlot, FillError> {
+        let limiter = self.inner.origin.limiter();
+        if permit.priority() == Priority::User {
+            return limiter.acquire_user().await;
+        }
+        let shed = tokio::select! {
+            biased;
+            () = permit.promoted() => None,
+            slot = limiter.acquire_prefetch() => match slot {
+                Ok(slot) => return Ok(slot),
+                Err(e) => Some(e),
+            },
+        };
+        if permit.priority() == Priority::User {
+            self.inner.metrics.prefetches_promoted.inc();
+            return limiter.acquire_user().await;
+        }
+        self.inner.metrics.prefetches_shed.inc();
+        Err(shed.unwrap_or(FillError::NoCapacity))
     }
 
     /// Runs the fill in its own task: the leader's client may vanish, the fill goes on
@@ -569,7 +662,8 @@ impl Node {
             permit.complete(|| {});
             return;
         }
-        let _slot = match inner.origin.acquire_slot(permit.priority()).await {
+        let prewarm = permit.priority() == Priority::Background;
+        let slot = match self.fill_slot(&permit).await {
             Ok(slot) => slot,
             Err(e) => return self.fail(permit, e),
         };
@@ -580,8 +674,14 @@ impl Node {
         });
         let started = Instant::now();
         let response = match inner.origin.get(&tenant, key.key()).await {
-            Ok(r) => r,
-            Err(e) => return self.fail(permit, e),
+            Ok(r) => {
+                slot.record(Some(started.elapsed()));
+                r
+            }
+            Err(e) => {
+                slot.record(None);
+                return self.fail(permit, e);
+            }
         };
         let (parts, mut body) = response.into_parts();
         let mut headers = parts.headers;
@@ -639,6 +739,8 @@ impl Node {
         }
         let fill_time = started.elapsed();
         inner.metrics.fill_seconds.observe(fill_time.as_secs_f64());
+        // Only an entry no user has waited for is "prefetched"; a promoted fill served
+        // its user already.
         let background = permit.priority() == Priority::Background;
         permit.complete(|| {
             if let Storability::Store { ttl, grace } = storability {
@@ -661,8 +763,8 @@ impl Node {
                 inner.cache.insert(key.clone(), entry);
             }
         });
-        if background && inner.sink.enabled() {
-            inner.sink.record(OutcomeRecord {
+        if prewarm && inner.sink.enabled() {
+            self.emit(OutcomeRecord {
                 tenant: key.tenant().clone(),
                 key: key.key().clone(),
                 outcome: Outcome::PrefetchFill,

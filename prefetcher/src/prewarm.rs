@@ -1,0 +1,183 @@
+//! The pre-warm consumer: reads [`PrewarmCommand`]s from `kafka.prewarm_topic` and
+//! pre-warms through the node's own single-flight path ([`Node::prewarm`]).
+//!
+//! Every node reads every command: each node is its own consumer group
+//! (`prefetcher-{node}` unless `kafka.group_id` says otherwise). Each message is
+//! untrusted input, checked in this order, and a refusal is counted in
+//! `prefetcher_prefetches_rejected_total{reason}`, never a crash or a stalled
+//! partition:
+//!
+//! 1. the codec (`too_large`, `malformed`, `invalid_field`, `unsupported_version`):
+//!    it already refuses a key that is a URL, escapes with `..`, or is oversized;
+//! 2. `expired`: past `expires_at_ms`;
+//! 3. `other_region`: the command's `regions` do not include this node's region;
+//! 4. `unknown_tenant`: the tenant is not in this node's configuration (the origin
+//!    always comes from that configuration, never from the command);
+//! 5. `full`: too many keys in flight.
+//!
+//! Whatever `priority` a command asks for, the fill runs in the prefetch class: a
+//! forged command cannot claim user capacity. Offsets are stored after a message is
+//! handled and committed in the background (at-least-once; a replayed pre-warm is
+//! harmless, it finds the entry cached or joins the flight).
+
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use models::{PrewarmCommand, RegionId, decode};
+use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext, Rebalance, StreamConsumer};
+use rdkafka::error::{KafkaError, KafkaResult};
+use rdkafka::message::Message;
+use rdkafka::{ClientContext, TopicPartitionList};
+use tokio::sync::watch;
+
+use crate::config::Config;
+use crate::proxy::{Node, PrewarmOutcome};
+use crate::publisher::client_config;
+
+/// Logs rebalances and commits.
+struct LoggingContext;
+
+impl ClientContext for LoggingContext {}
+
+impl ConsumerContext for LoggingContext {
+    fn pre_rebalance(&self, _consumer: &BaseConsumer<Self>, rebalance: &Rebalance<'_>) {
+        tracing::info!(?rebalance, "pre-warm consumer: rebalance starting");
+    }
+
+    fn post_rebalance(&self, _consumer: &BaseConsumer<Self>, rebalance: &Rebalance<'_>) {
+        tracing::info!(?rebalance, "pre-warm consumer: rebalance done");
+    }
+
+    fn commit_callback(&self, result: KafkaResult<()>, _offsets: &TopicPartitionList) {
+        match result {
+            Ok(()) => tracing::debug!("pre-warm consumer: offsets committed"),
+            Err(error) => tracing::warn!(%error, "pre-warm consumer: commit failed"),
+        }
+    }
+}
+
+/// Why a pre-warm command was not acted on: the `reason` label it is counted under.
+pub type RejectReason = &'static str;
+
+/// Checks one message payload against the node and, if it passes, pre-warms.
+/// `now_ms` is the wall clock in milliseconds since the Unix epoch.
+pub fn handle_prewarm(
+    node: &Node,
+    region: &RegionId,
+    payload: Option<&[u8]>,
+    now_ms: u64,
+) -> Result<PrewarmOutcome, RejectReason> {
+    let command: PrewarmCommand = decode(payload.unwrap_or_default()).map_err(|e| e.reason())?;
+    if command.is_expired(now_ms) {
+        return Err("expired");
+    }
+    if !command.regions.includes(region) {
+        return Err("other_region");
+    }
+    node.prewarm(&command.tenant, command.key)
+        .map_err(|e| e.reason())
+}
+
+/// The wall clock in milliseconds since the Unix epoch.
+pub(crate) fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
+}
+
+/// A node's pre-warm consumer.
+pub struct PrewarmConsumer {
+    consumer: StreamConsumer<LoggingContext>,
+    node: Node,
+    region: RegionId,
+    topic: String,
+}
+
+impl std::fmt::Debug for PrewarmConsumer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PrewarmConsumer")
+            .field("topic", &self.topic)
+            .field("region", &self.region)
+            .finish_non_exhaustive()
+    }
+}
+
+impl PrewarmConsumer {
+    /// A consumer for `node`, configured by its validated config (Kafka on), already
+    /// subscribed to `kafka.prewarm_topic`.
+    pub fn new(node: Node) -> Result<PrewarmConsumer, KafkaError> {
+        let config: &Config = node.config();
+        let Some(region) = config.region.clone() else {
+            return Err(KafkaError::ClientCreation(
+                "the pre-warm consumer needs `region` in the config".into(),
+            ));
+        };
+        let kafka = &config.kafka;
+        let consumer: StreamConsumer<LoggingContext> = client_config(kafka)
+            .set("group.id", config.prewarm_group())
+            .set("auto.offset.reset", kafka.prewarm_offset_reset.as_str())
+            // Offsets are stored by hand after a message is handled, then committed
+            // by the background auto-commit.
+            .set("enable.auto.commit", "true")
+            .set("enable.auto.offset.store", "false")
+            .set("auto.commit.interval.ms", "1000")
+            .set("session.timeout.ms", "10000")
+            .create_with_context(LoggingContext)?;
+        consumer.subscribe(&[&kafka.prewarm_topic])?;
+        let topic = kafka.prewarm_topic.clone();
+        Ok(PrewarmConsumer {
+            consumer,
+            node,
+            region,
+            topic,
+        })
+    }
+
+    /// Reads and handles commands until `shutdown` turns true, then commits the
+    /// stored offsets.
+    pub async fn run(self, mut shutdown: watch::Receiver<bool>) {
+        tracing::info!(topic = %self.topic, region = %self.region, "pre-warm consumer started");
+        let metrics = self.node.metrics();
+        loop {
+            let message = tokio::select! {
+                message = self.consumer.recv() => message,
+                _ = shutdown.wait_for(|stop| *stop) => break,
+            };
+            let message = match message {
+                Ok(message) => message,
+                Err(error) => {
+                    // Broker gone, rebalance in progress, ...: warn and keep going.
+                    tracing::warn!(%error, "pre-warm consumer: receive failed");
+                    tokio::time::sleep(Duration::from_millis(200)).await;
+                    continue;
+                }
+            };
+            metrics.prefetches_received.inc();
+            match handle_prewarm(&self.node, &self.region, message.payload(), now_ms()) {
+                Ok(outcome) => tracing::debug!(?outcome, "pre-warm"),
+                Err(reason) => {
+                    metrics.prewarm_rejected(reason);
+                    tracing::debug!(
+                        reason,
+                        partition = message.partition(),
+                        offset = message.offset(),
+                        "pre-warm command refused"
+                    );
+                }
+            }
+            if let Err(error) = self.consumer.store_offset_from_message(&message) {
+                tracing::warn!(%error, "pre-warm consumer: storing the offset failed");
+            }
+        }
+        if let Err(error) = self
+            .consumer
+            .commit_consumer_state(rdkafka::consumer::CommitMode::Sync)
+            && !matches!(
+                error,
+                KafkaError::ConsumerCommit(rdkafka::types::RDKafkaErrorCode::NoOffset)
+            )
+        {
+            tracing::warn!(%error, "pre-warm consumer: final commit failed");
+        }
+        tracing::info!("pre-warm consumer stopped");
+    }
+}

@@ -1,0 +1,221 @@
+//! Starting a whole node in-process: the proxy listener, the admin listener, and with
+//! Kafka on, the access-event publisher and the pre-warm consumer. The binary uses
+//! it, and so can a demo or a test that runs several nodes in one process.
+//!
+//! ```no_run
+//! # async fn demo() -> Result<(), prefetcher::StartError> {
+//! use prefetcher::{Config, spawn_node};
+//! let mut config = Config::single_origin(
+//!     "127.0.0.1:0".parse().unwrap(),
+//!     "acme".parse().unwrap(),
+//!     "http://127.0.0.1:9000",
+//! );
+//! config.region = Some("eu-west".parse().unwrap());
+//! config.node = Some("edge-1".parse().unwrap());
+//! config.kafka.brokers = Some("127.0.0.1:9092".into());
+//! let node = spawn_node(config).await?;
+//! println!("edge-1 at {}", node.url());
+//! node.shutdown().await;
+//! # Ok(()) }
+//! ```
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use rdkafka::error::KafkaError;
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+
+use crate::config::{Config, ConfigError};
+use crate::events::ChannelSink;
+use crate::prewarm::PrewarmConsumer;
+use crate::proxy::{Node, admin_app, app};
+use crate::publisher::EventPublisher;
+use crate::server::{ServeOptions, serve};
+
+/// Why a node could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    /// The configuration is invalid.
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+    /// A listener could not bind.
+    #[error("binding {addr}: {source}")]
+    Bind {
+        /// The address.
+        addr: SocketAddr,
+        /// The I/O error.
+        source: std::io::Error,
+    },
+    /// A Kafka client could not be created (bad librdkafka property and the like;
+    /// an unreachable broker is *not* an error: the node serves and counts drops).
+    #[error("kafka: {0}")]
+    Kafka(#[from] KafkaError),
+}
+
+/// Options of [`spawn_node_with`].
+#[derive(Debug, Clone)]
+pub struct NodeOptions {
+    /// HTTP serving options (h2c streams, drain grace).
+    pub serve: ServeOptions,
+    /// How long the publisher may flush buffered events at shutdown.
+    pub flush_grace: Duration,
+}
+
+impl Default for NodeOptions {
+    fn default() -> Self {
+        NodeOptions {
+            serve: ServeOptions::default(),
+            flush_grace: Duration::from_secs(5),
+        }
+    }
+}
+
+/// A running node. Dropping it starts the shutdown; [`NodeHandle::shutdown`] also
+/// waits for connections to drain and buffered events to flush.
+#[derive(Debug)]
+pub struct NodeHandle {
+    addr: SocketAddr,
+    admin_addr: Option<SocketAddr>,
+    node: Node,
+    kafka: bool,
+    shutdown_tx: watch::Sender<bool>,
+    tasks: Vec<JoinHandle<()>>,
+}
+
+impl std::fmt::Debug for Node {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Node")
+            .field("node", &self.config().node)
+            .field("region", &self.config().region)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Starts a node with default [`NodeOptions`]. See [`spawn_node_with`].
+pub async fn spawn_node(config: Config) -> Result<NodeHandle, StartError> {
+    spawn_node_with(config, NodeOptions::default()).await
+}
+
+/// Validates `config`, binds `config.listen` (port 0 picks a free one) and
+/// `config.admin_listen`, and serves. With `kafka.brokers` set it also starts the
+/// access-event publisher and the pre-warm consumer; without, no Kafka client exists.
+pub async fn spawn_node_with(
+    config: Config,
+    options: NodeOptions,
+) -> Result<NodeHandle, StartError> {
+    config.validate()?;
+    let kafka = config.kafka.enabled();
+    let (node, events_rx) = if kafka {
+        let (sink, events_rx) = ChannelSink::new(config.kafka.event_buffer);
+        (
+            Node::with_sink(config.clone(), std::sync::Arc::new(sink))?,
+            Some(events_rx),
+        )
+    } else {
+        (Node::new(config.clone())?, None)
+    };
+    let bind = |addr: SocketAddr| async move {
+        TcpListener::bind(addr)
+            .await
+            .map_err(|source| StartError::Bind { addr, source })
+    };
+    let listener = bind(config.listen).await?;
+    let addr = listener.local_addr().map_err(|source| StartError::Bind {
+        addr: config.listen,
+        source,
+    })?;
+    let admin_listener = match config.admin_listen {
+        Some(a) => Some(bind(a).await?),
+        None => None,
+    };
+    let admin_addr = admin_listener.as_ref().and_then(|l| l.local_addr().ok());
+    // Create the Kafka clients before spawning anything, so a bad property fails the
+    // start instead of leaving half a node running.
+    let kafka_parts = match events_rx {
+        Some(events_rx) => Some((
+            EventPublisher::new(&config, node.metrics())?,
+            events_rx,
+            PrewarmConsumer::new(node.clone())?,
+        )),
+        None => None,
+    };
+    let (shutdown_tx, shutdown_rx) = watch::channel(false);
+    let stopped = |mut rx: watch::Receiver<bool>| async move {
+        let _ = rx.wait_for(|stop| *stop).await;
+    };
+    let mut tasks = Vec::new();
+    if let Some(admin_listener) = admin_listener {
+        tasks.push(tokio::spawn(serve(
+            admin_listener,
+            admin_app(node.clone()),
+            stopped(shutdown_rx.clone()),
+            options.serve.clone(),
+        )));
+    }
+    tasks.push(tokio::spawn(serve(
+        listener,
+        app(node.clone()),
+        stopped(shutdown_rx.clone()),
+        options.serve.clone(),
+    )));
+    if let Some((publisher, events_rx, consumer)) = kafka_parts {
+        tasks.push(tokio::spawn(publisher.run(
+            events_rx,
+            shutdown_rx.clone(),
+            options.flush_grace,
+        )));
+        tasks.push(tokio::spawn(consumer.run(shutdown_rx)));
+    }
+    tracing::info!(%addr, ?admin_addr, kafka, "node started");
+    Ok(NodeHandle {
+        addr,
+        admin_addr,
+        node,
+        kafka,
+        shutdown_tx,
+        tasks,
+    })
+}
+
+impl NodeHandle {
+    /// The proxy's address.
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// `http://` + the proxy's address.
+    pub fn url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    /// The admin listener's address (`/metrics`, `/healthz`), if configured.
+    pub fn admin_addr(&self) -> Option<SocketAddr> {
+        self.admin_addr
+    }
+
+    /// The node (metrics, cache, registry, `prewarm`).
+    pub fn node(&self) -> &Node {
+        &self.node
+    }
+
+    /// Whether the Kafka publisher and consumer run.
+    pub fn kafka_enabled(&self) -> bool {
+        self.kafka
+    }
+
+    /// Stops accepting, drains connections, flushes events and commits offsets.
+    pub async fn shutdown(mut self) {
+        let _ = self.shutdown_tx.send(true);
+        for task in std::mem::take(&mut self.tasks) {
+            let _ = task.await;
+        }
+    }
+}
+
+impl Drop for NodeHandle {
+    fn drop(&mut self) {
+        let _ = self.shutdown_tx.send(true);
+    }
+}
