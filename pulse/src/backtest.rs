@@ -6,6 +6,7 @@
 use std::io::{BufRead, BufWriter, Write};
 use std::path::Path;
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use models::{AccessEvent, PrewarmCommand, ScoringModel, decode, encode};
 use serde::Serialize;
@@ -57,6 +58,8 @@ pub struct Replay {
     pub applied: usize,
     /// Events the heat map refused (too old, tenant limit).
     pub refused: usize,
+    /// Decision latency of each tick that sent commands.
+    pub decision_times: Vec<Duration>,
 }
 
 /// A heat map and a predictor fed one event at a time, ticking on event time: the
@@ -72,6 +75,9 @@ pub struct Replayer {
     pub applied: usize,
     /// Events the heat map refused.
     pub refused: usize,
+    /// Wall time of each tick that sent commands: from the last event applied to the
+    /// commands in hand (the decision latency).
+    pub decision_times: Vec<Duration>,
 }
 
 impl Replayer {
@@ -84,6 +90,7 @@ impl Replayer {
             next_tick: None,
             applied: 0,
             refused: 0,
+            decision_times: Vec::new(),
         }
     }
 
@@ -93,7 +100,12 @@ impl Replayer {
         let mut commands = Vec::new();
         let next_tick = self.next_tick.get_or_insert(event.ts_ms + self.tick_ms);
         while event.ts_ms >= *next_tick {
-            commands.extend(self.predictor.tick(&self.heat, self.heat.now_ms()));
+            let started = Instant::now();
+            let sent = self.predictor.tick(&self.heat, self.heat.now_ms());
+            if !sent.is_empty() {
+                self.decision_times.push(started.elapsed());
+            }
+            commands.extend(sent);
             *next_tick += self.tick_ms;
         }
         match self.heat.apply(event) {
@@ -139,6 +151,7 @@ pub fn replay(
         samples: predictor.take_samples(),
         applied: replayer.applied,
         refused: replayer.refused,
+        decision_times: std::mem::take(&mut replayer.decision_times),
     }
 }
 
@@ -163,6 +176,8 @@ pub struct BacktestRow {
     pub useful: usize,
     /// Commands that expired with no request in any warmed region.
     pub wasted: usize,
+    /// 99th percentile of the decision latency (last event applied → commands sent).
+    pub decision_p99: Option<Duration>,
 }
 
 /// Scores one replay against the trace's truth (if any).
@@ -235,7 +250,16 @@ pub fn score(replay: &Replay, threshold: f64, truth: Option<&[Burst]>) -> Backte
         median_lead_ms: leads.get(leads.len() / 2).copied(),
         useful,
         wasted,
+        decision_p99: percentile(&replay.decision_times, 0.99),
     }
+}
+
+/// The `q` quantile of `times` (nearest rank).
+pub fn percentile(times: &[Duration], q: f64) -> Option<Duration> {
+    let mut sorted = times.to_vec();
+    sorted.sort_unstable();
+    let rank = ((sorted.len() as f64 * q).ceil() as usize).clamp(1, sorted.len().max(1));
+    sorted.get(rank - 1).copied()
 }
 
 fn ratio(part: usize, whole: usize) -> f64 {

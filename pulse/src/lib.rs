@@ -35,8 +35,8 @@ pub use api::{
     openapi,
 };
 pub use backtest::{
-    BacktestRow, EventFile, Replay, ReplayOptions, Replayer, backtest, read_events, replay,
-    score as score_replay, write_events,
+    BacktestRow, EventFile, Replay, ReplayOptions, Replayer, backtest, percentile, read_events,
+    replay, score as score_replay, write_events,
 };
 pub use broker::{BrokerError, EmbeddedBroker};
 pub use checkpoint::{

@@ -387,8 +387,10 @@ fn backtest(args: BacktestArgs) -> anyhow::Result<()> {
         None => pulse::default_model(),
     };
     println!("model {}, {} events", model.name, events.len());
-    println!("| threshold | commands | precision | recall | median lead | useful | wasted |");
-    println!("|---:|---:|---:|---:|---:|---:|---:|");
+    println!(
+        "| threshold | commands | precision | recall | median lead | useful | wasted | decision p99 |"
+    );
+    println!("|---:|---:|---:|---:|---:|---:|---:|---:|");
     let model = Arc::new(model);
     for threshold in &args.thresholds {
         let row = &pulse::backtest(
@@ -399,7 +401,7 @@ fn backtest(args: BacktestArgs) -> anyhow::Result<()> {
             &pulse::ReplayOptions::default(),
         )[0];
         println!(
-            "| {:.2} | {} | {:.3} | {} | {} | {} | {} |",
+            "| {:.2} | {} | {:.3} | {} | {} | {} | {} | {} |",
             row.threshold,
             row.commands,
             row.precision,
@@ -407,7 +409,11 @@ fn backtest(args: BacktestArgs) -> anyhow::Result<()> {
             row.median_lead_ms
                 .map_or("n/a".into(), |ms| format!("{:.1} s", ms as f64 / 1000.0)),
             row.useful,
-            row.wasted
+            row.wasted,
+            row.decision_p99.map_or("n/a".into(), |d| format!(
+                "{:.2} ms",
+                d.as_secs_f64() * 1000.0
+            ))
         );
     }
     Ok(())

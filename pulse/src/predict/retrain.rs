@@ -71,3 +71,86 @@ pub fn retrain(
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use models::Features;
+
+    use super::*;
+
+    /// Viral samples accelerate and spread; quiet ones do not.
+    fn samples(n: usize, flip: impl Fn(usize) -> bool) -> Vec<Sample> {
+        (0..n)
+            .map(|i| {
+                let viral = i % 3 == 0;
+                let mut f = Features::default();
+                let jitter = (i % 7) as f64;
+                f.velocity_1s = if viral { 80.0 + jitter } else { 20.0 + jitter };
+                f.new_regions_10s = if viral { 1.0 + (i % 2) as f64 } else { 0.0 };
+                f.referrer_social_share = if viral { 0.5 } else { 0.05 } + jitter / 100.0;
+                Sample {
+                    ts_ms: i as u64,
+                    tenant: "acme".parse().unwrap(),
+                    key: format!("/k{i}").parse().unwrap(),
+                    features: f,
+                    viral: viral != flip(i),
+                }
+            })
+            .collect()
+    }
+
+    fn fit(samples: &[Sample]) -> ScoringModel {
+        let pairs: Vec<_> = samples.iter().map(|s| (s.features, s.viral)).collect();
+        ScoringModel::train(&pairs, &[], &TrainOptions::default()).unwrap()
+    }
+
+    #[test]
+    fn a_better_candidate_replaces_a_bad_model() {
+        let inverted = fit(&samples(300, |_| true));
+        match retrain(
+            &inverted,
+            &samples(500, |_| false),
+            0.2,
+            &TrainOptions::default(),
+        ) {
+            RetrainOutcome::Replace {
+                candidate, current, ..
+            } => {
+                assert!(
+                    candidate.recall() > current.recall(),
+                    "{candidate:?} vs {current:?}"
+                );
+            }
+            other => panic!("expected a replacement, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_worse_candidate_is_not_used() {
+        let good = fit(&samples(300, |_| false));
+        // The training part's labels are garbage; the held-out part is right.
+        let mixed = samples(500, |i| i < 400 && i % 2 == 0);
+        match retrain(&good, &mixed, 0.2, &TrainOptions::default()) {
+            RetrainOutcome::Keep { candidate, current } => {
+                assert!(
+                    f1(&candidate) < f1(&current),
+                    "{candidate:?} vs {current:?}"
+                );
+            }
+            other => panic!("expected to keep the current model, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn held_out_samples_need_a_viral_one() {
+        let good = fit(&samples(300, |_| false));
+        let quiet: Vec<_> = samples(100, |_| false)
+            .into_iter()
+            .filter(|s| !s.viral)
+            .collect();
+        assert!(matches!(
+            retrain(&good, &quiet, 0.2, &TrainOptions::default()),
+            RetrainOutcome::NotEnoughData(_)
+        ));
+    }
+}
