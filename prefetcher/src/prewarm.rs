@@ -168,15 +168,18 @@ impl PrewarmConsumer {
                 tracing::warn!(%error, "pre-warm consumer: storing the offset failed");
             }
         }
-        if let Err(error) = self
-            .consumer
-            .commit_consumer_state(rdkafka::consumer::CommitMode::Sync)
-            && !matches!(
-                error,
-                KafkaError::ConsumerCommit(rdkafka::types::RDKafkaErrorCode::NoOffset)
-            )
-        {
-            tracing::warn!(%error, "pre-warm consumer: final commit failed");
+        // A synchronous commit blocks on the broker: keep it off the async threads.
+        let consumer = self.consumer;
+        let committed = tokio::task::spawn_blocking(move || {
+            consumer.commit_consumer_state(rdkafka::consumer::CommitMode::Sync)
+        })
+        .await;
+        match committed {
+            Ok(Ok(())) => {}
+            // Nothing consumed since the last commit.
+            Ok(Err(KafkaError::ConsumerCommit(rdkafka::types::RDKafkaErrorCode::NoOffset))) => {}
+            Ok(Err(error)) => tracing::warn!(%error, "pre-warm consumer: final commit failed"),
+            Err(error) => tracing::warn!(%error, "pre-warm consumer: final commit panicked"),
         }
         tracing::info!("pre-warm consumer stopped");
     }
