@@ -157,6 +157,10 @@ pub enum WaitTimeoutPolicy {
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct FlightConfig {
+    /// Whether concurrent misses for one key share one origin fill (the default).
+    /// `false` makes every miss fetch on its own, as plain cache-aside does: only
+    /// for measuring the baseline that collapsing is compared with.
+    pub collapse: bool,
     /// Longest a waiter waits for the leader's response head.
     pub wait_timeout_ms: u64,
     /// What a waiter does then.
@@ -177,6 +181,7 @@ pub struct FlightConfig {
 impl Default for FlightConfig {
     fn default() -> Self {
         FlightConfig {
+            collapse: true,
             wait_timeout_ms: 3_000,
             on_wait_timeout: WaitTimeoutPolicy::Hedge,
             max_fills: 256,

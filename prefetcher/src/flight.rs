@@ -249,7 +249,29 @@ impl FlightRegistry {
         if flights.len() >= self.inner.max_flights {
             return Acquire::Full;
         }
-        let flight = Arc::new(Flight {
+        let flight = self.new_flight(key, priority);
+        flights.insert(key.clone(), Arc::clone(&flight));
+        drop(flights);
+        Acquire::Lead(FillPermit {
+            registry: self.clone(),
+            flight,
+            finished: false,
+        })
+    }
+
+    /// Leads a fill that no one can join: every miss fetches on its own. Only the
+    /// "no collapsing" baseline of the reference scenario uses it. The flight is never
+    /// in the map, so its permit's cleanup removes nothing.
+    pub fn lead_alone(&self, key: &FlightKey, priority: Priority) -> FillPermit {
+        FillPermit {
+            registry: self.clone(),
+            flight: self.new_flight(key, priority),
+            finished: false,
+        }
+    }
+
+    fn new_flight(&self, key: &FlightKey, priority: Priority) -> Arc<Flight> {
+        Arc::new(Flight {
             id: self.inner.next_id.fetch_add(1, Ordering::Relaxed),
             key: key.clone(),
             progress: watch::Sender::new(Progress::default()),
@@ -257,13 +279,6 @@ impl FlightRegistry {
             promoted: Notify::new(),
             waiters: AtomicUsize::new(0),
             leader_body: Mutex::new(None),
-        });
-        flights.insert(key.clone(), Arc::clone(&flight));
-        drop(flights);
-        Acquire::Lead(FillPermit {
-            registry: self.clone(),
-            flight,
-            finished: false,
         })
     }
 

@@ -413,6 +413,12 @@ impl Node {
     }
 
     async fn miss(&self, ctx: Ctx) -> Response {
+        if !self.inner.config.flight.collapse {
+            let permit = self.inner.registry.lead_alone(&ctx.key, Priority::User);
+            let subscriber = permit.subscribe();
+            self.spawn_fill(permit, Arc::clone(&ctx.tenant), false);
+            return self.lead(subscriber, &ctx).await;
+        }
         for _ in 0..3 {
             match self.inner.registry.acquire(&ctx.key, Priority::User) {
                 Acquire::Full => {

@@ -68,6 +68,32 @@ async fn wait_waiters(node: &TestNode, n: u64) {
     .await;
 }
 
+/// The baseline the reference scenario measures collapsing against: with
+/// `flight.collapse = false` every concurrent miss is its own origin fill.
+#[tokio::test]
+async fn without_collapsing_every_overlapping_miss_fills() {
+    let origin = SyntheticOrigin::start("origin").await;
+    let mut cfg = config(&origin.url());
+    cfg.flight.collapse = false;
+    let node = TestNode::start(cfg).await;
+    let client = TestClient::new();
+    origin.hold();
+    let handles = spawn_gets(&client, &node, HOST, "/a", 12);
+    origin.wait_in_flight(12).await;
+    origin.release();
+    let results = join(handles).await;
+    assert_eq!(origin.fills(), 12);
+    for r in &results {
+        assert_eq!(r.status, StatusCode::OK);
+        assert_eq!(r.body.as_ref().unwrap(), &body("/a"));
+        assert_eq!(r.x_cache(), Some(CacheStatus::Miss));
+    }
+    // The cache still works: the next request is a hit.
+    let warm = client.get(node.addr, HOST, "/a").await.unwrap();
+    assert_eq!(warm.x_cache(), Some(CacheStatus::Hit));
+    assert!(node.node.registry().is_empty());
+}
+
 #[tokio::test]
 async fn twelve_overlapping_requests_on_one_node_make_one_fill() {
     let origin = SyntheticOrigin::start("origin").await;
