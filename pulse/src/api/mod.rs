@@ -1,8 +1,11 @@
-//! The dashboard API: the heat map, per-key estimates, pre-warm decisions and the
-//! model card, health, metrics and an OpenAPI description, built by [`app`] so tests
-//! drive it with `oneshot`.
+//! The dashboard API: the heat map, per-key estimates, per-second rates, pre-warm
+//! decisions and the model card, health, metrics and an OpenAPI description, and the
+//! dashboard page at `/` that shows them; built by [`app`] so tests drive it with
+//! `oneshot`.
 
+mod dashboard;
 mod predictions;
+mod rates;
 
 pub use predictions::{
     ContributionView, DecisionTotals, DecisionView, EvaluationView, LeadTime, MAX_PREDICTIONS,
@@ -176,7 +179,9 @@ pub struct Health {
 #[openapi(
     info(
         title = "pulse dashboard API",
-        description = "Heat map and per-key estimates from windowed Count-Min sketches"
+        description = "Heat map, per-key estimates and per-second rates from windowed \
+            Count-Min sketches; pre-warm decisions and the model card. The dashboard \
+            page at `/` shows them."
     ),
     paths(
         tenants,
@@ -184,6 +189,7 @@ pub struct Health {
         key_stats,
         predictions::predictions,
         predictions::model,
+        rates::rates,
         healthz
     ),
     components(schemas(
@@ -195,6 +201,8 @@ pub struct Health {
         ModelResponse,
         ModelFeature,
         EvaluationView,
+        rates::RatesResponse,
+        rates::RatePoint,
         ErrorBody,
         TenantsResponse,
         HeatmapResponse,
@@ -217,9 +225,10 @@ pub fn openapi() -> utoipa::openapi::OpenApi {
     ApiDoc::openapi()
 }
 
-/// The router: every route, with request latency recorded per matched route.
+/// The router: every route, with request latency recorded per matched route. `/`
+/// is the dashboard page (see `dashboard`).
 pub fn app(state: AppState) -> Router {
-    Router::new()
+    let mut router = Router::new()
         .route("/api/tenants", get(tenants))
         .route("/api/heatmap", get(heatmap))
         .route("/api/keys/{tenant}/{*key}", get(key_stats))
@@ -228,6 +237,14 @@ pub fn app(state: AppState) -> Router {
         .route("/api/openapi.json", get(|| async { Json(openapi()) }))
         .route("/healthz", get(healthz))
         .route("/metrics", get(metrics))
+        .route("/api/rates", get(rates::rates));
+    for (path, content_type, body) in dashboard::ASSETS {
+        router = router.route(
+            path,
+            get(move || async move { dashboard::asset(content_type, body) }),
+        );
+    }
+    router
         .route_layer(middleware::from_fn_with_state(state.clone(), track))
         .with_state(state)
 }

@@ -1,0 +1,248 @@
+//! `GET /api/rates`: events/s and misses/s per second over the last 60 s of event
+//! time, for the dashboard's load chart.
+//!
+//! The heat map keeps no per-second totals of a tenant, only sketches per bucket, so
+//! the series is the sum over the tenant's hottest keys (the heat map's candidates
+//! over the 60 s window). A key's count in second `s` is the difference of its 60 s
+//! windows ending at `s` and at `s - 1`: the older window's extra bucket has already
+//! left the ring, so the difference is exactly that second's estimate. Under a
+//! stampede the misses that reach the origin are concentrated on those keys, which
+//! is what the chart is for; the long tail of cold keys is not counted.
+
+use axum::Json;
+use axum::extract::rejection::QueryRejection;
+use axum::extract::{Query, State};
+use serde::{Deserialize, Serialize};
+use utoipa::{IntoParams, ToSchema};
+
+use super::{ApiError, AppState, ErrorBody, tenant_param};
+use crate::{COARSE_BUCKETS, COARSE_MS, Window};
+
+/// Most keys one rates request may sum over.
+const MAX_RATE_KEYS: usize = 200;
+
+/// Query of `GET /api/rates`.
+#[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
+pub(crate) struct RatesQuery {
+    /// The tenant (required).
+    tenant: Option<String>,
+    /// How many of the hottest keys (over 60 s) to sum, 1 to 200 (default 50).
+    keys: Option<usize>,
+}
+
+/// One second of the series.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+pub(crate) struct RatePoint {
+    /// Start of the second, event time, ms since the Unix epoch.
+    start_ms: u64,
+    /// Events in that second (sketch estimate), which is also events/s.
+    events: u64,
+    /// Miss-like events (`miss`, `stale`, `prefetch_fill`) in that second.
+    misses: u64,
+}
+
+/// `GET /api/rates`.
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+pub(crate) struct RatesResponse {
+    /// The tenant.
+    tenant: String,
+    /// The watermark the series ends at.
+    now_ms: u64,
+    /// How many hot keys the series sums (at most the query's `keys`).
+    keys: usize,
+    /// Sixty seconds, oldest first; the last one is the (partial) current second.
+    seconds: Vec<RatePoint>,
+}
+
+/// Events/s and misses/s over the last 60 s, summed over the tenant's hottest keys.
+#[utoipa::path(
+    get,
+    path = "/api/rates",
+    params(RatesQuery),
+    responses(
+        (status = 200, body = RatesResponse),
+        (status = 400, description = "bad parameter", body = ErrorBody),
+        (status = 404, description = "unknown tenant", body = ErrorBody)
+    )
+)]
+pub(super) async fn rates(
+    State(state): State<AppState>,
+    query: Result<Query<RatesQuery>, QueryRejection>,
+) -> Result<Json<RatesResponse>, ApiError> {
+    let Query(q) = query?;
+    let tenant = tenant_param(
+        q.tenant
+            .as_deref()
+            .ok_or_else(|| ApiError::bad("bad_parameter", "tenant: required"))?,
+    )?;
+    let n = q.keys.unwrap_or(50);
+    if !(1..=MAX_RATE_KEYS).contains(&n) {
+        return Err(ApiError::bad(
+            "bad_parameter",
+            format!("keys: {n} is not in 1..={MAX_RATE_KEYS}"),
+        ));
+    }
+    let heat = state.heat.read().unwrap_or_else(|e| e.into_inner());
+    let now_ms = heat.now_ms();
+    let hot = heat.hot_keys(&tenant, None, Window::S60, n, now_ms)?;
+    let last = now_ms / COARSE_MS;
+    let buckets = COARSE_BUCKETS as u64;
+    // Second `i` of the series is `last + 1 - buckets + i`; `ends[j]` is the end of
+    // second `last - buckets + j`, one more than the series so each has a predecessor.
+    let ends: Vec<Option<u64>> = (0..=buckets)
+        .map(|j| (last + j).checked_sub(buckets).map(|s| s * COARSE_MS + COARSE_MS - 1))
+        .collect();
+    let mut events = vec![0u64; COARSE_BUCKETS];
+    let mut misses = vec![0u64; COARSE_BUCKETS];
+    for row in &hot {
+        let window = |end: Option<u64>| -> Result<(u64, u64), ApiError> {
+            let Some(end) = end else { return Ok((0, 0)) };
+            let w = &heat.key_windows(&tenant, &row.key, end)?[3];
+            Ok((w.total, w.misses))
+        };
+        let mut before = window(ends[0])?;
+        for i in 0..COARSE_BUCKETS {
+            let now = window(ends[i + 1])?;
+            // A ring slot that kept an older bucket (a second with no event) can make
+            // the older window the larger one; such a second had no event of the key.
+            events[i] += now.0.saturating_sub(before.0);
+            misses[i] += now.1.saturating_sub(before.1);
+            before = now;
+        }
+    }
+    let first = (last + 1).saturating_sub(buckets);
+    Ok(Json(RatesResponse {
+        tenant: tenant.to_string(),
+        now_ms,
+        keys: hot.len(),
+        seconds: (0..COARSE_BUCKETS)
+            .map(|i| RatePoint {
+                start_ms: (first + i as u64) * COARSE_MS,
+                events: events[i],
+                misses: misses[i],
+            })
+            .collect(),
+    }))
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::{Arc, RwLock};
+
+    use axum::http::StatusCode;
+    use models::{AccessEvent, CacheKey, NodeId, Outcome, RegionId, TenantId};
+
+    use super::super::tests::{get, keys, properties};
+    use crate::{HeatConfig, HeatMap, Metrics, app};
+
+    /// Start of a second, so event `i` of second `s` is at `T0 + s * 1000 + i`.
+    const T0: u64 = 1_764_470_000_000;
+
+    /// Second `s` (0..10) has `s + 1` events of `/hot` (one miss) and one of `/cold`
+    /// in even seconds; seconds 3 to 5 have none of `/hot` (a gap in the ring).
+    fn state() -> super::AppState {
+        let mut heat = HeatMap::new(HeatConfig::default());
+        let event = |ts, key: &str, outcome| {
+            AccessEvent::new(
+                ts,
+                TenantId::new("acme").unwrap(),
+                CacheKey::new(key).unwrap(),
+                RegionId::new("eu-west").unwrap(),
+                NodeId::new("edge-1").unwrap(),
+                outcome,
+            )
+        };
+        for s in 0..10u64 {
+            if !(3..=5).contains(&s) {
+                for i in 0..=s {
+                    let outcome = if i == 0 { Outcome::Miss } else { Outcome::Hit };
+                    heat.apply(&event(T0 + s * 1000 + i, "/hot", outcome))
+                        .unwrap();
+                }
+            }
+            if s % 2 == 0 {
+                heat.apply(&event(T0 + s * 1000 + 500, "/cold", Outcome::Hit))
+                    .unwrap();
+            }
+        }
+        super::AppState {
+            heat: Arc::new(RwLock::new(heat)),
+            metrics: Arc::new(Metrics::new()),
+            predictor: None,
+        }
+    }
+
+    #[tokio::test]
+    async fn rates_give_each_seconds_events_and_misses() {
+        let app = app(state());
+        let (status, body) = get(&app, "/api/rates?tenant=acme").await;
+        assert_eq!(status, StatusCode::OK, "{body}");
+        assert_eq!(body["tenant"], "acme");
+        assert_eq!(body["keys"], 2);
+        assert_eq!(body["now_ms"], T0 + 9 * 1000 + 9);
+        let seconds = body["seconds"].as_array().unwrap();
+        assert_eq!(seconds.len(), 60);
+        // The last ten seconds are the trace's; the fifty before are empty.
+        let tail = &seconds[50..];
+        for (s, point) in tail.iter().enumerate() {
+            let s = s as u64;
+            assert_eq!(point["start_ms"], T0 + s * 1000, "second {s}");
+            let hot = if (3..=5).contains(&s) { 0 } else { s + 1 };
+            let cold = u64::from(s % 2 == 0);
+            assert_eq!(point["events"], hot + cold, "second {s}: {point}");
+            assert_eq!(point["misses"], u64::from(hot > 0), "second {s}: {point}");
+        }
+        assert!(
+            seconds[..50]
+                .iter()
+                .all(|p| p["events"] == 0 && p["misses"] == 0)
+        );
+
+        let (_, one) = get(&app, "/api/rates?tenant=acme&keys=1").await;
+        assert_eq!(one["keys"], 1);
+        assert_eq!(one["seconds"][59]["events"], 10, "only /hot: {one}");
+        assert_eq!(one["seconds"][50]["events"], 1, "only /hot: {one}");
+    }
+
+    #[tokio::test]
+    async fn rates_refuse_bad_parameters() {
+        let app = app(state());
+        for (uri, status, code) in [
+            ("/api/rates", StatusCode::BAD_REQUEST, "bad_parameter"),
+            (
+                "/api/rates?tenant=acme&keys=0",
+                StatusCode::BAD_REQUEST,
+                "bad_parameter",
+            ),
+            (
+                "/api/rates?tenant=acme&keys=201",
+                StatusCode::BAD_REQUEST,
+                "bad_parameter",
+            ),
+            (
+                "/api/rates?tenant=nobody",
+                StatusCode::NOT_FOUND,
+                "unknown_tenant",
+            ),
+            (
+                "/api/rates?tenant=a%20b",
+                StatusCode::BAD_REQUEST,
+                "invalid_tenant",
+            ),
+        ] {
+            let (got, body) = get(&app, uri).await;
+            assert_eq!((got, body["error"].as_str()), (status, Some(code)), "{uri}");
+        }
+    }
+
+    #[tokio::test]
+    async fn openapi_matches_the_rates_handler() {
+        let app = app(state());
+        let (_, doc) = get(&app, "/api/openapi.json").await;
+        assert!(doc["paths"]["/api/rates"]["get"].is_object());
+        let (_, body) = get(&app, "/api/rates?tenant=acme").await;
+        assert_eq!(properties(&doc, "RatesResponse"), keys(&body));
+        assert_eq!(properties(&doc, "RatePoint"), keys(&body["seconds"][0]));
+    }
+}
