@@ -244,9 +244,23 @@
 
   // ---- decisions ------------------------------------------------------------
 
+  const TOP_FEATURES = 5;
+
+  // The largest contributions as bars; the rest behind a disclosure.
   function featureBars(features) {
-    const box = el('div', null, 'features');
     const max = Math.max(1e-9, ...features.map((f) => Math.abs(f.contribution)));
+    const top = featureGrid(features.slice(0, TOP_FEATURES), max);
+    if (features.length <= TOP_FEATURES) return top;
+    const more = el('details');
+    more.append(el('summary', `${features.length - TOP_FEATURES} more`),
+      featureGrid(features.slice(TOP_FEATURES), max));
+    const box = el('div');
+    box.append(top, more);
+    return box;
+  }
+
+  function featureGrid(features, max) {
+    const box = el('div', null, 'features');
     for (const f of features) {
       const bar = el('span', null, 'bar');
       const fill = el('span', null, f.contribution >= 0 ? 'pos' : 'neg');
@@ -272,7 +286,7 @@
       const leads = d.lead_times.length
         ? d.lead_times.map((l) => `${l.region} ${fmt.secs(l.ms)}`).join(', ')
         : '–';
-      const confidence = el('td', fmt.pct(d.confidence), 'num');
+      const confidence = el('td', fmt.pct(d.confidence));
       const features = el('td');
       features.append(featureBars(d.features));
       tr.append(
@@ -335,7 +349,9 @@
         el('td', fmt.num(f.mean)), el('td', fmt.num(f.std)));
       body.append(tr);
     }
-    $('model-body').replaceChildren(facts, table);
+    const scroll = el('div', null, 'scroll');
+    scroll.append(table);
+    $('model-body').replaceChildren(facts, scroll);
     $('model').dataset.model = m.name;
   }
 

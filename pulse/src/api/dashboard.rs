@@ -98,7 +98,10 @@ mod tests {
             "/api/predictions",
             "/api/model",
         ] {
-            assert!(js.contains(endpoint), "dashboard.js does not call {endpoint}");
+            assert!(
+                js.contains(endpoint),
+                "dashboard.js does not call {endpoint}"
+            );
         }
     }
 }

@@ -1,0 +1,227 @@
+// The dashboard end to end in headless Chromium: pulse with its embedded broker, a
+// generated trace with one viral key produced to it, and the page at `/` checked the
+// way a person would look at it. Run by scripts/test-browser, which builds the
+// binaries and passes them in PULSE_BIN and PRODUCE_BIN.
+
+import { after, before, test } from 'node:test';
+import assert from 'node:assert/strict';
+import { spawn, execFileSync } from 'node:child_process';
+import { mkdtempSync, readFileSync, rmSync, writeFileSync, mkdirSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { dirname, join } from 'node:path';
+import { chromium } from 'playwright-core';
+
+const PULSE_BIN = process.env.PULSE_BIN;
+const PRODUCE_BIN = process.env.PRODUCE_BIN;
+const CHROMIUM = process.env.CHROMIUM || '/usr/bin/chromium';
+const SCREENSHOT = process.env.SCREENSHOT || join(tmpdir(), 'dashboard.png');
+const WAIT_MS = 60_000;
+
+assert.ok(PULSE_BIN, 'PULSE_BIN must name the pulse binary (scripts/test-browser sets it)');
+assert.ok(PRODUCE_BIN, 'PRODUCE_BIN must name the produce example (scripts/test-browser sets it)');
+
+const work = mkdtempSync(join(tmpdir(), 'pulse-dashboard-'));
+let pulse;
+let pulseLog = '';
+let context;
+let page;
+let base;
+let broker;
+let viral;
+let eventCount;
+const pageErrors = [];
+const foreignRequests = [];
+
+/** Polls `probe` until it returns a truthy value, or fails after `ms` naming `what`. */
+async function until(what, probe, ms = WAIT_MS) {
+  const deadline = Date.now() + ms;
+  let last;
+  for (;;) {
+    try {
+      last = await probe();
+      if (last) return last;
+    } catch (e) {
+      last = e;
+    }
+    if (Date.now() > deadline) {
+      assert.fail(`timed out after ${ms} ms waiting for ${what} (last: ${last})\npulse log tail:\n${pulseLog.slice(-2000)}`);
+    }
+    await new Promise((r) => setTimeout(r, 200));
+  }
+}
+
+async function getJson(path) {
+  const response = await fetch(base + path, { signal: AbortSignal.timeout(5000) });
+  assert.equal(response.status, 200, `${path}: ${response.status}`);
+  return response.json();
+}
+
+/** The keys the page's heat map shows, top to bottom. */
+function shownKeys() {
+  return page.$$eval('#heatmap tbody tr', (rows) => rows.map((r) => r.dataset.key));
+}
+
+before(async () => {
+  // A one-minute trace with one viral key and nothing else unusual.
+  const spec = join(work, 'spec.json');
+  writeFileSync(spec, JSON.stringify({
+    duration_ms: 60000, background_rps: 50, virals: 1, noise: 0, crons: 0,
+  }));
+  const events = join(work, 'events.jsonl');
+  const truth = join(work, 'truth.json');
+  execFileSync(PULSE_BIN, ['trace', '--spec', spec, '--out', events, '--truth', truth]);
+  viral = JSON.parse(readFileSync(truth, 'utf8')).find((b) => b.kind === 'viral');
+  assert.ok(viral, 'the trace has a viral burst');
+  eventCount = readFileSync(events, 'utf8').split('\n').filter((l) => l.trim()).length;
+
+  pulse = spawn(PULSE_BIN, ['serve', '--listen', '127.0.0.1:0'], {
+    env: { ...process.env, RUST_LOG: 'warn', NO_COLOR: '1' },
+    stdio: ['ignore', 'pipe', 'pipe'],
+  });
+  pulse.stdout.on('data', (d) => { pulseLog += d; });
+  pulse.stderr.on('data', (d) => { pulseLog += d; });
+  const exited = new Promise((resolve) => pulse.on('exit', (code) => resolve(code)));
+  await until('pulse to print its addresses', async () => {
+    if (pulse.exitCode !== null) assert.fail(`pulse exited ${await exited}:\n${pulseLog}`);
+    broker = pulseLog.match(/^embedded broker: (\S+)$/m)?.[1];
+    const dashboard = pulseLog.match(/^dashboard: (http:\/\/127\.0\.0\.1:\d+)\//m)?.[1];
+    if (dashboard) base = dashboard;
+    return broker && base;
+  }, 30_000);
+
+  const profile = mkdtempSync(join(tmpdir(), 'pulse-chromium-'));
+  context = await chromium.launchPersistentContext(profile, {
+    executablePath: CHROMIUM,
+    headless: true,
+    args: [
+      '--headless', '--no-sandbox', '--disable-gpu', '--disable-background-networking',
+      '--disable-component-update', '--disable-sync', '--no-first-run',
+    ],
+    viewport: { width: 1400, height: 1000 },
+  });
+  page = context.pages()[0] || (await context.newPage());
+  page.on('pageerror', (e) => pageErrors.push(String(e)));
+  page.on('console', (m) => { if (m.type() === 'error') pageErrors.push(m.text()); });
+  page.on('request', (r) => {
+    const url = r.url();
+    if (!url.startsWith(base) && !url.startsWith('data:')) foreignRequests.push(url);
+  });
+
+  // Open the page before any event exists: it must fill in by itself.
+  await page.goto(`${base}/`);
+  await until('the page to say it waits for events', async () =>
+    (await page.textContent('#status')).includes('Waiting for events'));
+
+  const produced = execFileSync(PRODUCE_BIN, ['--brokers', broker, '--partition', '0', events], {
+    encoding: 'utf8',
+  });
+  assert.match(produced, new RegExp(`produced ${eventCount} events`));
+});
+
+after(async () => {
+  await context?.close();
+  if (pulse && pulse.exitCode === null) {
+    pulse.kill('SIGTERM');
+    await new Promise((resolve) => {
+      const t = setTimeout(() => { pulse.kill('SIGKILL'); resolve(); }, 10_000);
+      pulse.on('exit', () => { clearTimeout(t); resolve(); });
+    });
+  }
+  rmSync(work, { recursive: true, force: true });
+});
+
+test('the heat map shows the viral key, coloured per region, for the busiest tenant', async () => {
+  await until(`the heat map to show ${viral.key}`, async () =>
+    (await shownKeys()).includes(viral.key));
+  // Let ingest finish the backlog, so what follows compares settled data.
+  await until(`pulse to apply all ${eventCount} events`, async () => {
+    const t = await getJson('/api/tenants');
+    return t.tenants.reduce((n, x) => n + x.events, 0) === eventCount;
+  });
+  const settled = String((await getJson('/api/tenants')).now_ms);
+  await until('the page to draw the settled heat map', async () =>
+    (await page.$eval('#heatmap', (t) => t.dataset.nowMs)) === settled);
+  assert.equal(await page.$eval('#tenant', (s) => s.value), viral.tenant);
+  assert.equal(await page.$eval('#window', (s) => s.value), '60s');
+  const row = page.locator(`#heatmap tbody tr[data-key="${viral.key}"]`);
+  const cells = await row.locator('td.heat').evaluateAll((tds) =>
+    tds.map((td) => ({ region: td.dataset.region, cls: td.className, text: td.textContent })));
+  assert.equal(cells.length, viral.regions.length, 'one cell per region');
+  for (const cell of cells) {
+    assert.match(cell.cls, /\bh[1-6]\b/, `${cell.region} is coloured: ${JSON.stringify(cell)}`);
+    assert.ok(Number(cell.text) > 0, `${cell.region} shows a velocity`);
+  }
+  // The viral key is the hottest: its cells are in the darkest bins.
+  assert.ok(cells.some((c) => /\bh6\b/.test(c.cls)), JSON.stringify(cells));
+  assert.equal(await page.locator('#heat-legend .swatch').count(), 7, 'zero and six bins');
+});
+
+test('changing the window and the tenant redraws the heat map from the API', async () => {
+  const api = async (tenant, window) =>
+    (await getJson(`/api/heatmap?tenant=${tenant}&window=${window}&n=20`)).keys.map((k) => k.key);
+  const wide = await api(viral.tenant, '60s');
+  const narrow = await api(viral.tenant, '1s');
+  assert.notDeepEqual(narrow, wide, 'precondition: the windows differ in this trace');
+  await until('the 60 s view to match the API', async () =>
+    JSON.stringify(await shownKeys()) === JSON.stringify(wide));
+
+  await page.selectOption('#window', '1s');
+  await until('the heat map to switch to 1 s', async () =>
+    (await page.$eval('#heatmap', (t) => t.dataset.window)) === '1s');
+  await until('the 1 s view to match the API', async () =>
+    JSON.stringify(await shownKeys()) === JSON.stringify(narrow));
+  assert.match(await page.textContent('#heatmap caption'), /over 1s/);
+  assert.match(page.url(), /window=1s/, 'the view is kept in the URL');
+
+  const other = (await getJson('/api/tenants')).tenants.map((t) => t.tenant).find((t) => t !== viral.tenant);
+  const otherKeys = await api(other, '1s');
+  await page.selectOption('#tenant', other);
+  await until(`the heat map to switch to ${other}`, async () =>
+    (await page.$eval('#heatmap', (t) => t.dataset.tenant)) === other);
+  await until(`the ${other} view to match the API`, async () =>
+    JSON.stringify(await shownKeys()) === JSON.stringify(otherKeys));
+  assert.ok(!(await shownKeys()).includes(viral.key), `${viral.key} is not ${other}'s`);
+
+  // Back to the viral tenant over 60 s for the rest and the screenshot.
+  await page.selectOption('#tenant', viral.tenant);
+  await page.selectOption('#window', '60s');
+  await until('the 60 s view again', async () =>
+    (await page.$eval('#heatmap', (t) => `${t.dataset.tenant}/${t.dataset.window}`)) === `${viral.tenant}/60s`);
+});
+
+test('a pre-warm decision for the viral key appears with its reasons', async () => {
+  const row = page.locator(`#decisions tbody tr[data-key="${viral.key}"]`).first();
+  await until('a decision row for the viral key', async () => (await row.count()) > 0);
+  const cells = await row.locator('td').allTextContents();
+  assert.equal(cells[1], viral.tenant);
+  const confidence = parseFloat(cells[3]);
+  assert.ok(confidence >= 85, `confidence ${cells[3]} is at least the 0.85 threshold`);
+  assert.match(cells[5], /^(useful|pending|wasted)$/);
+  const model = await getJson('/api/model');
+  const features = await row.locator('.features .name').allTextContents();
+  assert.equal(features.length, model.features.length, 'every feature has its contribution');
+  assert.match(await page.textContent('#pred-totals'), /[1-9]\d* sent/);
+});
+
+test('the load chart and the model card are drawn', async () => {
+  await until('the chart to draw the viral tenant', async () =>
+    (await page.$eval('#chart', (s) => s.dataset.tenant)) === viral.tenant);
+  const points = await page.$eval('#chart .line.events', (l) => l.getAttribute('points').trim().split(/\s+/));
+  assert.equal(points.length, 60, 'one point per second');
+  const ys = points.map((p) => Number(p.split(',')[1]));
+  assert.ok(Math.min(...ys) < Math.max(...ys), 'the events line is not flat');
+  const model = await getJson('/api/model');
+  await until('the model card', async () =>
+    (await page.$eval('#model', (s) => s.dataset.model)) === model.name);
+  const shown = await page.locator('#model-body tbody tr').count();
+  assert.equal(shown, model.features.length);
+});
+
+test('the page loads nothing from another host and logs no error; screenshot', async () => {
+  mkdirSync(dirname(SCREENSHOT), { recursive: true });
+  await page.screenshot({ path: SCREENSHOT, fullPage: true });
+  console.log(`screenshot: ${SCREENSHOT}`);
+  assert.deepEqual(foreignRequests, []);
+  assert.deepEqual(pageErrors, []);
+  assert.doesNotMatch(await page.textContent('#status'), /Cannot reach/);
+});
