@@ -83,13 +83,23 @@ fn check_key(value: &str) -> Result<(), IdError> {
         ));
     }
     let path = value.split('?').next().unwrap_or(value);
-    if path
-        .split('/')
-        .any(|segment| segment == ".." || segment.eq_ignore_ascii_case("%2e%2e"))
-    {
+    if path.split('/').any(is_dot_dot) {
         return Err(IdError::new(KIND, "must not contain a '..' segment"));
     }
     Ok(())
+}
+
+/// `..`, also with either dot percent-encoded (`.%2e`, `%2E.`, `%2e%2e`): origins decode
+/// `%2e` before they resolve dot segments, so each of these climbs a level.
+fn is_dot_dot(segment: &str) -> bool {
+    let s = segment.as_bytes();
+    let dot = |b: &[u8]| b == b"." || b.eq_ignore_ascii_case(b"%2e");
+    match s.len() {
+        2 => s == b"..",
+        4 => (dot(&s[..1]) && dot(&s[1..])) || (dot(&s[..3]) && dot(&s[3..])),
+        6 => dot(&s[..3]) && dot(&s[3..]),
+        _ => false,
+    }
 }
 
 fn check_domain(value: &str) -> Result<(), IdError> {
@@ -246,6 +256,9 @@ mod tests {
             "/a/b?c=d&e=f",
             "/%E2%9C%93",
             "/a..b/c.",
+            "/a/%2e/b",
+            "/a/.%2ex/b",
+            "/a/...",
         ] {
             assert!(CacheKey::new(key).is_ok(), "{key}");
         }
@@ -261,6 +274,10 @@ mod tests {
             ("//evil.example/x", "names a host"),
             ("/a/../../etc/passwd", "'..' segment"),
             ("/a/%2E%2E/b", "'..' segment"),
+            // Found by fuzzing (fuzz/ target request_target): one dot encoded.
+            ("/a/.%2e/b", "'..' segment"),
+            ("/a/%2E./b", "'..' segment"),
+            ("/.%2E", "'..' segment"),
             ("/..", "'..' segment"),
             ("/a b", "not allowed"),
             ("/a\\b", "not allowed"),
