@@ -90,6 +90,8 @@ pub struct Config {
     pub prefetch: PrefetchConfig,
     /// Kafka: the access-event publisher and the pre-warm consumer.
     pub kafka: KafkaConfig,
+    /// Size limits on client requests.
+    pub limits: RequestLimits,
 }
 
 impl Default for Config {
@@ -105,6 +107,32 @@ impl Default for Config {
             node: None,
             prefetch: PrefetchConfig::default(),
             kafka: KafkaConfig::default(),
+            limits: RequestLimits::default(),
+        }
+    }
+}
+
+/// Size limits on client requests, checked before anything else: past them a request
+/// gets 414, 431 or 413 and never reaches the cache, a flight or the origin.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RequestLimits {
+    /// Longest request target (path and query, or absolute form), in bytes: 414.
+    pub max_uri_bytes: usize,
+    /// Most bytes of header names and values together (plus 32 per header, as
+    /// HTTP/2 counts them): 431. Also bounds what hyper buffers for a request head.
+    pub max_header_bytes: usize,
+    /// Largest request body forwarded to the origin: 413 when `Content-Length` says
+    /// more; a longer streamed body is cut off and the request fails.
+    pub max_body_bytes: u64,
+}
+
+impl Default for RequestLimits {
+    fn default() -> Self {
+        RequestLimits {
+            max_uri_bytes: 8 * 1024,
+            max_header_bytes: 32 * 1024,
+            max_body_bytes: 16 * 1024 * 1024,
         }
     }
 }
@@ -441,6 +469,13 @@ impl Config {
         }
         if p.latency_target_ms == Some(0) {
             return Err(invalid("prefetch.latency_target_ms", "must be positive"));
+        }
+        let l = &self.limits;
+        if l.max_uri_bytes < 64 || l.max_header_bytes < 1024 {
+            return Err(invalid(
+                "limits",
+                "max_uri_bytes must be at least 64 and max_header_bytes at least 1024",
+            ));
         }
         self.validate_kafka()?;
         let o = &self.origin;

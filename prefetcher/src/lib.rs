@@ -44,7 +44,7 @@ pub mod testing;
 pub use cache::{Entry, L1Cache, Lookup, Storability, classify, xfetch_due};
 pub use config::{
     CacheConfig, Config, ConfigError, FlightConfig, KafkaConfig, OffsetReset, OriginConfig,
-    PrefetchConfig, TenantConfig, WaitTimeoutPolicy,
+    PrefetchConfig, RequestLimits, TenantConfig, WaitTimeoutPolicy,
 };
 pub use events::{ChannelSink, Dropped, EventSink, NoopSink, OutcomeRecord};
 pub use flight::{

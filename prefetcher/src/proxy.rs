@@ -17,7 +17,7 @@ use models::{CacheKey, Domain, IdError, Outcome, Priority, TenantId};
 use tokio::time::Instant;
 
 use crate::cache::{Entry, L1Cache, Lookup, Storability, classify};
-use crate::config::{Config, ConfigError, WaitTimeoutPolicy};
+use crate::config::{Config, ConfigError, RequestLimits, WaitTimeoutPolicy};
 use crate::events::{EventSink, NoopSink, OutcomeRecord};
 use crate::flight::{
     Acquire, FillError, FillPermit, FlightKey, FlightRegistry, FlightSubscriber, Head, HeadOutcome,
@@ -132,6 +132,43 @@ pub fn normalise_key(uri: &Uri) -> Result<CacheKey, IdError> {
     }
     params.sort_unstable();
     CacheKey::new(format!("{path}?{}", params.join("&")))
+}
+
+/// The 414, 431 or 413 for a request past `limits`, checked before any other work;
+/// `None` when it fits.
+fn over_limits(request: &Request, limits: &RequestLimits) -> Option<Response> {
+    let uri = request.uri();
+    let uri_bytes = uri.path_and_query().map_or(1, |p| p.as_str().len())
+        + uri.authority().map_or(0, |a| a.as_str().len())
+        + uri.scheme_str().map_or(0, |s| s.len() + 3);
+    if uri_bytes > limits.max_uri_bytes {
+        return Some(error_response(
+            StatusCode::URI_TOO_LONG,
+            None,
+            &format!("request target longer than {} bytes", limits.max_uri_bytes),
+        ));
+    }
+    // Counted as HTTP/2 does (name + value + 32 per field), for both protocols.
+    let header_bytes: usize = request
+        .headers()
+        .iter()
+        .map(|(name, value)| name.as_str().len() + value.len() + 32)
+        .sum();
+    if header_bytes > limits.max_header_bytes {
+        return Some(error_response(
+            StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
+            None,
+            &format!("headers larger than {} bytes", limits.max_header_bytes),
+        ));
+    }
+    if content_length(request.headers()).is_some_and(|n| n > limits.max_body_bytes) {
+        return Some(error_response(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            None,
+            &format!("body larger than {} bytes", limits.max_body_bytes),
+        ));
+    }
+    None
 }
 
 fn error_response(code: StatusCode, status: Option<CacheStatus>, message: &str) -> Response {
@@ -335,6 +372,9 @@ impl Node {
 
     /// Answers one client request.
     pub async fn handle(&self, request: Request) -> Response {
+        if let Some(response) = over_limits(&request, &self.inner.config.limits) {
+            return response;
+        }
         let Some(tenant) = self.tenant_for(&request) else {
             return error_response(StatusCode::MISDIRECTED_REQUEST, None, "unknown host");
         };
@@ -570,6 +610,10 @@ impl Node {
 
     async fn pass_through(&self, tenant: &Tenant, request: Request) -> Response {
         self.inner.metrics.request(CacheStatus::Bypass);
+        // A streamed (chunked) body past the limit is cut off: the upload fails.
+        let max_body =
+            usize::try_from(self.inner.config.limits.max_body_bytes).unwrap_or(usize::MAX);
+        let request = request.map(|body| Body::new(http_body_util::Limited::new(body, max_body)));
         match self.inner.origin.forward(tenant, request).await {
             Ok(response) => {
                 let (mut parts, body) = response.into_parts();

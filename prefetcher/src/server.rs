@@ -17,6 +17,10 @@ pub struct ServeOptions {
     pub h2_max_concurrent_streams: u32,
     /// How long open connections may take to finish after shutdown starts.
     pub grace: Duration,
+    /// Most bytes hyper buffers for one request head (HTTP/1.1 request line and
+    /// headers; the HTTP/2 header list): past it 431, or a stream reset. The proxy's
+    /// own, smaller `limits` answer first; this bounds memory before they run.
+    pub max_head_bytes: usize,
 }
 
 impl Default for ServeOptions {
@@ -24,6 +28,7 @@ impl Default for ServeOptions {
         ServeOptions {
             h2_max_concurrent_streams: 1024,
             grace: Duration::from_secs(10),
+            max_head_bytes: 64 * 1024,
         }
     }
 }
@@ -39,7 +44,12 @@ pub async fn serve(
     let mut builder = auto::Builder::new(TokioExecutor::new());
     builder
         .http2()
-        .max_concurrent_streams(options.h2_max_concurrent_streams);
+        .max_concurrent_streams(options.h2_max_concurrent_streams)
+        .max_header_list_size(u32::try_from(options.max_head_bytes).unwrap_or(u32::MAX));
+    // hyper's floor for the HTTP/1 read buffer is 8 KiB.
+    builder
+        .http1()
+        .max_buf_size(options.max_head_bytes.max(8192));
     let graceful = GracefulShutdown::new();
     tokio::pin!(shutdown);
     loop {

@@ -115,6 +115,7 @@ impl SyntheticOrigin {
         let options = ServeOptions {
             h2_max_concurrent_streams: 1024,
             grace: Duration::from_millis(100),
+            ..ServeOptions::default()
         };
         let task = tokio::spawn(serve(listener, router, std::future::pending(), options));
         SyntheticOrigin { addr, state, task }
@@ -344,6 +345,7 @@ impl TestNode {
         let options = ServeOptions {
             h2_max_concurrent_streams: 2048,
             grace: Duration::from_millis(100),
+            ..ServeOptions::default()
         };
         let task = tokio::spawn(serve(
             listener,

@@ -34,6 +34,7 @@ pub use api::{
     ModelFeature, ModelResponse, PredictionsQuery, PredictionsResponse, TenantsResponse, app,
     openapi,
 };
+pub use api::require_api_token;
 pub use backtest::{
     BacktestRow, EventFile, Replay, ReplayOptions, Replayer, backtest, percentile, read_events,
     replay, score as score_replay, write_events,

@@ -174,6 +174,10 @@ struct ServeArgs {
     /// Seconds between background retrains on pulse's own labelled decisions (0: never).
     #[arg(long, env = "PULSE_RETRAIN_INTERVAL_SECS", default_value_t = 300)]
     retrain_interval_secs: u64,
+    /// Require `Authorization: Bearer <token>` on every /api/* route (401 otherwise);
+    /// /healthz and /metrics stay open. Prefer the variable: flags show in `ps`.
+    #[arg(long, env = "PULSE_API_TOKEN", hide_env_values = true)]
+    api_token: Option<String>,
 }
 
 impl ServeArgs {
@@ -552,11 +556,14 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     tracing::info!(%address, "dashboard API listening");
     axum::serve(
         listener,
-        pulse::app(AppState {
-            heat,
-            metrics,
-            predictor,
-        }),
+        pulse::require_api_token(
+            pulse::app(AppState {
+                heat,
+                metrics,
+                predictor,
+            }),
+            args.api_token.as_deref(),
+        ),
     )
     .with_graceful_shutdown(shutdown_signal())
     .await?;

@@ -4,7 +4,10 @@
 //! `oneshot`.
 
 mod dashboard;
+mod auth;
 mod predictions;
+
+pub use auth::require_api_token;
 mod rates;
 
 pub use predictions::{
