@@ -42,7 +42,7 @@ pub use ids::{
     CacheKey, Domain, IdError, MAX_DOMAIN_LEN, MAX_ID_LEN, MAX_KEY_LEN, NodeId, RegionId, TenantId,
 };
 pub use scoring::{
-    Calibration, Evaluation, MODEL_FORMAT, ModelError, Score, ScoringModel, TrainOptions,
+    Calibration, Evaluation, MAX_Z, MODEL_FORMAT, ModelError, Score, ScoringModel, TrainOptions,
     TrainingMetrics, Transform,
 };
 

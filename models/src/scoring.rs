@@ -15,6 +15,9 @@ use serde::{Deserialize, Serialize};
 
 use crate::{FEATURE_COUNT, FEATURE_NAMES, FeatureContribution, Features, Reason};
 
+/// Largest standardised value a feature may have when scored.
+pub const MAX_Z: f64 = 4.0;
+
 /// The model file format this build reads and writes.
 pub const MODEL_FORMAT: u32 = 1;
 
@@ -151,7 +154,8 @@ pub struct TrainOptions {
     pub name: String,
     /// When it was trained, ms since the epoch.
     pub trained_at_ms: u64,
-    /// Ridge penalty on standardised coefficients.
+    /// Ridge penalty on standardised coefficients: strong by default, so features that
+    /// merely tell training traces apart (time of day in a generated trace) stay small.
     pub ridge: f64,
     /// The threshold the card's precision and recall are computed at.
     pub threshold: f64,
@@ -162,7 +166,7 @@ impl Default for TrainOptions {
         TrainOptions {
             name: "model".into(),
             trained_at_ms: 0,
-            ridge: 1e-3,
+            ridge: 1.0,
             threshold: 0.85,
         }
     }
@@ -292,12 +296,17 @@ impl ScoringModel {
         Ok(model)
     }
 
-    /// Standardised, transformed feature values.
+    /// Standardised, transformed feature values, clamped to ±[`MAX_Z`]: a value far
+    /// outside what training saw must not swamp every other feature.
     fn standardised(&self, features: &Features) -> [f64; FEATURE_COUNT] {
         let values = features.values();
         std::array::from_fn(|j| {
             let z = (self.transforms[j].apply(values[j]) - self.means[j]) / self.stds[j];
-            if z.is_finite() { z } else { 0.0 }
+            if z.is_finite() {
+                z.clamp(-MAX_Z, MAX_Z)
+            } else {
+                0.0
+            }
         })
     }
 

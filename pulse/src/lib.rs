@@ -26,15 +26,16 @@ mod ingest;
 mod metrics;
 mod predict;
 mod prewarm;
+pub mod scenario;
 mod trace;
 
+pub use api::require_api_token;
 pub use api::{
     ApiError, AppState, ContributionView, DecisionTotals, DecisionView, ErrorBody, EvaluationView,
     Health, HeatmapQuery, HeatmapResponse, LeadTime, MAX_HEATMAP_ROWS, MAX_PREDICTIONS,
     ModelFeature, ModelResponse, PredictionsQuery, PredictionsResponse, TenantsResponse, app,
     openapi,
 };
-pub use api::require_api_token;
 pub use backtest::{
     BacktestRow, EventFile, Replay, ReplayOptions, Replayer, backtest, percentile, read_events,
     replay, score as score_replay, write_events,

@@ -3,12 +3,12 @@
 //! dashboard page at `/` that shows them; built by [`app`] so tests drive it with
 //! `oneshot`.
 
-mod dashboard;
 mod auth;
+mod dashboard;
 mod predictions;
+mod rates;
 
 pub use auth::require_api_token;
-mod rates;
 
 pub use predictions::{
     ContributionView, DecisionTotals, DecisionView, EvaluationView, LeadTime, MAX_PREDICTIONS,

@@ -38,6 +38,9 @@ use features::extract;
 use labels::Labeler;
 use tracker::Tracker;
 
+/// How long after a key starts bursting it is still scored.
+pub(crate) const EARLY_BURST_MS: u64 = 5_000;
+
 /// The predictor's settings.
 #[derive(Debug, Clone)]
 pub struct PredictorConfig {
@@ -133,10 +136,12 @@ impl Predictor {
                 let Some(x) = extract(&windows, &self.tracker, tenant, &key, now_ms) else {
                     continue;
                 };
-                self.tracker.note_burst(tenant, &key, x.bursting, now_ms);
-                // Only a bursting key with regions left to warm can become a command:
-                // only those moments are scored, and only those teach the model.
-                if !x.bursting || x.unseen.is_empty() {
+                let burst_start = self.tracker.note_burst(tenant, &key, x.bursting, now_ms);
+                // Only the first seconds of a burst, with regions left to warm, can
+                // become a command: only those moments are scored, and only those teach
+                // the model (a long burst would otherwise outweigh many short ones).
+                let early = burst_start.is_some_and(|start| now_ms < start + EARLY_BURST_MS);
+                if !early || x.unseen.is_empty() {
                     continue;
                 }
                 self.labeler

@@ -314,20 +314,17 @@ impl Tracker {
     }
 
     /// Records that a tracked key is (or is not) bursting; a new burst is remembered
-    /// for the key's phase history and the tenant's hour-of-week baseline.
+    /// for the key's phase history and the tenant's hour-of-week baseline. Returns when
+    /// the current burst started, while it lasts.
     pub(crate) fn note_burst(
         &mut self,
         tenant: &TenantId,
         key: &CacheKey,
         bursting: bool,
         now_ms: u64,
-    ) {
-        let Some(t) = self.tenants.get_mut(tenant) else {
-            return;
-        };
-        let Some(k) = t.keys.get_mut(key) else {
-            return;
-        };
+    ) -> Option<u64> {
+        let t = self.tenants.get_mut(tenant)?;
+        let k = t.keys.get_mut(key)?;
         if bursting && !k.in_burst {
             k.bursts.push_back(now_ms);
             if k.bursts.len() > BURSTS_KEPT {
@@ -335,9 +332,12 @@ impl Tracker {
             }
             k.in_burst = true;
             t.record_burst(now_ms);
-        } else if !bursting {
+            return Some(now_ms);
+        }
+        if !bursting {
             k.in_burst = false;
         }
+        k.in_burst.then(|| k.bursts.back().copied()).flatten()
     }
 }
 
