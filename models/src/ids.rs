@@ -1,9 +1,10 @@
 //! Validated identifiers. Each is a string newtype whose constructor is the only way
 //! in, so code holding one never re-checks it.
 
+use std::borrow::Cow;
 use std::fmt;
 
-use serde::{Deserialize, Serialize};
+use serde::{Deserialize, Deserializer, Serialize};
 
 /// Why an identifier was refused. The message names the kind of identifier.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -183,6 +184,92 @@ macro_rules! validated_string {
     };
 }
 
+/// A validated identifier borrowed from a message's bytes: the zero-copy twin of an
+/// owned id, for the per-message path. It is checked by the very same rule, and its
+/// `Deserialize` reports errors exactly as the owned id's does (same words, same
+/// position), so a message is accepted or refused identically either way.
+macro_rules! validated_str_ref {
+    ($(#[$doc:meta])* $name:ident, $owned:ident, $check:expr) => {
+        $(#[$doc])*
+        #[derive(Clone, PartialEq, Eq, Hash)]
+        pub struct $name<'a>(Cow<'a, str>);
+
+        impl<'a> $name<'a> {
+            /// Validates `value` and borrows it.
+            pub fn new(value: &'a str) -> Result<Self, IdError> {
+                $check(value)?;
+                Ok($name(Cow::Borrowed(value)))
+            }
+
+            /// The validated string.
+            pub fn as_str(&self) -> &str {
+                &self.0
+            }
+
+            /// The owned id, without checking again.
+            pub fn to_owned_id(&self) -> $owned {
+                $owned(self.0.clone().into_owned())
+            }
+        }
+
+        impl<'de: 'a, 'a> Deserialize<'de> for $name<'a> {
+            fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+                struct Visitor;
+                impl<'de> serde::de::Visitor<'de> for Visitor {
+                    type Value = Cow<'de, str>;
+                    // The owned ids deserialise through `String`: same expectation.
+                    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                        f.write_str("a string")
+                    }
+                    fn visit_borrowed_str<E: serde::de::Error>(
+                        self,
+                        v: &'de str,
+                    ) -> Result<Self::Value, E> {
+                        Ok(Cow::Borrowed(v))
+                    }
+                    // A string with escapes cannot be borrowed: it is unescaped into a copy.
+                    fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<Self::Value, E> {
+                        Ok(Cow::Owned(v.to_owned()))
+                    }
+                    fn visit_string<E: serde::de::Error>(
+                        self,
+                        v: String,
+                    ) -> Result<Self::Value, E> {
+                        Ok(Cow::Owned(v))
+                    }
+                }
+                let value = deserializer.deserialize_string(Visitor)?;
+                $check(&value).map_err(serde::de::Error::custom)?;
+                Ok($name(value))
+            }
+        }
+
+        impl AsRef<str> for $name<'_> {
+            fn as_ref(&self) -> &str {
+                &self.0
+            }
+        }
+
+        impl fmt::Display for $name<'_> {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str(&self.0)
+            }
+        }
+
+        impl fmt::Debug for $name<'_> {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                fmt::Debug::fmt(&*self.0, f)
+            }
+        }
+
+        impl PartialEq<$owned> for $name<'_> {
+            fn eq(&self, other: &$owned) -> bool {
+                *self.0 == other.0
+            }
+        }
+    };
+}
+
 validated_string!(
     /// A tenant (a customer of the CDN): 1–64 characters of `A-Z a-z 0-9 - _ .`.
     TenantId,
@@ -207,6 +294,37 @@ validated_string!(
 );
 validated_string!(
     /// A referrer's host name, such as `news.example.com`.
+    Domain,
+    check_domain
+);
+
+validated_str_ref!(
+    /// A borrowed [`TenantId`].
+    TenantRef,
+    TenantId,
+    |v: &str| check_id("tenant", v)
+);
+validated_str_ref!(
+    /// A borrowed [`RegionId`].
+    RegionRef,
+    RegionId,
+    |v: &str| check_id("region", v)
+);
+validated_str_ref!(
+    /// A borrowed [`NodeId`].
+    NodeRef,
+    NodeId,
+    |v: &str| check_id("node", v)
+);
+validated_str_ref!(
+    /// A borrowed [`CacheKey`].
+    CacheKeyRef,
+    CacheKey,
+    check_key
+);
+validated_str_ref!(
+    /// A borrowed [`Domain`].
+    DomainRef,
     Domain,
     check_domain
 );
