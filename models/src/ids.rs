@@ -34,6 +34,19 @@ pub const MAX_DOMAIN_LEN: usize = 253;
 
 /// Ids use a character set that is safe in logs, metric labels, file names and URLs.
 fn check_id(kind: &'static str, value: &str) -> Result<(), IdError> {
+    // Fast path for the per-message decoder: a byte scan that accepts only what the
+    // rules below accept; anything else takes the full check, which names the error.
+    if (1..=MAX_ID_LEN).contains(&value.len())
+        && value
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'))
+    {
+        return Ok(());
+    }
+    check_id_slow(kind, value)
+}
+
+fn check_id_slow(kind: &'static str, value: &str) -> Result<(), IdError> {
     if value.is_empty() {
         return Err(IdError::new(kind, "must not be empty"));
     }
@@ -58,6 +71,56 @@ fn check_id(kind: &'static str, value: &str) -> Result<(), IdError> {
 /// A cache key is an origin-relative path (with an optional query), never a URL: a
 /// key must not be able to name another host or climb out of the tenant's tree.
 fn check_key(value: &str) -> Result<(), IdError> {
+    if key_is_plainly_valid(value) {
+        return Ok(());
+    }
+    check_key_slow(value)
+}
+
+/// Fast path of [`check_key`] for the per-message decoder: true only for a key the
+/// full check accepts (printable ASCII, one leading '/', no '\\' or '#', no '..'
+/// segment in the path, in one pass over the bytes). False sends the key through the
+/// full check, which gives the verdict and names the error.
+fn key_is_plainly_valid(value: &str) -> bool {
+    let bytes = value.as_bytes();
+    if bytes.len() > MAX_KEY_LEN || bytes.first() != Some(&b'/') || bytes.get(1) == Some(&b'/') {
+        return false;
+    }
+    let mut in_path = true;
+    // Length of the current path segment and whether it is only dots so far.
+    let (mut seg_len, mut seg_dots) = (0usize, true);
+    for &b in &bytes[1..] {
+        // Printable ASCII other than space: no control, whitespace or non-ASCII char.
+        if !(0x21..0x7f).contains(&b) || b == b'\\' || b == b'#' {
+            return false;
+        }
+        // '%' could spell "%2e%2e": leave that to the full check.
+        if in_path && b == b'%' {
+            return false;
+        }
+        if !in_path {
+            continue;
+        }
+        match b {
+            b'/' | b'?' => {
+                if seg_len == 2 && seg_dots {
+                    return false;
+                }
+                if b == b'?' {
+                    in_path = false;
+                }
+                (seg_len, seg_dots) = (0, true);
+            }
+            _ => {
+                seg_len += 1;
+                seg_dots &= b == b'.';
+            }
+        }
+    }
+    !(in_path && seg_len == 2 && seg_dots)
+}
+
+fn check_key_slow(value: &str) -> Result<(), IdError> {
     const KIND: &str = "cache key";
     if value.len() > MAX_KEY_LEN {
         return Err(IdError::new(
@@ -94,6 +157,17 @@ fn check_key(value: &str) -> Result<(), IdError> {
 }
 
 fn check_domain(value: &str) -> Result<(), IdError> {
+    if (1..=MAX_DOMAIN_LEN).contains(&value.len())
+        && value
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.'))
+    {
+        return Ok(());
+    }
+    check_domain_slow(value)
+}
+
+fn check_domain_slow(value: &str) -> Result<(), IdError> {
     const KIND: &str = "domain";
     if value.is_empty() {
         return Err(IdError::new(KIND, "must not be empty"));
@@ -389,6 +463,40 @@ mod tests {
         for (key, expected) in cases {
             let err = CacheKey::new(key).unwrap_err();
             assert!(err.to_string().contains(expected), "{key:?}: {err}");
+        }
+    }
+
+    proptest::proptest! {
+        /// The fast paths never accept what the full checks refuse, and accept the
+        /// ordinary keys and ids they exist for.
+        #[test]
+        fn fast_paths_agree_with_the_full_checks(
+            key in "(/|//|[a-z%?#\\\\. ]){0,3}([a-zA-Z0-9._~%?=&#/\\\\ \u{0}\u{85}é-]|\\.\\.|%2[eE]%2[eE]){0,12}",
+            id in "[A-Za-z0-9._/ é-]{0,70}",
+        ) {
+            if key_is_plainly_valid(&key) {
+                proptest::prop_assert!(check_key_slow(&key).is_ok(), "{key:?}");
+            }
+            proptest::prop_assert_eq!(check_key(&key), check_key_slow(&key));
+            proptest::prop_assert_eq!(check_id("node", &id), check_id_slow("node", &id));
+            proptest::prop_assert_eq!(check_domain(&id), check_domain_slow(&id));
+        }
+    }
+
+    #[test]
+    fn fast_path_takes_ordinary_keys() {
+        for key in [
+            "/",
+            "/img/logo.png",
+            "/a/b?c=d&e=f",
+            "/a..b/c.",
+            "/a/b?x=/../",
+            "/.../x",
+        ] {
+            assert!(key_is_plainly_valid(key), "{key}");
+        }
+        for key in ["/..", "/a/../b", "/a/..?q", "/%2e%2e", "//h", "/a b", "/é"] {
+            assert!(!key_is_plainly_valid(key), "{key}");
         }
     }
 
