@@ -4,7 +4,7 @@
 
 use serde::{Serialize, de::DeserializeOwned};
 
-use crate::{AccessEvent, PrewarmCommand, SCHEMA_VERSION};
+use crate::{AccessEvent, AccessEventRef, PrewarmCommand, SCHEMA_VERSION};
 
 /// Why a message could not be decoded.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -94,15 +94,7 @@ pub fn decode<T: Wire>(bytes: &[u8]) -> Result<T, DecodeError> {
             max: T::MAX_BYTES,
         });
     }
-    let message: T = serde_json::from_slice(bytes).map_err(|e| {
-        use serde_json::error::Category;
-        match e.classify() {
-            Category::Data => DecodeError::InvalidField(e.to_string()),
-            Category::Syntax | Category::Eof | Category::Io => {
-                DecodeError::Malformed(e.to_string())
-            }
-        }
-    })?;
+    let message: T = serde_json::from_slice(bytes).map_err(classify)?;
     if message.version() != SCHEMA_VERSION {
         return Err(DecodeError::UnsupportedVersion {
             found: message.version(),
@@ -122,6 +114,42 @@ pub fn decode<T: Wire>(bytes: &[u8]) -> Result<T, DecodeError> {
         }
     }
     Ok(message)
+}
+
+/// Decodes and validates one [`AccessEvent`] without copying its strings: the
+/// per-message path of pulse. It accepts and refuses exactly what
+/// `decode::<AccessEvent>` does, with the same errors.
+///
+/// ```
+/// use models::{AccessEvent, decode, decode_event_ref};
+///
+/// let line = br#"{"v":1,"ts_ms":5,"tenant":"acme","key":"/a.js","region":"eu","node":"n1","outcome":"miss"}"#;
+/// let event = decode_event_ref(line)?;
+/// assert_eq!(event.key.as_str(), "/a.js");
+/// assert_eq!(event.to_owned_event(), decode::<AccessEvent>(line)?);
+/// # Ok::<(), models::DecodeError>(())
+/// ```
+pub fn decode_event_ref(bytes: &[u8]) -> Result<AccessEventRef<'_>, DecodeError> {
+    if bytes.len() > AccessEvent::MAX_BYTES {
+        return Err(DecodeError::TooLarge {
+            len: bytes.len(),
+            max: AccessEvent::MAX_BYTES,
+        });
+    }
+    let event: AccessEventRef<'_> = serde_json::from_slice(bytes).map_err(classify)?;
+    if event.v != SCHEMA_VERSION {
+        return Err(DecodeError::UnsupportedVersion { found: event.v });
+    }
+    // `AccessEvent` has no cross-field rule (`Wire::check` is the default).
+    Ok(event)
+}
+
+fn classify(e: serde_json::Error) -> DecodeError {
+    use serde_json::error::Category;
+    match e.classify() {
+        Category::Data => DecodeError::InvalidField(e.to_string()),
+        Category::Syntax | Category::Eof | Category::Io => DecodeError::Malformed(e.to_string()),
+    }
 }
 
 #[cfg(test)]
@@ -336,6 +364,48 @@ mod tests {
             )
     }
 
+    fn decode_ref_owned(bytes: &[u8]) -> Result<AccessEvent, DecodeError> {
+        decode_event_ref(bytes).map(|e| e.to_owned_event())
+    }
+
+    fn field_name() -> impl Strategy<Value = String> {
+        prop_oneof![
+            8 => proptest::sample::select(vec![
+                "v", "ts_ms", "tenant", "key", "region", "node", "outcome", "referrer",
+                "bytes", "fill_ms",
+            ])
+            .prop_map(str::to_owned),
+            1 => "[a-z_]{1,8}",
+        ]
+    }
+
+    /// JSON value texts: valid ids and keys, near misses, escapes, other types.
+    fn json_value() -> impl Strategy<Value = String> {
+        let string = prop_oneof![
+            "[A-Za-z0-9._-]{1,64}",
+            "[A-Za-z0-9._ /-]{0,70}",
+            "/[A-Za-z0-9/._~%?=&#\\\\ -]{0,40}",
+            "/(\\.\\.|%2[eE]%2[eE]|[a-z]){0,6}(/(\\.\\.|x)){0,3}",
+            "(hit|miss|stale|collapsed|prefetch_fill|prefetch_useful|Hit|teleported)",
+            "[a-z0-9.-]{1,60}",
+            any::<String>(),
+        ];
+        prop_oneof![
+            4 => string.prop_map(|s| serde_json::to_string(&s).unwrap()),
+            // Escaped forms of valid text (\u002f is '/') cannot be borrowed.
+            1 => "(/|\\\\u002f)[a-z]{0,5}(\\\\/[a-z]{1,5}){0,2}".prop_map(|s| format!("\"{s}\"")),
+            1 => "/[a-z]{1,3}".prop_map(|s| format!("\"{}\"", s.repeat(1_100))),
+            2 => any::<i64>().prop_map(|n| n.to_string()),
+            1 => (0u64..3).prop_map(|n| n.to_string()),
+            1 => any::<u64>().prop_map(|n| n.to_string()),
+            1 => Just("1.5".to_owned()),
+            1 => Just("null".to_owned()),
+            1 => Just("true".to_owned()),
+            1 => Just("[\"a\"]".to_owned()),
+            1 => Just("{\"x\":1}".to_owned()),
+        ]
+    }
+
     proptest! {
         #[test]
         fn decode_inverts_encode(e in arb_event()) {
@@ -363,6 +433,40 @@ mod tests {
         fn arbitrary_bytes_never_panic(bytes in proptest::collection::vec(any::<u8>(), 0..6000)) {
             let _ = decode::<AccessEvent>(&bytes);
             let _ = decode::<PrewarmCommand>(&bytes);
+        }
+
+        #[test]
+        fn borrowed_decode_agrees_on_arbitrary_bytes(
+            bytes in proptest::collection::vec(any::<u8>(), 0..6000)
+        ) {
+            prop_assert_eq!(decode_ref_owned(&bytes), decode::<AccessEvent>(&bytes));
+        }
+
+        #[test]
+        fn borrowed_decode_agrees_on_valid_events(e in arb_event()) {
+            let bytes = encode(&e);
+            prop_assert_eq!(decode_ref_owned(&bytes), Ok(e));
+        }
+
+        /// Objects made of the event's fields (repeated, missing, unknown) with values
+        /// that are right, wrong, escaped, oversized or of the wrong type: the
+        /// borrowed decoder accepts and refuses exactly what the owned one does, with
+        /// the same error.
+        #[test]
+        fn borrowed_decode_agrees_on_arbitrary_event_like_objects(
+            fields in proptest::collection::vec((field_name(), json_value()), 0..14),
+            tail in proptest::option::of("[\\] ,}\"]{1,3}"),
+        ) {
+            let mut text = String::from("{");
+            for (i, (name, value)) in fields.iter().enumerate() {
+                if i > 0 {
+                    text.push(',');
+                }
+                text.push_str(&format!("{name:?}:{value}"));
+            }
+            text.push_str(tail.as_deref().unwrap_or("}"));
+            let bytes = text.as_bytes();
+            prop_assert_eq!(decode_ref_owned(bytes), decode::<AccessEvent>(bytes));
         }
 
         #[test]

@@ -2,6 +2,7 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::ids::{CacheKeyRef, DomainRef, NodeRef, RegionRef, TenantRef};
 use crate::{CacheKey, Domain, NodeId, RegionId, SCHEMA_VERSION, TenantId};
 
 /// How an edge node answered one request for a cacheable key.
@@ -107,5 +108,61 @@ impl AccessEvent {
     /// The Kafka message key: `tenant/key`, so one key's events share a partition.
     pub fn partition_key(&self) -> String {
         format!("{}{}", self.tenant, self.key)
+    }
+}
+
+/// An [`AccessEvent`] whose strings borrow from the message bytes: what
+/// [`decode_event_ref`](crate::decode_event_ref) returns, so the per-message path
+/// allocates nothing. It is validated by the same rules as [`AccessEvent`]; call
+/// [`AccessEventRef::to_owned_event`] to keep it.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+// Errors name the struct ("expected struct AccessEvent"): the same words as the owned one.
+#[serde(rename = "AccessEvent", expecting = "struct AccessEvent")]
+pub struct AccessEventRef<'a> {
+    /// Schema version; [`decode_event_ref`](crate::decode_event_ref) accepts only
+    /// [`SCHEMA_VERSION`].
+    pub v: u16,
+    /// When the request was answered, in milliseconds since the Unix epoch.
+    pub ts_ms: u64,
+    /// The tenant.
+    #[serde(borrow)]
+    pub tenant: TenantRef<'a>,
+    /// The normalised cache key.
+    #[serde(borrow)]
+    pub key: CacheKeyRef<'a>,
+    /// The region of the node.
+    #[serde(borrow)]
+    pub region: RegionRef<'a>,
+    /// The node that answered.
+    #[serde(borrow)]
+    pub node: NodeRef<'a>,
+    /// How it was answered.
+    pub outcome: Outcome,
+    /// The referrer's host, when the request named one.
+    #[serde(default, borrow)]
+    pub referrer: Option<DomainRef<'a>>,
+    /// Response body bytes sent to the client.
+    #[serde(default)]
+    pub bytes: u64,
+    /// Origin fill latency in milliseconds, for outcomes that waited on a fill.
+    #[serde(default)]
+    pub fill_ms: Option<u32>,
+}
+
+impl AccessEventRef<'_> {
+    /// The owned event (its strings copied, not checked again).
+    pub fn to_owned_event(&self) -> AccessEvent {
+        AccessEvent {
+            v: self.v,
+            ts_ms: self.ts_ms,
+            tenant: self.tenant.to_owned_id(),
+            key: self.key.to_owned_id(),
+            region: self.region.to_owned_id(),
+            node: self.node.to_owned_id(),
+            outcome: self.outcome,
+            referrer: self.referrer.as_ref().map(DomainRef::to_owned_id),
+            bytes: self.bytes,
+            fill_ms: self.fill_ms,
+        }
     }
 }

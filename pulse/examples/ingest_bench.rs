@@ -1,9 +1,16 @@
 //! Ingest from a real broker: pulse's sustained consume-and-apply rate next to the
 //! raw consume rate of `kcat -C` on the same topic, in the same run.
 //!
+//! Both rates are measured the same way, from the first message to the last: kcat's
+//! from the first byte it prints to its exit at the end of the topic (so its process
+//! start, metadata and first fetch are not counted, as pulse's are not either), and
+//! pulse's from the first applied batch to the last event applied (the events of that
+//! first batch are not counted).
+//!
 //! `cargo run --profile bench -p pulse --example ingest_bench -- BROKERS [EVENTS]`.
 //! Prints one line of `key=value` pairs for scripts/bench-pulse.
 
+use std::io::Read;
 use std::process::{Command, Stdio};
 use std::sync::{Arc, RwLock};
 use std::time::{Duration, Instant};
@@ -17,6 +24,10 @@ use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
 
 #[tokio::main(flavor = "current_thread")]
 async fn main() {
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+        .with_writer(std::io::stderr)
+        .try_init();
     let mut args = std::env::args().skip(1);
     let brokers = args.next().unwrap_or_else(|| "127.0.0.1:9092".into());
     let n: u64 = args
@@ -46,7 +57,8 @@ async fn main() {
         r.expect("create topic");
     }
 
-    // Produce: Zipf-ish keys over 3 regions, 2 minutes of event time.
+    // Produce: Zipf-ish keys over 3 regions, 30 s of event time (inside the 60 s
+    // window, so no event is refused however unevenly the partitions are fetched).
     let producer: BaseProducer = ClientConfig::new()
         .set("bootstrap.servers", &brokers)
         .set("linger.ms", "20")
@@ -65,7 +77,7 @@ async fn main() {
     for i in 0..n {
         let k = (i * 2_654_435_761) % 100_000 % (1 + i % 1_000);
         let e = AccessEvent::new(
-            t0 + i * 120_000 / n,
+            t0 + i * 30_000 / n,
             tenant.clone(),
             CacheKey::new(format!("/assets/{k}.js")).unwrap(),
             regions[i as usize % 3].clone(),
@@ -87,9 +99,9 @@ async fn main() {
     }
     producer.flush(Duration::from_secs(60)).expect("flush");
 
-    // kcat: raw consume of the whole topic, output discarded.
-    let start = Instant::now();
-    let status = Command::new("kcat")
+    eprintln!("produced {n} events; kcat");
+    // kcat: raw consume of the whole topic, output read and discarded.
+    let mut kcat = Command::new("kcat")
         .args([
             "-C",
             "-b",
@@ -101,12 +113,28 @@ async fn main() {
             "-e",
             "-q",
         ])
-        .stdout(Stdio::null())
-        .status()
+        .stdout(Stdio::piped())
+        .spawn()
         .expect("running kcat (apt-get install -y kcat)");
-    assert!(status.success(), "kcat failed");
-    let kcat_secs = start.elapsed().as_secs_f64();
+    let mut out = kcat.stdout.take().expect("kcat stdout");
+    let mut buf = vec![0u8; 1 << 20];
+    let (mut first_byte, mut lines) = (None, 0u64);
+    loop {
+        let len = out.read(&mut buf).expect("reading kcat");
+        if len == 0 {
+            break;
+        }
+        first_byte.get_or_insert_with(Instant::now);
+        lines += buf[..len].iter().filter(|b| **b == b'\n').count() as u64;
+    }
+    let kcat_secs = first_byte
+        .expect("kcat printed nothing")
+        .elapsed()
+        .as_secs_f64();
+    assert!(kcat.wait().expect("kcat").success(), "kcat failed");
+    assert_eq!(lines, n, "kcat read every event");
 
+    eprintln!("kcat done; pulse");
     // pulse: consume, decode and apply; rate from the first applied event to the last.
     let heat = Arc::new(RwLock::new(HeatMap::new(HeatConfig::default())));
     let metrics = Arc::new(Metrics::new());
@@ -120,9 +148,18 @@ async fn main() {
         metrics.clone(),
     )
     .expect("ingest");
+    // Every message counts once it is processed: applied, or refused by the heat map
+    // (`too_old`: partitions are fetched unevenly, so one partition's newest events
+    // can move the watermark past another's oldest by more than the 60 s window).
+    let too_old = || {
+        metrics
+            .rejected
+            .get_or_create(&pulse::ReasonLabel { reason: "too_old" })
+            .get()
+    };
     let mut first: Option<(Instant, u64)> = None;
     loop {
-        let consumed = metrics.consumed.get();
+        let consumed = metrics.consumed.get() + too_old();
         if first.is_none() && consumed > 0 {
             first = Some((Instant::now(), consumed));
         }
@@ -139,8 +176,9 @@ async fn main() {
         .unwrap();
     let kcat_rate = n as f64 / kcat_secs;
     println!(
-        "events={n} avg_bytes={} kcat_secs={kcat_secs:.2} kcat_rate={kcat_rate:.0} pulse_rate={pulse_rate:.0} ratio={:.2}",
+        "events={n} avg_bytes={} kcat_secs={kcat_secs:.2} kcat_rate={kcat_rate:.0} pulse_rate={pulse_rate:.0} ratio={:.2} too_old={}",
         bytes / n as usize,
-        pulse_rate / kcat_rate
+        pulse_rate / kcat_rate,
+        too_old(),
     );
 }

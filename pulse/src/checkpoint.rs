@@ -14,8 +14,10 @@ use serde::{Deserialize, Serialize};
 
 use crate::HeatMap;
 
-/// The checkpoint format this build writes and reads.
-pub const CHECKPOINT_VERSION: u32 = 2;
+/// The checkpoint format this build writes and reads. Version 3: the sketches place
+/// keys by their own row hashes (no longer streaming_algorithms'), so an older
+/// checkpoint would answer wrongly and is refused.
+pub const CHECKPOINT_VERSION: u32 = 3;
 
 /// Why a checkpoint could not be written or read.
 #[derive(Debug, thiserror::Error)]

@@ -23,14 +23,11 @@
 
 use std::collections::HashMap;
 use std::hash::{Hash, Hasher};
-use std::ops::AddAssign;
 use std::sync::Arc;
 
-use models::{AccessEvent, CacheKey, Outcome, RegionId, TenantId};
+use models::{AccessEvent, AccessEventRef, CacheKey, Outcome, RegionId, TenantId};
 use serde::{Deserialize, Serialize};
-use streaming_algorithms::{
-    CountMinSketch, Intersect, IntersectPlusUnionIsPlus, New, Top, UnionAssign,
-};
+use streaming_algorithms::Top;
 use utoipa::ToSchema;
 
 /// Width of a fine bucket, in milliseconds.
@@ -304,50 +301,10 @@ impl From<TrackerRepr> for Tracker {
     }
 }
 
-/// One sketch cell: a count per outcome and the regions that reported a miss.
-///
-/// Intersect is the element-wise minimum (and AND), union the maximum (and OR), so
-/// streaming_algorithms' conservative update works on each outcome independently.
+/// One sketch cell: a count per outcome, the regions that reported a miss, and the
+/// regions that asked.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 struct Cell([u32; OUTCOMES], u64, u64);
-
-impl New for Cell {
-    type Config = ();
-    fn new(_: &()) -> Self {
-        Cell::default()
-    }
-}
-
-impl<'a> UnionAssign<&'a Cell> for Cell {
-    fn union_assign(&mut self, rhs: &'a Cell) {
-        for (a, b) in self.0.iter_mut().zip(rhs.0) {
-            *a = (*a).max(b);
-        }
-        self.1 |= rhs.1;
-        self.2 |= rhs.2;
-    }
-}
-
-impl Intersect for Cell {
-    fn intersect<'a>(mut iter: impl Iterator<Item = &'a Self>) -> Option<Self>
-    where
-        Self: Sized + 'a,
-    {
-        let mut acc = *iter.next()?;
-        for cell in iter {
-            for (a, b) in acc.0.iter_mut().zip(cell.0) {
-                *a = (*a).min(b);
-            }
-            acc.1 &= cell.1;
-            acc.2 &= cell.2;
-        }
-        Some(acc)
-    }
-}
-
-impl IntersectPlusUnionIsPlus for Cell {
-    const VAL: bool = false;
-}
 
 /// What one event adds to a cell.
 struct Tally {
@@ -358,13 +315,141 @@ struct Tally {
     region_bit: u64,
 }
 
-// Adding a tally marks its region: OR is the set union of regions, on purpose.
-#[allow(clippy::suspicious_op_assign_impl)]
-impl<'a> AddAssign<&'a Tally> for Cell {
-    fn add_assign(&mut self, tally: &'a Tally) {
-        self.0[tally.outcome] = self.0[tally.outcome].saturating_add(1);
-        self.1 |= tally.miss_bit;
-        self.2 |= tally.region_bit;
+/// Most rows a sketch may have ([`HeatConfig::validate`] caps the depth at 16).
+const MAX_DEPTH: usize = 16;
+
+/// Where one key lands in a sketch: one cell index per row. Computed once per event
+/// and shared by the fine and the coarse sketch (they have the same dimensions).
+struct Columns {
+    cells: [usize; MAX_DEPTH],
+    depth: usize,
+}
+
+impl Columns {
+    fn new(hash: u64, width: usize, depth: usize) -> Self {
+        let mut cells = [0usize; MAX_DEPTH];
+        let mask = (width - 1) as u64;
+        for (row, cell) in cells.iter_mut().enumerate().take(depth) {
+            // An independent column per row: the key hash mixed with a per-row odd
+            // constant (splitmix64 finaliser). Must not change between builds:
+            // checkpoints depend on it (see CHECKPOINT_VERSION).
+            let mut h = hash ^ (row as u64 + 1).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+            h ^= h >> 30;
+            h = h.wrapping_mul(0xbf58_476d_1ce4_e5b9);
+            h ^= h >> 27;
+            h = h.wrapping_mul(0x94d0_49bb_1331_11eb);
+            h ^= h >> 31;
+            *cell = row * width + (h & mask) as usize;
+        }
+        Columns { cells, depth }
+    }
+
+    fn iter(&self) -> impl Iterator<Item = usize> + '_ {
+        self.cells[..self.depth].iter().copied()
+    }
+}
+
+/// A Count-Min sketch of [`Cell`]s with conservative update: `depth` rows of `width`
+/// cells, stored row after row.
+///
+/// Why not streaming_algorithms' `CountMinSketch` here (the Top-K trackers still use
+/// it): its `push` hashes the key again with XxHash for every row of every sketch
+/// (twelve hash finalisations per event for the fine and the coarse sketch), and its
+/// conservative update copies whole 40-byte cells to intersect and then union them.
+/// That was a third of the per-event cost. Here the columns come from the key's
+/// 64-bit hash once per event ([`Columns`]), and the update touches one counter per
+/// row. The result is exactly the crate's conservative update for this cell (where
+/// intersect is the element-wise minimum and AND, union the maximum and OR): the
+/// event's outcome counter in each row becomes max(itself, minimum over the rows + 1),
+/// the other counters cannot change, and the region bits are ORed in.
+#[derive(Clone, Serialize, Deserialize)]
+#[serde(try_from = "SketchRepr")]
+struct Sketch {
+    width: usize,
+    depth: usize,
+    cells: Vec<Cell>,
+}
+
+#[derive(Deserialize)]
+struct SketchRepr {
+    width: usize,
+    depth: usize,
+    cells: Vec<Cell>,
+}
+
+impl TryFrom<SketchRepr> for Sketch {
+    type Error = String;
+    fn try_from(r: SketchRepr) -> Result<Self, String> {
+        // A checkpoint is read back into indexing code: refuse what would panic.
+        if !r.width.is_power_of_two()
+            || !(1..=MAX_DEPTH).contains(&r.depth)
+            || r.cells.len() != r.width.saturating_mul(r.depth)
+        {
+            return Err(format!(
+                "sketch of {} cells is not {} x {}",
+                r.cells.len(),
+                r.depth,
+                r.width
+            ));
+        }
+        Ok(Sketch {
+            width: r.width,
+            depth: r.depth,
+            cells: r.cells,
+        })
+    }
+}
+
+impl Sketch {
+    fn new(config: &HeatConfig) -> Self {
+        let (width, depth) = (config.width(), config.depth().min(MAX_DEPTH));
+        Sketch {
+            width,
+            depth,
+            cells: vec![Cell::default(); width * depth],
+        }
+    }
+
+    fn columns(&self, hash: u64) -> Columns {
+        Columns::new(hash, self.width, self.depth)
+    }
+
+    /// Adds one event at `columns` (from a sketch of the same dimensions).
+    fn push(&mut self, columns: &Columns, tally: &Tally) {
+        let o = tally.outcome;
+        let lowest = columns
+            .iter()
+            .map(|i| self.cells[i].0[o])
+            .min()
+            .unwrap_or(0);
+        let raised = lowest.saturating_add(1);
+        for i in columns.iter() {
+            let cell = &mut self.cells[i];
+            cell.0[o] = cell.0[o].max(raised);
+            cell.1 |= tally.miss_bit;
+            cell.2 |= tally.region_bit;
+        }
+    }
+
+    /// The estimate at `columns`: the minimum per outcome, the intersection of the
+    /// region sets.
+    fn get(&self, columns: &Columns) -> Cell {
+        let mut cells = columns.iter().map(|i| self.cells[i]);
+        let Some(mut acc) = cells.next() else {
+            return Cell::default();
+        };
+        for cell in cells {
+            for (a, b) in acc.0.iter_mut().zip(cell.0) {
+                *a = (*a).min(b);
+            }
+            acc.1 &= cell.1;
+            acc.2 &= cell.2;
+        }
+        acc
+    }
+
+    fn clear(&mut self) {
+        self.cells.fill(Cell::default());
     }
 }
 
@@ -396,10 +481,14 @@ fn key_hash(key: &str) -> u64 {
 }
 
 /// A key in a Top-K: hashed once, compared by hash first.
+///
+/// The text is an `Arc<String>` so one buffer per tenant can be refilled for each
+/// event and handed to the trackers; only when a tracker keeps it (the key entered a
+/// Top-K) does the tenant allocate a new buffer. See `TenantHeat::apply`.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 struct TopKey {
     hash: u64,
-    key: Arc<str>,
+    key: Arc<String>,
 }
 
 impl Hash for TopKey {
@@ -421,7 +510,7 @@ struct Bucket {
     /// The bucket number (`ts_ms / width`) this slot holds, if any.
     index: Option<u64>,
     events: u64,
-    sketch: CountMinSketch<u64, Cell>,
+    sketch: Sketch,
     /// Coarse buckets only: the tenant's top keys.
     top: Option<Tracker>,
     /// Coarse buckets only: top keys per region (by region number), made on first use.
@@ -436,7 +525,7 @@ struct Ring {
 
 impl Ring {
     fn new(config: &HeatConfig, width_ms: u64, len: usize, with_tops: bool) -> Self {
-        let sketch = CountMinSketch::new(config.confidence, config.error, ());
+        let sketch = Sketch::new(config);
         let bucket = Bucket {
             index: None,
             events: 0,
@@ -728,6 +817,18 @@ pub struct TenantHeat {
     last_event_ms: u64,
     fine: Ring,
     coarse: Ring,
+    /// The key text handed to the Top-K trackers, refilled per event (see `apply`).
+    #[serde(skip)]
+    spare_key: Arc<String>,
+}
+
+/// The parts of an event the heat map uses, borrowed from an owned or a borrowed event.
+struct EventParts<'a> {
+    ts_ms: u64,
+    tenant: &'a str,
+    key: &'a str,
+    region: &'a str,
+    outcome: Outcome,
 }
 
 impl TenantHeat {
@@ -738,32 +839,32 @@ impl TenantHeat {
             last_event_ms: 0,
             fine: Ring::new(config, FINE_MS, FINE_BUCKETS, false),
             coarse: Ring::new(config, COARSE_MS, COARSE_BUCKETS, true),
+            spare_key: Arc::default(),
         }
     }
 
     fn apply(
         &mut self,
         config: &HeatConfig,
-        event: &AccessEvent,
+        event: &EventParts<'_>,
         watermark_ms: u64,
     ) -> Result<(), ApplyError> {
         let ts = event.ts_ms;
         let Some(coarse) = self.coarse.slot(ts / COARSE_MS, watermark_ms / COARSE_MS) else {
             return Err(ApplyError::TooOld);
         };
-        let region = self.regions.iter().position(|r| *r == event.region);
-        let region = match region {
+        let region = match self.regions.iter().position(|r| r.as_str() == event.region) {
             Some(i) => Some(i),
-            None => {
-                if self.regions.len() < MAX_REGIONS {
-                    self.regions.push(event.region.clone());
+            // The event was validated: the region id cannot be refused here.
+            None => match RegionId::new(event.region) {
+                Ok(r) if self.regions.len() < MAX_REGIONS => {
+                    self.regions.push(r);
                     Some(self.regions.len() - 1)
-                } else {
-                    None
                 }
-            }
+                _ => None,
+            },
         };
-        let hash = key_hash(event.key.as_str());
+        let hash = key_hash(event.key);
         let tally = Tally {
             outcome: outcome_index(event.outcome),
             miss_bit: match region {
@@ -772,11 +873,26 @@ impl TenantHeat {
             },
             region_bit: region.map_or(0, |i| 1 << i),
         };
+        let columns = coarse.sketch.columns(hash);
         coarse.events += 1;
-        coarse.sketch.push(&hash, &tally);
+        coarse.sketch.push(&columns, &tally);
+
+        // The trackers take the key by value but keep it only when it enters their
+        // Top-K. So the text goes into a reusable buffer, and a new buffer is made
+        // only when a tracker kept this one: one allocation per key entering a Top-K,
+        // not per event.
+        match Arc::get_mut(&mut self.spare_key) {
+            // A buffer grown by a long key is not kept for short ones: a tracker
+            // would hold on to the spare capacity.
+            Some(buf) if buf.capacity() <= 4 * event.key.len().max(64) => {
+                buf.clear();
+                buf.push_str(event.key);
+            }
+            _ => self.spare_key = Arc::new(event.key.to_owned()),
+        }
         let top_key = TopKey {
             hash,
-            key: Arc::from(event.key.as_str()),
+            key: self.spare_key.clone(),
         };
         if let Some(i) = region {
             if coarse.region_tops.len() <= i {
@@ -789,9 +905,13 @@ impl TenantHeat {
         if let Some(top) = &mut coarse.top {
             top.push(top_key);
         }
+        if Arc::strong_count(&self.spare_key) > 1 {
+            self.spare_key = Arc::default();
+        }
+
         if let Some(fine) = self.fine.slot(ts / FINE_MS, watermark_ms / FINE_MS) {
             fine.events += 1;
-            fine.sketch.push(&hash, &tally);
+            fine.sketch.push(&columns, &tally);
         }
         self.events += 1;
         self.last_event_ms = self.last_event_ms.max(ts);
@@ -803,8 +923,10 @@ impl TenantHeat {
     fn sum(ring: &Ring, hash: u64, end_ms: u64, n: u64) -> ([u64; OUTCOMES], u64, u64) {
         let mut counts = [0u64; OUTCOMES];
         let (mut missed, mut asked) = (0u64, 0u64);
+        let mut columns = None;
         for bucket in ring.last_n(end_ms, n) {
-            let cell = bucket.sketch.get(&hash);
+            let columns = columns.get_or_insert_with(|| bucket.sketch.columns(hash));
+            let cell = bucket.sketch.get(columns);
             for (c, v) in counts.iter_mut().zip(cell.0) {
                 *c += u64::from(v);
             }
@@ -936,7 +1058,7 @@ impl TenantHeat {
     ) -> Vec<HotKey> {
         let (first, last) = Self::coarse_span(window, now_ms);
         // Candidates: every key in a Top-K of the span (the tenant's or the region's).
-        let mut candidates: HashMap<u64, Arc<str>> = HashMap::new();
+        let mut candidates: HashMap<u64, Arc<String>> = HashMap::new();
         for bucket in self.coarse.range(first, last) {
             let top = match region {
                 None => bucket.top.as_ref(),
@@ -947,7 +1069,7 @@ impl TenantHeat {
             }
         }
         let region_counts = self.region_counts(first, last);
-        let mut rows: Vec<(u64, u64, Arc<str>)> = candidates
+        let mut rows: Vec<(u64, u64, Arc<String>)> = candidates
             .into_iter()
             .map(|(hash, key)| {
                 let count = match region {
@@ -962,7 +1084,7 @@ impl TenantHeat {
         rows.truncate(n);
         rows.into_iter()
             .filter_map(|(count, hash, key)| {
-                let key = CacheKey::new(&*key).ok()?;
+                let key = CacheKey::new(key.as_str()).ok()?;
                 let v = |w| self.window_stats(hash, w, now_ms);
                 let short = v(Window::Ms200);
                 let this = v(window);
@@ -992,7 +1114,7 @@ impl TenantHeat {
         for bucket in self.coarse.range(last.saturating_sub(1), last) {
             for (k, _) in bucket.top.iter().flat_map(|t| t.iter()) {
                 if seen.insert(k.hash) {
-                    if let Ok(key) = CacheKey::new(&*k.key) {
+                    if let Ok(key) = CacheKey::new(k.key.as_str()) {
                         out.push(key);
                     }
                 }
@@ -1051,20 +1173,40 @@ impl HeatMap {
 
     /// Adds one event to its tenant's windows and advances the watermark.
     pub fn apply(&mut self, event: &AccessEvent) -> Result<(), ApplyError> {
+        self.apply_parts(&EventParts {
+            ts_ms: event.ts_ms,
+            tenant: event.tenant.as_str(),
+            key: event.key.as_str(),
+            region: event.region.as_str(),
+            outcome: event.outcome,
+        })
+    }
+
+    /// [`HeatMap::apply`] for an event borrowed from its message
+    /// ([`models::decode_event_ref`]): the ingest path, which copies no string.
+    pub fn apply_ref(&mut self, event: &AccessEventRef<'_>) -> Result<(), ApplyError> {
+        self.apply_parts(&EventParts {
+            ts_ms: event.ts_ms,
+            tenant: event.tenant.as_str(),
+            key: event.key.as_str(),
+            region: event.region.as_str(),
+            outcome: event.outcome,
+        })
+    }
+
+    fn apply_parts(&mut self, event: &EventParts<'_>) -> Result<(), ApplyError> {
         let watermark = self.watermark_ms.max(event.ts_ms);
-        if !self.tenants.contains_key(event.tenant.as_str()) {
-            if self.tenants.len() >= self.config.max_tenants {
-                return Err(ApplyError::TenantLimit);
+        let tenant = match self.tenants.get_mut(event.tenant) {
+            Some(tenant) => tenant,
+            None => {
+                if self.tenants.len() >= self.config.max_tenants {
+                    return Err(ApplyError::TenantLimit);
+                }
+                self.tenants
+                    .entry(event.tenant.to_owned())
+                    .or_insert_with(|| TenantHeat::new(&self.config))
             }
-            self.tenants.insert(
-                event.tenant.as_str().to_owned(),
-                TenantHeat::new(&self.config),
-            );
-        }
-        let tenant = self
-            .tenants
-            .get_mut(event.tenant.as_str())
-            .expect("inserted above");
+        };
         tenant.apply(&self.config, event, watermark)?;
         self.watermark_ms = watermark;
         Ok(())

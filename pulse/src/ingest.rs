@@ -18,11 +18,11 @@ use std::sync::{Arc, Mutex, RwLock};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use models::{AccessEvent, decode};
+use models::{AccessEvent, AccessEventRef, decode_event_ref};
 use rdkafka::config::ClientConfig;
 use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer, ConsumerContext, Rebalance};
 use rdkafka::error::{KafkaError, KafkaResult};
-use rdkafka::message::{Header, Message, OwnedHeaders};
+use rdkafka::message::{BorrowedMessage, Header, Message, OwnedHeaders};
 use rdkafka::producer::{BaseRecord, DefaultProducerContext, ThreadedProducer};
 use rdkafka::{ClientContext, Offset, TopicPartitionList};
 
@@ -93,6 +93,9 @@ pub enum IngestError {
 struct IngestContext {
     metrics: Arc<Metrics>,
     moved: Mutex<Vec<i32>>,
+    /// Set when `moved` has entries: the ingest thread checks it after every poll,
+    /// and an atomic load is cheaper than a lock per message.
+    any_moved: AtomicBool,
 }
 
 fn describe(tpl: &TopicPartitionList) -> String {
@@ -150,6 +153,7 @@ impl ConsumerContext for IngestContext {
         };
         let mut moved = self.moved.lock().unwrap_or_else(|e| e.into_inner());
         moved.extend(tpl.elements().iter().map(|e| e.partition()));
+        self.any_moved.store(true, Ordering::Release);
     }
 
     fn commit_callback(&self, result: KafkaResult<()>, offsets: &TopicPartitionList) {
@@ -162,6 +166,9 @@ impl ConsumerContext for IngestContext {
 
 impl IngestContext {
     fn take_moved(&self) -> Vec<i32> {
+        if !self.any_moved.swap(false, Ordering::Acquire) {
+            return Vec::new();
+        }
         std::mem::take(&mut *self.moved.lock().unwrap_or_else(|e| e.into_inner()))
     }
 }
@@ -193,6 +200,7 @@ impl Ingest {
         let context = IngestContext {
             metrics: metrics.clone(),
             moved: Mutex::new(Vec::new()),
+            any_moved: AtomicBool::new(false),
         };
         let consumer: BaseConsumer<IngestContext> = ClientConfig::new()
             .set("bootstrap.servers", &config.brokers)
@@ -202,6 +210,14 @@ impl Ingest {
             .set("enable.partition.eof", "false")
             .set("session.timeout.ms", "6000")
             .set("statistics.interval.ms", "1000")
+            // Throughput: fetch big batches, answered as soon as there is data, and
+            // keep up to 64 MiB pre-fetched so the poll loop never waits on the network
+            // while the broker has messages (librdkafka's fetcher runs on its own thread).
+            .set("fetch.wait.max.ms", "100")
+            .set("fetch.min.bytes", "1")
+            .set("max.partition.fetch.bytes", "4194304")
+            .set("queued.min.messages", "200000")
+            .set("queued.max.messages.kbytes", "65536")
             .create_with_context(context)?;
         consumer.subscribe(&[&config.topic])?;
         let dead_letter = match &config.dead_letter_topic {
@@ -272,41 +288,73 @@ struct Worker {
 impl Worker {
     fn run(mut self, stop: &AtomicBool) {
         tracing::info!(topic = %self.config.topic, group = %self.config.group_id, "ingest started");
-        let mut batch: Vec<AccessEvent> = Vec::with_capacity(BATCH);
         let mut last_commit = Instant::now();
         let mut last_checkpoint = Instant::now();
         let mut pending = false;
+        // Held apart from `self`: the polled messages borrow the consumer meanwhile.
+        let mut observer = self.observer.take();
         while !stop.load(Ordering::Relaxed) {
+            // Poll a batch. The messages stay in librdkafka's buffers: the events are
+            // decoded from them in place (`AccessEventRef` borrows the payload).
+            let mut messages: Vec<BorrowedMessage<'_>> = Vec::with_capacity(BATCH);
             let mut timeout = Duration::from_millis(100);
-            for _ in 0..BATCH {
+            // Next offset of the partition being read: messages come in runs per
+            // partition, so the map is updated once per run, not per message.
+            let mut run: Option<(i32, i64)> = None;
+            while messages.len() < BATCH {
                 let polled = self.consumer.poll(timeout);
-                // Partitions that moved in a rebalance start over from their committed
-                // offsets: forget ours so we never commit backwards.
-                for p in self.consumer.context().take_moved() {
-                    self.offsets.remove(&p);
+                let moved = self.consumer.context().take_moved();
+                if !moved.is_empty() {
+                    if let Some((p, next)) = run.take() {
+                        self.offsets.insert(p, next);
+                    }
+                    // Partitions that moved in a rebalance start over from their
+                    // committed offsets: forget ours so we never commit backwards.
+                    for p in moved {
+                        self.offsets.remove(&p);
+                    }
                 }
                 let Some(result) = polled else { break };
                 timeout = Duration::ZERO;
-                let message = match result {
-                    Ok(m) => m,
-                    Err(e) => {
-                        tracing::warn!(error = %e, "consume error; continuing");
-                        continue;
+                match result {
+                    Ok(m) => {
+                        match &mut run {
+                            Some((p, next)) if *p == m.partition() => *next = m.offset() + 1,
+                            _ => {
+                                if let Some((p, next)) =
+                                    run.replace((m.partition(), m.offset() + 1))
+                                {
+                                    self.offsets.insert(p, next);
+                                }
+                            }
+                        }
+                        messages.push(m);
                     }
-                };
+                    Err(e) => tracing::warn!(error = %e, "consume error; continuing"),
+                }
+            }
+            if let Some((p, next)) = run {
+                self.offsets.insert(p, next);
+            }
+            let mut batch: Vec<AccessEventRef<'_>> = Vec::with_capacity(messages.len());
+            if !messages.is_empty() {
                 pending = true;
-                self.offsets
-                    .insert(message.partition(), message.offset() + 1);
-                let payload = message.payload().unwrap_or_default();
-                match decode::<AccessEvent>(payload) {
-                    Ok(event) => batch.push(event),
-                    Err(e) => {
-                        tracing::debug!(partition = message.partition(), offset = message.offset(), error = %e, "rejected");
-                        self.reject(e.reason(), message.key(), payload);
+                for message in &messages {
+                    let payload = message.payload().unwrap_or_default();
+                    match decode_event_ref(payload) {
+                        Ok(event) => batch.push(event),
+                        Err(e) => {
+                            tracing::debug!(partition = message.partition(), offset = message.offset(), error = %e, "rejected");
+                            self.reject(e.reason(), message.key(), payload);
+                        }
                     }
                 }
             }
-            self.apply(&mut batch);
+            // Idle rounds run the observer too: time-driven work (expiring
+            // decisions) must not wait for traffic.
+            self.apply(&batch, observer.as_deref_mut());
+            drop(batch);
+            drop(messages);
             match &self.config.checkpoint {
                 Some(_) if last_checkpoint.elapsed() >= self.config.checkpoint_interval => {
                     last_checkpoint = Instant::now();
@@ -333,33 +381,39 @@ impl Worker {
         tracing::info!("ingest stopped");
     }
 
-    /// Applies the batch (keeping only the events the heat map took), then runs the
-    /// observer on them.
-    fn apply(&mut self, batch: &mut Vec<AccessEvent>) {
+    /// Applies the batch, then runs the observer on the events the heat map took (as
+    /// owned events: only when there is an observer do they get copied).
+    fn apply(&self, batch: &[AccessEventRef<'_>], observer: Option<&mut dyn BatchObserver>) {
+        let observing = observer.is_some();
+        let mut applied = Vec::new();
         if !batch.is_empty() {
+            let mut count = 0u64;
             let mut refused = Vec::new();
             {
                 let mut heat = self.heat.write().unwrap_or_else(|e| e.into_inner());
-                batch.retain(|event| match heat.apply(event) {
-                    Ok(()) => true,
-                    Err(e) => {
-                        refused.push(e.reason());
-                        false
+                for event in batch {
+                    match heat.apply_ref(event) {
+                        Ok(()) => {
+                            count += 1;
+                            if observing {
+                                applied.push(event.to_owned_event());
+                            }
+                        }
+                        Err(e) => refused.push(e.reason()),
                     }
-                });
+                }
                 self.metrics.sketch_bytes.set(heat.memory_bytes() as i64);
                 self.metrics.tenants.set(heat.tenants_len() as i64);
             }
             for reason in refused {
                 self.metrics.reject(reason);
             }
-            self.metrics.consumed.inc_by(batch.len() as u64);
+            self.metrics.consumed.inc_by(count);
         }
-        if let Some(observer) = &mut self.observer {
+        if let Some(observer) = observer {
             let heat = self.heat.read().unwrap_or_else(|e| e.into_inner());
-            observer.on_batch(&heat, batch);
+            observer.on_batch(&heat, &applied);
         }
-        batch.clear();
     }
 
     fn reject(&self, reason: &'static str, key: Option<&[u8]>, payload: &[u8]) {
