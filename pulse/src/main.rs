@@ -49,10 +49,10 @@ enum Command {
 #[derive(Args, Debug)]
 struct DemoArgs {
     /// Seconds each set-up runs.
-    #[arg(long, default_value_t = 30)]
+    #[arg(long, default_value_t = 35)]
     duration_secs: u64,
     /// Second at which the viral key appears in its first region.
-    #[arg(long, default_value_t = 10)]
+    #[arg(long, default_value_t = 15)]
     viral_at_secs: u64,
     /// Seconds between the viral key reaching one region and the next.
     #[arg(long, default_value_t = 4)]

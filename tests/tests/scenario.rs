@@ -20,11 +20,12 @@ async fn prewarm_keeps_the_origin_calm_and_no_collapsing_does_not() {
     kafka.create_topic(&scenario_kafka.prewarm_topic, 1).await;
 
     let config = ScenarioConfig {
-        duration: Duration::from_secs(22),
-        viral_at: Duration::from_secs(8),
+        duration: Duration::from_secs(24),
+        viral_at: Duration::from_secs(10),
         spread_every: Duration::from_secs(4),
         background_rps: 80.0,
         viral_rps: 120.0,
+        keys: 200,
         ..ScenarioConfig::default()
     };
     let mut reports = Vec::new();

@@ -30,6 +30,9 @@ use crate::{
     PrewarmLoop, PrewarmPublisher, SharedHeatMap, Verdict, default_model,
 };
 
+/// Background keys ranked this high or higher count as hot, with the viral key.
+pub const HOT_RANKS: usize = 5;
+
 /// The four set-ups, from no protection to all of it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
@@ -97,12 +100,12 @@ impl Default for ScenarioConfig {
             seed: 42,
             regions: 3,
             nodes_per_region: 4,
-            duration: Duration::from_secs(30),
-            viral_at: Duration::from_secs(10),
+            duration: Duration::from_secs(35),
+            viral_at: Duration::from_secs(15),
             spread_every: Duration::from_secs(4),
             background_rps: 150.0,
-            viral_rps: 250.0,
-            keys: 1_000,
+            viral_rps: 300.0,
+            keys: 200,
             zipf_exponent: 1.1,
             origin: OriginProfile {
                 base_latency: Duration::from_millis(150),
@@ -166,7 +169,9 @@ pub struct SetupReport {
     pub origin_baseline_rps: f64,
     /// Most origin requests in one second from the viral key on.
     pub origin_peak_rps: f64,
-    /// Share of hot-key requests answered from cache (hit, stale or pre-warmed).
+    /// Share of hot-key requests (the viral key and the [`HOT_RANKS`] most popular
+    /// background keys, from the viral key's arrival on) answered from cache: hit,
+    /// stale or pre-warmed.
     pub hot_hit_ratio: f64,
     /// The same, for the viral key alone.
     pub viral_hit_ratio: f64,
@@ -259,7 +264,7 @@ pub async fn run_setup(
         background_rps: config.background_rps,
         keys: config.keys,
         zipf_exponent: config.zipf_exponent,
-        hot_ranks: 20,
+        hot_ranks: HOT_RANKS,
         viral_key: "/live/breaking-story.json".into(),
         viral_at: config.viral_at,
         spread_every: config.spread_every,
