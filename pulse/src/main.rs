@@ -306,12 +306,20 @@ impl ServeArgs {
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
+    let cli = Cli::parse();
+    // The demo's fifteen nodes per set-up would drown its progress lines in logs:
+    // there, only warnings unless RUST_LOG says otherwise.
+    let default_filter = match cli.command {
+        Command::Demo(_) => "warn",
+        _ => "info",
+    };
     tracing_subscriber::fmt()
         .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| default_filter.into()),
         )
         .init();
-    match Cli::parse().command {
+    match cli.command {
         Command::Broker { partitions } => {
             let broker = EmbeddedBroker::start(1).context("starting the embedded broker")?;
             for topic in [EVENTS_TOPIC, PREWARM_TOPIC] {
