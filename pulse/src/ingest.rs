@@ -15,7 +15,6 @@ use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
-use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use models::{AccessEvent, AccessEventRef, decode_event_ref};
@@ -26,6 +25,7 @@ use rdkafka::message::{BorrowedMessage, Header, Message, OwnedHeaders};
 use rdkafka::producer::{BaseRecord, DefaultProducerContext, ThreadedProducer};
 use rdkafka::{ClientContext, Offset, TopicPartitionList};
 
+use crate::stoppable::StoppableThread;
 use crate::{HeatMap, Metrics, checkpoint};
 
 /// The heat map shared between the ingest thread (the only writer) and readers (the
@@ -176,8 +176,7 @@ impl IngestContext {
 /// The running ingest thread. [`Ingest::stop`] (or drop) stops it after a final
 /// checkpoint and commit.
 pub struct Ingest {
-    stop: Arc<AtomicBool>,
-    thread: Option<JoinHandle<()>>,
+    thread: StoppableThread,
 }
 
 impl Ingest {
@@ -230,7 +229,6 @@ impl Ingest {
             }
             None => None,
         };
-        let stop = Arc::new(AtomicBool::new(false));
         let worker = Worker {
             consumer,
             dead_letter,
@@ -240,36 +238,15 @@ impl Ingest {
             offsets: HashMap::new(),
             observer,
         };
-        let stop_flag = stop.clone();
-        let thread = std::thread::Builder::new()
-            .name("pulse-ingest".into())
-            .spawn(move || worker.run(&stop_flag))
-            .expect("spawning the ingest thread");
         Ok(Ingest {
-            stop,
-            thread: Some(thread),
+            thread: StoppableThread::spawn("pulse-ingest", move |stop| worker.run(stop)),
         })
     }
 
     /// Stops polling, writes a final checkpoint, commits, and waits for the thread.
-    /// Blocks: call it from `spawn_blocking` in async code.
-    pub fn stop(mut self) {
-        self.shutdown();
-    }
-
-    fn shutdown(&mut self) {
-        self.stop.store(true, Ordering::Relaxed);
-        if let Some(thread) = self.thread.take() {
-            if thread.join().is_err() {
-                tracing::error!("ingest thread panicked");
-            }
-        }
-    }
-}
-
-impl Drop for Ingest {
-    fn drop(&mut self) {
-        self.shutdown();
+    /// Blocks: call it from `spawn_blocking` in async code. Dropping it does the same.
+    pub fn stop(self) {
+        self.thread.stop();
     }
 }
 

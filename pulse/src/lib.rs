@@ -27,6 +27,7 @@ mod metrics;
 mod predict;
 mod prewarm;
 pub mod scenario;
+mod stoppable;
 mod trace;
 
 pub use api::require_api_token;

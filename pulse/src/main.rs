@@ -625,7 +625,7 @@ async fn demo(args: DemoArgs) -> anyhow::Result<()> {
     }
     if args.hold {
         println!("serving the dashboard until Ctrl-C");
-        shutdown_signal().await;
+        prefetcher::shutdown_signal().await;
     }
     drop(embedded);
     Ok(())
@@ -651,29 +651,6 @@ fn now_ms() -> u64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_millis() as u64)
-}
-
-/// Resolves on SIGINT or SIGTERM.
-async fn shutdown_signal() {
-    let ctrl_c = async {
-        let _ = tokio::signal::ctrl_c().await;
-    };
-    #[cfg(unix)]
-    let term = async {
-        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(mut s) => {
-                s.recv().await;
-            }
-            Err(_) => std::future::pending::<()>().await,
-        }
-    };
-    #[cfg(not(unix))]
-    let term = std::future::pending::<()>();
-    tokio::select! {
-        () = ctrl_c => {},
-        () = term => {},
-    }
-    tracing::info!("shutdown signal received");
 }
 
 async fn serve(args: ServeArgs) -> anyhow::Result<()> {
@@ -789,7 +766,7 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
             args.api_token.as_deref(),
         ),
     )
-    .with_graceful_shutdown(shutdown_signal())
+    .with_graceful_shutdown(prefetcher::shutdown_signal())
     .await?;
 
     // Final checkpoint and commit, off the async threads.

@@ -3,9 +3,8 @@
 //! a [`Retrainer`] thread refits the model now and then on the predictor's own
 //! labelled decisions and swaps it in only if it is not worse.
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
-use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use models::{AccessEvent, PrewarmCommand, TrainOptions, encode};
@@ -13,6 +12,7 @@ use rdkafka::ClientConfig;
 use rdkafka::error::KafkaError;
 use rdkafka::producer::{BaseRecord, DefaultProducerContext, Producer, ThreadedProducer};
 
+use crate::stoppable::StoppableThread;
 use crate::{
     BatchObserver, DecisionCounts, HeatMap, Metrics, Predictor, RetrainOutcome, Skip, retrain,
 };
@@ -159,8 +159,7 @@ impl Drop for PrewarmLoop {
 
 /// Refits the model every `interval` on the predictor's labelled samples.
 pub struct Retrainer {
-    stop: Arc<AtomicBool>,
-    thread: Option<JoinHandle<()>>,
+    thread: StoppableThread,
 }
 
 /// Fewest labelled samples worth a retrain.
@@ -174,48 +173,27 @@ impl Retrainer {
         threshold: f64,
         metrics: Arc<Metrics>,
     ) -> Self {
-        let stop = Arc::new(AtomicBool::new(false));
-        let stop_flag = stop.clone();
-        let thread = std::thread::Builder::new()
-            .name("pulse-retrain".into())
-            .spawn(move || {
-                let mut next = Instant::now() + interval;
-                while !stop_flag.load(Ordering::Relaxed) {
-                    std::thread::sleep(Duration::from_millis(200));
-                    if Instant::now() < next {
-                        continue;
-                    }
-                    next = Instant::now() + interval;
-                    let outcome = retrain_once(&predictor, threshold);
-                    metrics
-                        .retrains
-                        .get_or_create(&crate::ReasonLabel { reason: outcome })
-                        .inc();
+        let thread = StoppableThread::spawn("pulse-retrain", move |stop| {
+            let mut next = Instant::now() + interval;
+            while !stop.load(Ordering::Relaxed) {
+                std::thread::sleep(Duration::from_millis(200));
+                if Instant::now() < next {
+                    continue;
                 }
-            })
-            .expect("spawning the retrain thread");
-        Retrainer {
-            stop,
-            thread: Some(thread),
-        }
+                next = Instant::now() + interval;
+                let outcome = retrain_once(&predictor, threshold);
+                metrics
+                    .retrains
+                    .get_or_create(&crate::ReasonLabel { reason: outcome })
+                    .inc();
+            }
+        });
+        Retrainer { thread }
     }
 
-    /// Stops the thread and waits for it.
-    pub fn stop(mut self) {
-        self.shutdown();
-    }
-
-    fn shutdown(&mut self) {
-        self.stop.store(true, Ordering::Relaxed);
-        if let Some(thread) = self.thread.take() {
-            let _ = thread.join();
-        }
-    }
-}
-
-impl Drop for Retrainer {
-    fn drop(&mut self) {
-        self.shutdown();
+    /// Stops the thread and waits for it (dropping it does the same).
+    pub fn stop(self) {
+        self.thread.stop();
     }
 }
 
