@@ -125,6 +125,11 @@ fn tenant_param(value: &str) -> Result<TenantId, ApiError> {
     TenantId::new(value).map_err(|e| ApiError::bad("invalid_tenant", format!("tenant: {e}")))
 }
 
+/// A `tenant` query parameter that must be present.
+fn required_tenant(value: Option<&str>) -> Result<TenantId, ApiError> {
+    tenant_param(value.ok_or_else(|| ApiError::bad("bad_parameter", "tenant: required"))?)
+}
+
 /// `GET /api/tenants`.
 #[derive(Debug, Serialize, Deserialize, ToSchema)]
 pub struct TenantsResponse {
@@ -299,11 +304,7 @@ async fn heatmap(
     query: Result<Query<HeatmapQuery>, QueryRejection>,
 ) -> Result<Json<HeatmapResponse>, ApiError> {
     let Query(q) = query?;
-    let tenant = tenant_param(
-        q.tenant
-            .as_deref()
-            .ok_or_else(|| ApiError::bad("bad_parameter", "tenant: required"))?,
-    )?;
+    let tenant = required_tenant(q.tenant.as_deref())?;
     let region = q
         .region
         .as_deref()

@@ -18,7 +18,7 @@ use axum::extract::{Query, State};
 use serde::{Deserialize, Serialize};
 use utoipa::{IntoParams, ToSchema};
 
-use super::{ApiError, AppState, ErrorBody, tenant_param};
+use super::{ApiError, AppState, ErrorBody, required_tenant};
 use crate::{COARSE_BUCKETS, COARSE_MS, Window};
 
 /// Most keys one rates request may sum over.
@@ -74,11 +74,7 @@ pub(super) async fn rates(
     query: Result<Query<RatesQuery>, QueryRejection>,
 ) -> Result<Json<RatesResponse>, ApiError> {
     let Query(q) = query?;
-    let tenant = tenant_param(
-        q.tenant
-            .as_deref()
-            .ok_or_else(|| ApiError::bad("bad_parameter", "tenant: required"))?,
-    )?;
+    let tenant = required_tenant(q.tenant.as_deref())?;
     let n = q.keys.unwrap_or(20);
     if !(1..=MAX_RATE_KEYS).contains(&n) {
         return Err(ApiError::bad(
