@@ -175,10 +175,31 @@ async fn main() {
         .await
         .unwrap();
     let kcat_rate = n as f64 / kcat_secs;
+    // Everything the heat map or the decoder refused, whatever the reason.
+    let rejected: u64 = metrics
+        .encode()
+        .lines()
+        .filter(|l| l.starts_with("pulse_events_rejected_total"))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<u64>().ok())
+        .sum();
     println!(
-        "events={n} avg_bytes={} kcat_secs={kcat_secs:.2} kcat_rate={kcat_rate:.0} pulse_rate={pulse_rate:.0} ratio={:.2} too_old={}",
+        "events={n} avg_bytes={} kcat_secs={kcat_secs:.2} kcat_rate={kcat_rate:.0} pulse_rate={pulse_rate:.0} ratio={:.2} too_old={} rejected={rejected} vm_hwm_mib={:.1}",
         bytes / n as usize,
         pulse_rate / kcat_rate,
         too_old(),
+        vm_hwm_kib() as f64 / 1024.0,
     );
+}
+
+/// Peak resident memory of this process (pulse's ingest and heat map, plus the
+/// producer and kcat's output buffer of the same run), in KiB.
+fn vm_hwm_kib() -> u64 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("VmHWM:"))
+                .and_then(|l| l.split_whitespace().nth(1)?.parse().ok())
+        })
+        .unwrap_or(0)
 }
