@@ -374,6 +374,21 @@ pub struct Fetched {
 }
 
 impl Fetched {
+    /// Reads a whole response; a body that breaks off is an `Err` body, not a short one.
+    async fn read(response: hyper::Response<hyper::body::Incoming>) -> Fetched {
+        let (parts, body) = response.into_parts();
+        let body = body
+            .collect()
+            .await
+            .map(|b| b.to_bytes())
+            .map_err(|e| format!("body: {e}"));
+        Fetched {
+            status: parts.status,
+            headers: parts.headers,
+            body,
+        }
+    }
+
     /// The `x-cache` status.
     pub fn x_cache(&self) -> Option<CacheStatus> {
         self.headers
@@ -430,17 +445,7 @@ impl TestClient {
             .request(request)
             .await
             .map_err(|e| e.to_string())?;
-        let (parts, body) = response.into_parts();
-        let body = body
-            .collect()
-            .await
-            .map(|b| b.to_bytes())
-            .map_err(|e| format!("body: {e}"));
-        Ok(Fetched {
-            status: parts.status,
-            headers: parts.headers,
-            body,
-        })
+        Ok(Fetched::read(response).await)
     }
 }
 
@@ -474,15 +479,5 @@ pub async fn h2_get(
         .send_request(request)
         .await
         .map_err(|e| e.to_string())?;
-    let (parts, body) = response.into_parts();
-    let body = body
-        .collect()
-        .await
-        .map(|b| b.to_bytes())
-        .map_err(|e| format!("body: {e}"));
-    Ok(Fetched {
-        status: parts.status,
-        headers: parts.headers,
-        body,
-    })
+    Ok(Fetched::read(response).await)
 }

@@ -10,6 +10,9 @@
 //! `cargo run --profile bench -p pulse --example ingest_bench -- BROKERS [EVENTS]`.
 //! Prints one line of `key=value` pairs for scripts/bench-pulse.
 
+#[path = "support/vm_hwm.rs"]
+mod vm_hwm;
+
 use std::io::Read;
 use std::process::{Command, Stdio};
 use std::sync::{Arc, RwLock};
@@ -187,19 +190,6 @@ async fn main() {
         bytes / n as usize,
         pulse_rate / kcat_rate,
         too_old(),
-        vm_hwm_kib() as f64 / 1024.0,
+        vm_hwm::vm_hwm_kib() as f64 / 1024.0,
     );
-}
-
-/// Peak resident memory of this process (pulse's ingest and heat map, plus the
-/// producer and kcat's output buffer of the same run), in KiB.
-fn vm_hwm_kib() -> u64 {
-    std::fs::read_to_string("/proc/self/status")
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find(|l| l.starts_with("VmHWM:"))
-                .and_then(|l| l.split_whitespace().nth(1)?.parse().ok())
-        })
-        .unwrap_or(0)
 }

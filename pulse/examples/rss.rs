@@ -3,21 +3,13 @@
 //! `cargo run --profile bench -p pulse --example rss [-- KEYS]`. Prints one line of
 //! `key=value` pairs for scripts/bench-pulse.
 
+#[path = "support/vm_hwm.rs"]
+mod vm_hwm;
+
 use std::collections::HashMap;
 
 use models::{AccessEvent, CacheKey, NodeId, Outcome, RegionId, TenantId};
 use pulse::{HeatConfig, HeatMap, Window};
-
-fn vm_hwm_kib() -> u64 {
-    std::fs::read_to_string("/proc/self/status")
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find(|l| l.starts_with("VmHWM:"))
-                .and_then(|l| l.split_whitespace().nth(1)?.parse().ok())
-        })
-        .unwrap_or(0)
-}
 
 fn main() {
     let keys: u64 = std::env::args()
@@ -83,7 +75,7 @@ fn main() {
     println!(
         "events={total} distinct_keys={} vm_hwm_mib={:.1} sketch_bytes_mib={:.1} top10_are_hot={all_hot} worst_top_overcount={worst} error_bound={bound}",
         cold + hot.len() as u64,
-        vm_hwm_kib() as f64 / 1024.0,
+        vm_hwm::vm_hwm_kib() as f64 / 1024.0,
         heat.memory_bytes() as f64 / (1024.0 * 1024.0),
     );
 }

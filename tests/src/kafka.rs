@@ -11,7 +11,7 @@ use rdkafka::ClientConfig;
 use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
 use rdkafka::client::DefaultClientContext;
 use rdkafka::consumer::{BaseConsumer, Consumer, StreamConsumer};
-use rdkafka::producer::FutureProducer;
+use rdkafka::producer::{FutureProducer, FutureRecord};
 
 /// The environment variable naming a real broker.
 pub const BOOTSTRAP_ENV: &str = "KAFKA_BOOTSTRAP_SERVERS";
@@ -142,4 +142,15 @@ impl TestKafka {
             .create()
             .expect("creating a consumer")
     }
+}
+
+/// Produces one message and waits for the broker to take it.
+pub async fn produce(producer: &FutureProducer, topic: &str, key: &str, payload: &[u8]) {
+    producer
+        .send(
+            FutureRecord::to(topic).key(key).payload(payload),
+            Duration::from_secs(10),
+        )
+        .await
+        .unwrap_or_else(|(e, _)| panic!("producing to {topic}: {e}"));
 }

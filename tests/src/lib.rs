@@ -2,8 +2,9 @@
 //!
 //! # Layout
 //! - `kafka`: [`TestKafka`], the broker a test talks to: the real one named by
-//!   `KAFKA_BOOTSTRAP_SERVERS`, or an embedded mock cluster when that is unset.
+//!   `KAFKA_BOOTSTRAP_SERVERS`, or an embedded mock cluster when that is unset; and
+//!   [`produce`], one message produced and acknowledged.
 
 mod kafka;
 
-pub use kafka::{BOOTSTRAP_ENV, TestKafka};
+pub use kafka::{BOOTSTRAP_ENV, TestKafka, produce};

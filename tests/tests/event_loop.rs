@@ -10,8 +10,7 @@ use models::{
 };
 use rdkafka::Message;
 use rdkafka::consumer::{CommitMode, Consumer};
-use rdkafka::producer::FutureRecord;
-use tests::TestKafka;
+use tests::{TestKafka, produce};
 
 fn event(i: u64) -> AccessEvent {
     let outcome = Outcome::ALL[i as usize % Outcome::ALL.len()];
@@ -47,21 +46,9 @@ async fn events_survive_the_round_trip_and_bad_messages_are_skipped() {
         let key = e.partition_key();
         if i % 15 == 0 {
             let payload = bad[i / 15];
-            producer
-                .send(
-                    FutureRecord::to(&topic).key(&key).payload(payload),
-                    Duration::from_secs(10),
-                )
-                .await
-                .expect("producing a bad message");
+            produce(&producer, &topic, &key, payload).await;
         }
-        producer
-            .send(
-                FutureRecord::to(&topic).key(&key).payload(&encode(e)),
-                Duration::from_secs(10),
-            )
-            .await
-            .expect("producing an event");
+        produce(&producer, &topic, &key, &encode(e)).await;
     }
 
     let consumer = kafka.consumer(&format!("{topic}-group"));

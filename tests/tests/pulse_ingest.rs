@@ -10,10 +10,9 @@ use axum::http::{Request, StatusCode};
 use models::{AccessEvent, CacheKey, NodeId, Outcome, RegionId, TenantId, encode};
 use pulse::{AppState, HeatConfig, HeatMap, Ingest, IngestConfig, Metrics, Window};
 use rdkafka::consumer::Consumer;
-use rdkafka::producer::FutureRecord;
 use rdkafka::{Offset, TopicPartitionList};
 use serde_json::Value;
-use tests::TestKafka;
+use tests::{TestKafka, produce};
 use tower::ServiceExt;
 
 const T0: u64 = 1_764_470_000_000;
@@ -66,21 +65,9 @@ async fn events_reach_the_heat_map_api_and_offsets_follow_the_checkpoint() {
     for (i, e) in sent.iter().enumerate() {
         let key = e.partition_key();
         if i < 60 && i % 30 == 5 {
-            producer
-                .send(
-                    FutureRecord::to(&topic).key(&key).payload(bad[i / 30]),
-                    Duration::from_secs(10),
-                )
-                .await
-                .expect("producing a bad message");
+            produce(&producer, &topic, &key, bad[i / 30]).await;
         }
-        producer
-            .send(
-                FutureRecord::to(&topic).key(&key).payload(&encode(e)),
-                Duration::from_secs(10),
-            )
-            .await
-            .expect("producing an event");
+        produce(&producer, &topic, &key, &encode(e)).await;
     }
     let total_messages = (sent.len() + bad.len()) as i64;
 
