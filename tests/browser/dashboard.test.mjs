@@ -5,50 +5,24 @@
 
 import { after, before, test } from 'node:test';
 import assert from 'node:assert/strict';
-import { spawn, execFileSync } from 'node:child_process';
+import { execFileSync } from 'node:child_process';
 import { mkdtempSync, readFileSync, rmSync, writeFileSync, mkdirSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
-import { chromium } from 'playwright-core';
+import { PRODUCE_BIN, PULSE_BIN, openBrowser, startPulse, until as poll } from './support.mjs';
 
-const PULSE_BIN = process.env.PULSE_BIN;
-const PRODUCE_BIN = process.env.PRODUCE_BIN;
-const CHROMIUM = process.env.CHROMIUM || '/usr/bin/chromium';
 const SCREENSHOT = process.env.SCREENSHOT || join(tmpdir(), 'dashboard.png');
-const WAIT_MS = 60_000;
-
-assert.ok(PULSE_BIN, 'PULSE_BIN must name the pulse binary (scripts/test-browser sets it)');
-assert.ok(PRODUCE_BIN, 'PRODUCE_BIN must name the produce example (scripts/test-browser sets it)');
 
 const work = mkdtempSync(join(tmpdir(), 'pulse-dashboard-'));
 let pulse;
-let pulseLog = '';
-let context;
+let browser;
 let page;
 let base;
-let broker;
 let viral;
 let eventCount;
-const pageErrors = [];
-const foreignRequests = [];
 
-/** Polls `probe` until it returns a truthy value, or fails after `ms` naming `what`. */
-async function until(what, probe, ms = WAIT_MS) {
-  const deadline = Date.now() + ms;
-  let last;
-  for (;;) {
-    try {
-      last = await probe();
-      if (last) return last;
-    } catch (e) {
-      last = e;
-    }
-    if (Date.now() > deadline) {
-      assert.fail(`timed out after ${ms} ms waiting for ${what} (last: ${last})\npulse log tail:\n${pulseLog.slice(-2000)}`);
-    }
-    await new Promise((r) => setTimeout(r, 200));
-  }
-}
+/** Polls `probe` until it is truthy; a timeout shows pulse's log tail. */
+const until = (what, probe, ms) => poll(what, probe, { ms, context: () => pulse?.logTail() ?? '' });
 
 async function getJson(path) {
   const response = await fetch(base + path, { signal: AbortSignal.timeout(5000) });
@@ -74,59 +48,25 @@ before(async () => {
   assert.ok(viral, 'the trace has a viral burst');
   eventCount = readFileSync(events, 'utf8').split('\n').filter((l) => l.trim()).length;
 
-  pulse = spawn(PULSE_BIN, ['serve', '--listen', '127.0.0.1:0'], {
-    env: { ...process.env, RUST_LOG: 'warn', NO_COLOR: '1' },
-    stdio: ['ignore', 'pipe', 'pipe'],
-  });
-  pulse.stdout.on('data', (d) => { pulseLog += d; });
-  pulse.stderr.on('data', (d) => { pulseLog += d; });
-  const exited = new Promise((resolve) => pulse.on('exit', (code) => resolve(code)));
-  await until('pulse to print its addresses', async () => {
-    if (pulse.exitCode !== null) assert.fail(`pulse exited ${await exited}:\n${pulseLog}`);
-    broker = pulseLog.match(/^embedded broker: (\S+)$/m)?.[1];
-    const dashboard = pulseLog.match(/^dashboard: (http:\/\/127\.0\.0\.1:\d+)\//m)?.[1];
-    if (dashboard) base = dashboard;
-    return broker && base;
-  }, 30_000);
-
-  const profile = mkdtempSync(join(tmpdir(), 'pulse-chromium-'));
-  context = await chromium.launchPersistentContext(profile, {
-    executablePath: CHROMIUM,
-    headless: true,
-    args: [
-      '--headless', '--no-sandbox', '--disable-gpu', '--disable-background-networking',
-      '--disable-component-update', '--disable-sync', '--no-first-run',
-    ],
-    viewport: { width: 1400, height: 1000 },
-  });
-  page = context.pages()[0] || (await context.newPage());
-  page.on('pageerror', (e) => pageErrors.push(String(e)));
-  page.on('console', (m) => { if (m.type() === 'error') pageErrors.push(m.text()); });
-  page.on('request', (r) => {
-    const url = r.url();
-    if (!url.startsWith(base) && !url.startsWith('data:')) foreignRequests.push(url);
-  });
+  pulse = await startPulse();
+  base = pulse.base;
+  browser = await openBrowser(base);
+  page = browser.page;
 
   // Open the page before any event exists: it must fill in by itself.
   await page.goto(`${base}/`);
   await until('the page to say it waits for events', async () =>
     (await page.textContent('#status')).includes('Waiting for events'));
 
-  const produced = execFileSync(PRODUCE_BIN, ['--brokers', broker, '--partition', '0', events], {
+  const produced = execFileSync(PRODUCE_BIN, ['--brokers', pulse.broker, '--partition', '0', events], {
     encoding: 'utf8',
   });
   assert.match(produced, new RegExp(`produced ${eventCount} events`));
 });
 
 after(async () => {
-  await context?.close();
-  if (pulse && pulse.exitCode === null) {
-    pulse.kill('SIGTERM');
-    await new Promise((resolve) => {
-      const t = setTimeout(() => { pulse.kill('SIGKILL'); resolve(); }, 10_000);
-      pulse.on('exit', () => { clearTimeout(t); resolve(); });
-    });
-  }
+  await browser?.context.close();
+  await pulse?.stop();
   rmSync(work, { recursive: true, force: true });
 });
 
@@ -221,7 +161,7 @@ test('the page loads nothing from another host and logs no error; screenshot', a
   mkdirSync(dirname(SCREENSHOT), { recursive: true });
   await page.screenshot({ path: SCREENSHOT, fullPage: true });
   console.log(`screenshot: ${SCREENSHOT}`);
-  assert.deepEqual(foreignRequests, []);
-  assert.deepEqual(pageErrors, []);
+  assert.deepEqual(browser.foreignRequests, []);
+  assert.deepEqual(browser.pageErrors, []);
   assert.doesNotMatch(await page.textContent('#status'), /Cannot reach/);
 });

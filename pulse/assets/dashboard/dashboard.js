@@ -11,8 +11,16 @@
 
   const $ = (id) => document.getElementById(id);
   const params = new URLSearchParams(location.search);
-  // With `pulse serve --api-token`, open the page as /#token=... to send it.
-  const token = new URLSearchParams(location.hash.slice(1)).get('token');
+  // With `pulse serve --api-token` the API needs a bearer token: typed into the form
+  // the page shows on a 401, or passed once as /#token=... It is kept for this tab
+  // only (sessionStorage) and taken out of the address bar.
+  const TOKEN_KEY = 'pulse-api-token';
+  const fromHash = new URLSearchParams(location.hash.slice(1)).get('token');
+  if (fromHash) {
+    sessionStorage.setItem(TOKEN_KEY, fromHash);
+    history.replaceState(null, '', location.pathname + location.search);
+  }
+  let token = sessionStorage.getItem(TOKEN_KEY);
 
   const view = {
     tenant: params.get('tenant') || '',
@@ -409,8 +417,13 @@
     try {
       await refresh();
     } catch (e) {
-      const hint = e.status === 401 ? ' (open the page as /#token=YOUR_TOKEN)' : '';
-      setStatus(`Cannot reach the API: ${e.message}${hint}. Retrying…`, true);
+      if (e.status === 401) {
+        $('token-form').hidden = false;
+        setStatus(token ? 'The API token was refused: enter the right one.'
+          : 'This pulse needs an API token (pulse serve --api-token).', true);
+      } else {
+        setStatus(`Cannot reach the API: ${e.message}. Retrying…`, true);
+      }
     } finally {
       running = false;
       if (again) timer = setTimeout(tick, 0);
@@ -419,6 +432,15 @@
   }
 
   function start() {
+    $('token-form').addEventListener('submit', (e) => {
+      e.preventDefault();
+      token = $('token').value.trim();
+      sessionStorage.setItem(TOKEN_KEY, token);
+      $('token').value = '';
+      $('token-form').hidden = true;
+      setStatus('Connecting…');
+      tick();
+    });
     $('window').value = view.window;
     $('tenant').addEventListener('change', (e) => { view.tenant = e.target.value; tick(); });
     $('window').addEventListener('change', (e) => { view.window = e.target.value; tick(); });

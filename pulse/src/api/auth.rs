@@ -13,8 +13,72 @@ use axum::extract::Request;
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::middleware::{self, Next};
 use axum::response::IntoResponse;
+use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityRequirement, SecurityScheme};
+use utoipa::openapi::{ContentBuilder, Ref, ResponseBuilder};
 
 use super::ApiError;
+
+/// The name of the bearer scheme in the OpenAPI description.
+const SCHEME: &str = "bearer";
+
+/// Describes the optional token in the OpenAPI document: a `bearer` security scheme,
+/// every `/api/*` operation secured by it or by nothing (the token is off unless
+/// pulse runs with one), and the 401 those operations answer without it.
+pub(super) struct BearerTokenDoc;
+
+impl utoipa::Modify for BearerTokenDoc {
+    fn modify(&self, openapi: &mut utoipa::openapi::OpenApi) {
+        let components = openapi.components.get_or_insert_with(Default::default);
+        components.add_security_scheme(
+            SCHEME,
+            SecurityScheme::Http(
+                HttpBuilder::new()
+                    .scheme(HttpAuthScheme::Bearer)
+                    .description(Some(
+                        "Needed only when pulse runs with `--api-token` (or \
+                         `PULSE_API_TOKEN`): then every `/api/*` path answers 401 without \
+                         `Authorization: Bearer <token>`. `/healthz` and `/metrics` stay open.",
+                    ))
+                    .build(),
+            ),
+        );
+        let unauthorized = ResponseBuilder::new()
+            .description("pulse runs with `--api-token` and the request lacks it")
+            .header("WWW-Authenticate", Default::default())
+            .content(
+                "application/json",
+                ContentBuilder::new()
+                    .schema(Some(Ref::from_schema_name("ErrorBody")))
+                    .build(),
+            )
+            .build();
+        for (path, item) in openapi.paths.paths.iter_mut() {
+            if !path.starts_with("/api/") {
+                continue;
+            }
+            let operations = [
+                &mut item.get,
+                &mut item.head,
+                &mut item.post,
+                &mut item.put,
+                &mut item.patch,
+                &mut item.delete,
+                &mut item.options,
+                &mut item.trace,
+            ];
+            for operation in operations.into_iter().flatten() {
+                operation.security = Some(vec![
+                    SecurityRequirement::default(),
+                    SecurityRequirement::new(SCHEME, Vec::<String>::new()),
+                ]);
+                operation
+                    .responses
+                    .responses
+                    .insert("401".into(), unauthorized.clone().into());
+            }
+        }
+    }
+}
 
 /// Wraps `router` so `/api/*` requires `Authorization: Bearer <token>`; without a
 /// token (or with an empty one) the router is returned unchanged.
@@ -138,6 +202,34 @@ mod tests {
             .unwrap();
         let body: serde_json::Value = serde_json::from_slice(&body).unwrap();
         assert_eq!(body["error"], "unauthorized");
+    }
+
+    /// Every `/api/*` operation in the OpenAPI document names the bearer scheme (or
+    /// none) and describes its 401; `/healthz` needs nothing.
+    #[test]
+    fn the_openapi_document_describes_the_token() {
+        let doc = serde_json::to_value(crate::api::openapi()).unwrap();
+        let scheme = &doc["components"]["securitySchemes"][SCHEME];
+        assert_eq!(scheme["type"], "http");
+        assert_eq!(scheme["scheme"], "bearer");
+        let paths = doc["paths"].as_object().unwrap();
+        let api: Vec<_> = paths.keys().filter(|p| p.starts_with("/api/")).collect();
+        assert!(api.len() >= 6, "{api:?}");
+        for path in api {
+            let get = &paths[path]["get"];
+            assert_eq!(
+                get["security"],
+                serde_json::json!([{}, { SCHEME: [] }]),
+                "{path}"
+            );
+            assert_eq!(
+                get["responses"]["401"]["content"]["application/json"]["schema"]["$ref"],
+                "#/components/schemas/ErrorBody",
+                "{path}"
+            );
+        }
+        assert!(paths["/healthz"]["get"]["security"].is_null());
+        assert!(paths["/healthz"]["get"]["responses"]["401"].is_null());
     }
 
     #[tokio::test]

@@ -8,6 +8,7 @@ mod dashboard;
 mod predictions;
 mod rates;
 
+use auth::BearerTokenDoc;
 pub use auth::require_api_token;
 
 pub use predictions::{
@@ -224,7 +225,8 @@ pub struct Health {
         Velocities,
         Trend,
         Window
-    ))
+    )),
+    modifiers(&BearerTokenDoc)
 )]
 struct ApiDoc;
 
