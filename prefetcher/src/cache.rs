@@ -10,7 +10,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, SystemTime};
 
 use bytes::Bytes;
-use http::{HeaderMap, StatusCode, header};
+use http::{HeaderMap, HeaderValue, StatusCode, header};
 use moka::notification::RemovalCause;
 use prometheus_client::metrics::counter::Counter;
 use rand::Rng;
@@ -24,22 +24,43 @@ use crate::flight::FlightKey;
 pub struct Entry {
     /// Status from the origin.
     pub status: StatusCode,
-    /// Headers from the origin, hop-by-hop headers removed.
+    /// The headers a hit answers with, built once at fill time: the origin's
+    /// (hop-by-hop and `Age` removed) followed by an `x-cache` and an `Age` slot that
+    /// each response overwrites in place, so the hit path clones one map and
+    /// allocates nothing else for its head.
     pub headers: HeaderMap,
     /// The complete body.
     pub body: Bytes,
     fresh_until: Instant,
     stale_until: Instant,
     fill_time: Duration,
+    fetched_at: Instant,
+    initial_age: u64,
     prefetched: AtomicBool,
     weight: u32,
 }
 
+/// The largest `Age` (RFC 9111 §1.2.2: delta-seconds past 2^31 are sent as 2^31).
+const MAX_AGE_SECS: u64 = 1 << 31;
+
+/// The `Age` an origin sent, in seconds (RFC 9111 §5.1); 0 when absent or invalid.
+/// A previous cache (a shield tier) sends one; the freshness lifetime is counted
+/// from the origin's response, not from when this node got it.
+pub fn origin_age(headers: &HeaderMap) -> u64 {
+    headers
+        .get(header::AGE)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.trim().parse::<u64>().ok())
+        .map_or(0, |secs| secs.min(MAX_AGE_SECS))
+}
+
 impl Entry {
-    /// A stored response, fresh for `ttl` then servable stale for `grace`.
+    /// A stored response, fresh for `ttl` then servable stale for `grace`, fetched
+    /// now with no `Age` from the origin (see [`with_age`](Self::with_age)). Any
+    /// `Age` in `headers` is dropped; `x-cache` and `Age` slots are appended.
     pub fn new(
         status: StatusCode,
-        headers: HeaderMap,
+        mut headers: HeaderMap,
         body: Bytes,
         ttl: Duration,
         grace: Duration,
@@ -47,6 +68,12 @@ impl Entry {
         prefetched: bool,
     ) -> Entry {
         let now = Instant::now();
+        headers.remove(header::AGE);
+        headers.insert(
+            crate::proxy::X_CACHE,
+            HeaderValue::from_static(crate::status::CacheStatus::Hit.as_str()),
+        );
+        headers.insert(header::AGE, HeaderValue::from_static("0"));
         let header_bytes: usize = headers
             .iter()
             .map(|(k, v)| k.as_str().len() + v.len() + 32)
@@ -59,9 +86,37 @@ impl Entry {
             fresh_until: now + ttl,
             stale_until: now + ttl + grace,
             fill_time,
+            fetched_at: now,
+            initial_age: 0,
             prefetched: AtomicBool::new(prefetched),
             weight,
         }
+    }
+
+    /// Records when the response came from the origin and the `Age` it carried
+    /// ([`origin_age`]), from which [`age`](Self::age) counts.
+    pub fn with_age(mut self, fetched_at: Instant, initial_age: u64) -> Entry {
+        self.fetched_at = fetched_at;
+        self.initial_age = initial_age.min(MAX_AGE_SECS);
+        self
+    }
+
+    /// The `Age` to send at `now` (RFC 9111 §4.2.3, without clock-based corrections):
+    /// whole seconds since the response was fetched from the origin, plus the `Age`
+    /// the origin sent.
+    pub fn age(&self, now: Instant) -> u64 {
+        let resident = now.saturating_duration_since(self.fetched_at).as_secs();
+        self.initial_age.saturating_add(resident).min(MAX_AGE_SECS)
+    }
+
+    /// When the response came from the origin.
+    pub fn fetched_at(&self) -> Instant {
+        self.fetched_at
+    }
+
+    /// The `Age` the origin sent, in seconds.
+    pub fn initial_age(&self) -> u64 {
+        self.initial_age
     }
 
     /// Whether a background (pre-warm) fill stored this entry and no user has hit it
@@ -286,6 +341,9 @@ pub fn classify(
             Duration::from_millis(config.default_ttl_ms).mul_f64(1.0 + jitter * (2.0 * u - 1.0))
         }
     };
+    // The lifetime runs from the origin's response: time it already spent in a
+    // cache upstream (its `Age`) is used up.
+    let ttl = ttl.saturating_sub(Duration::from_secs(origin_age(headers)));
     if ttl.is_zero() {
         return Storability::ShareOnly;
     }
@@ -546,6 +604,49 @@ mod tests {
         assert!(matches!(cache.lookup(&key), Lookup::Stale(_)));
         tokio::time::advance(Duration::from_secs(5)).await;
         assert!(matches!(cache.lookup(&key), Lookup::Miss));
+    }
+
+    #[test]
+    fn an_origin_age_uses_up_part_of_the_lifetime() {
+        let c = cfg();
+        let ttl = |h: &[(&str, &str)]| match classify_now(200, h, &c, 0.5) {
+            Storability::Store { ttl, .. } => Some(ttl),
+            _ => None,
+        };
+        let cc = ("cache-control", "max-age=100");
+        assert_eq!(ttl(&[cc, ("age", "30")]), Some(Duration::from_secs(70)));
+        assert_eq!(ttl(&[cc, ("age", "100")]), None, "already expired upstream");
+        assert_eq!(ttl(&[cc, ("age", "soon")]), Some(Duration::from_secs(100)));
+        assert_eq!(ttl(&[("age", "20")]), Some(Duration::from_secs(40)));
+        assert_eq!(origin_age(&headers(&[("age", " 12 ")])), 12);
+        assert_eq!(origin_age(&headers(&[("age", "-1")])), 0);
+        assert_eq!(origin_age(&headers(&[("age", "99999999999")])), 1 << 31);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_entrys_age_is_its_time_since_the_fetch_plus_the_origins_age() {
+        let fetched = Instant::now();
+        let entry = Entry::new(
+            StatusCode::OK,
+            headers(&[("content-type", "text/plain"), ("age", "30")]),
+            Bytes::from_static(b"x"),
+            Duration::from_secs(60),
+            Duration::ZERO,
+            Duration::from_millis(1),
+            false,
+        )
+        .with_age(fetched, 30);
+        assert_eq!(entry.age(fetched), 30);
+        tokio::time::advance(Duration::from_millis(2_500)).await;
+        assert_eq!(entry.age(Instant::now()), 32, "whole seconds");
+        // The origin's Age is replaced by one slot, x-cache gets one, nothing else moves.
+        assert_eq!(entry.headers.get_all(header::AGE).iter().count(), 1);
+        assert_eq!(entry.headers.get(crate::proxy::X_CACHE).unwrap(), "HIT");
+        assert_eq!(
+            entry.headers.get(header::CONTENT_TYPE).unwrap(),
+            "text/plain"
+        );
+        assert_eq!(entry.headers.len(), 3);
     }
 
     #[test]

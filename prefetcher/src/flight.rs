@@ -130,8 +130,31 @@ impl FlightKey {
 pub struct Head {
     /// Origin status.
     pub status: StatusCode,
-    /// Origin headers (hop-by-hop removed).
+    /// Origin headers (hop-by-hop and `Age` removed: each response gets its own).
     pub headers: HeaderMap,
+    /// When the response came from the origin.
+    pub fetched_at: tokio::time::Instant,
+    /// The `Age` the origin sent, in seconds (0 if none).
+    pub initial_age: u64,
+}
+
+impl Head {
+    /// A head fetched from the origin just now, without an `Age`.
+    pub fn new(status: StatusCode, headers: HeaderMap) -> Head {
+        Head {
+            status,
+            headers,
+            fetched_at: tokio::time::Instant::now(),
+            initial_age: 0,
+        }
+    }
+
+    /// The `Age` of a response sent from this head at `now`: whole seconds since
+    /// it came from the origin plus the origin's own `Age`.
+    pub fn age(&self, now: tokio::time::Instant) -> u64 {
+        self.initial_age
+            .saturating_add(now.saturating_duration_since(self.fetched_at).as_secs())
+    }
 }
 
 #[derive(Debug, Clone)]
@@ -536,10 +559,7 @@ mod tests {
     }
 
     fn head() -> Head {
-        Head {
-            status: StatusCode::OK,
-            headers: HeaderMap::new(),
-        }
+        Head::new(StatusCode::OK, HeaderMap::new())
     }
 
     /// A miniature of the proxy's miss path: lead and spawn a fill that "fetches" by

@@ -41,7 +41,7 @@ mod status;
 #[cfg(feature = "testing")]
 pub mod testing;
 
-pub use cache::{Entry, L1Cache, Lookup, Storability, classify, xfetch_due};
+pub use cache::{Entry, L1Cache, Lookup, Storability, classify, origin_age, xfetch_due};
 pub use config::{
     CacheConfig, Config, ConfigError, FlightConfig, KafkaConfig, OffsetReset, OriginConfig,
     PrefetchConfig, RequestLimits, TenantConfig, WaitTimeoutPolicy,

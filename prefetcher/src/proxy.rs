@@ -2,7 +2,7 @@
 //! the fill task and the `x-cache` header.
 
 use std::collections::HashMap;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::SystemTime;
 
 use axum::Router;
@@ -16,7 +16,7 @@ use http_body_util::BodyExt;
 use models::{CacheKey, Domain, IdError, Outcome, Priority, TenantId};
 use tokio::time::Instant;
 
-use crate::cache::{Entry, L1Cache, Lookup, Storability, classify};
+use crate::cache::{Entry, L1Cache, Lookup, Storability, classify, origin_age};
 use crate::config::{Config, ConfigError, RequestLimits, WaitTimeoutPolicy};
 use crate::events::{EventSink, NoopSink, OutcomeRecord};
 use crate::flight::{
@@ -202,13 +202,51 @@ fn content_length(headers: &http::HeaderMap) -> Option<u64> {
         .and_then(|v| v.parse().ok())
 }
 
+/// The head of an origin response as this node passes it on: the origin's `Age`
+/// is taken out and remembered, so every response from it states its own.
+fn origin_head(status: StatusCode, mut headers: http::HeaderMap) -> Head {
+    let initial_age = origin_age(&headers);
+    headers.remove(header::AGE);
+    Head {
+        status,
+        headers,
+        fetched_at: Instant::now(),
+        initial_age,
+    }
+}
+
+/// The `Age` header value for `secs`. Values up to an hour are made once and shared
+/// (static bytes: cloning one neither allocates nor touches a reference count), so a
+/// hit does not allocate for its `Age`.
+fn age_value(secs: u64) -> HeaderValue {
+    const SHARED: u64 = 3600;
+    static TABLE: OnceLock<Box<[HeaderValue]>> = OnceLock::new();
+    let table = TABLE.get_or_init(|| {
+        (0..=SHARED)
+            .map(|n| HeaderValue::from_static(Box::leak(n.to_string().into_boxed_str())))
+            .collect()
+    });
+    match usize::try_from(secs).ok().and_then(|i| table.get(i)) {
+        Some(value) => value.clone(),
+        None => HeaderValue::from(secs),
+    }
+}
+
+/// A response from a flight's head. A response served from the cache (`COLLAPSED`,
+/// or a leader answered from an entry stored meanwhile) carries its `Age`; a fresh
+/// `MISS` carries only the origin's, if it sent one.
 fn with_head(head: &Head, body: Body, status: CacheStatus) -> Response {
     let mut response = Response::new(body);
     *response.status_mut() = head.status;
-    *response.headers_mut() = head.headers.clone();
-    response
-        .headers_mut()
-        .insert(X_CACHE, HeaderValue::from_static(status.as_str()));
+    let headers = response.headers_mut();
+    *headers = head.headers.clone();
+    headers.insert(X_CACHE, HeaderValue::from_static(status.as_str()));
+    let age = head.age(Instant::now());
+    if status == CacheStatus::Miss && age == 0 {
+        headers.remove(header::AGE);
+    } else {
+        headers.insert(header::AGE, age_value(age));
+    }
     response
 }
 
@@ -230,7 +268,9 @@ fn flight_response(
     with_head(head, body, status)
 }
 
-fn entry_response(entry: &Entry, status: CacheStatus, head_only: bool) -> Response {
+/// A response from a cached entry at `now`: one clone of the entry's prebuilt header
+/// map, whose `x-cache` and `Age` slots are overwritten in place.
+fn entry_response(entry: &Entry, status: CacheStatus, head_only: bool, now: Instant) -> Response {
     let body = if head_only {
         Body::empty()
     } else {
@@ -238,10 +278,10 @@ fn entry_response(entry: &Entry, status: CacheStatus, head_only: bool) -> Respon
     };
     let mut response = Response::new(body);
     *response.status_mut() = entry.status;
-    *response.headers_mut() = entry.headers.clone();
-    response
-        .headers_mut()
-        .insert(X_CACHE, HeaderValue::from_static(status.as_str()));
+    let headers = response.headers_mut();
+    *headers = entry.headers.clone();
+    headers.insert(X_CACHE, HeaderValue::from_static(status.as_str()));
+    headers.insert(header::AGE, age_value(entry.age(now)));
     response
 }
 
@@ -417,12 +457,12 @@ impl Node {
                     CacheStatus::Hit
                 };
                 self.answered(&ctx, status, entry.body.len() as u64, None);
-                entry_response(&entry, status, ctx.head_only)
+                entry_response(&entry, status, ctx.head_only, Instant::now())
             }
             Lookup::Stale(entry) => {
                 self.refresh(&ctx, false);
                 self.answered(&ctx, CacheStatus::Stale, entry.body.len() as u64, None);
-                entry_response(&entry, CacheStatus::Stale, ctx.head_only)
+                entry_response(&entry, CacheStatus::Stale, ctx.head_only, Instant::now())
             }
             Lookup::Miss => self.miss(ctx).await,
         }
@@ -590,10 +630,7 @@ impl Node {
                     bytes,
                     Some(millis(started.elapsed())),
                 );
-                let head = Head {
-                    status: parts.status,
-                    headers: parts.headers,
-                };
+                let head = origin_head(parts.status, parts.headers);
                 let body = if ctx.head_only {
                     Body::empty()
                 } else {
@@ -707,6 +744,8 @@ impl Node {
             permit.publish_head(Head {
                 status: entry.status,
                 headers: entry.headers.clone(),
+                fetched_at: entry.fetched_at(),
+                initial_age: entry.initial_age(),
             });
             permit.push_chunk(entry.body.clone());
             permit.complete(|| {});
@@ -745,15 +784,13 @@ impl Node {
             rand::random::<f64>(),
         );
         let max = inner.config.cache.max_object_bytes;
-        let head = Head {
-            status: parts.status,
-            headers,
-        };
+        let head = origin_head(parts.status, headers);
         if storability == Storability::Private || declared.is_some_and(|l| l > max) {
             permit.bypass(head, Body::new(body));
             return;
         }
         let stored_headers = head.headers.clone();
+        let (fetched_at, initial_age) = (head.fetched_at, head.initial_age);
         permit.publish_head(head);
         let mut chunks: Vec<Bytes> = Vec::new();
         let mut received = 0u64;
@@ -809,7 +846,8 @@ impl Node {
                     grace,
                     fill_time,
                     background,
-                );
+                )
+                .with_age(fetched_at, initial_age);
                 inner.cache.insert(key.clone(), entry);
             }
         });
@@ -848,6 +886,61 @@ fn scopeguard<F: FnOnce()>(f: F) -> impl Drop {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[tokio::test(start_paused = true)]
+    async fn cached_responses_state_their_age_and_status() {
+        let mut origin = http::HeaderMap::new();
+        origin.insert(header::CONTENT_TYPE, HeaderValue::from_static("text/plain"));
+        origin.insert(header::AGE, HeaderValue::from_static("7"));
+        let head = origin_head(StatusCode::OK, origin);
+        assert_eq!(head.initial_age, 7);
+        let entry = Entry::new(
+            StatusCode::OK,
+            head.headers.clone(),
+            Bytes::from_static(b"body"),
+            std::time::Duration::from_secs(60),
+            std::time::Duration::ZERO,
+            std::time::Duration::from_millis(1),
+            false,
+        )
+        .with_age(head.fetched_at, head.initial_age);
+        let at = |secs| head.fetched_at + std::time::Duration::from_secs(secs);
+        for (status, secs, age) in [
+            (CacheStatus::Hit, 0, "7"),
+            (CacheStatus::Stale, 3, "10"),
+            (CacheStatus::Prefetched, 5_000, "5007"),
+        ] {
+            let response = entry_response(&entry, status, false, at(secs));
+            let h = response.headers();
+            let ages: Vec<_> = h.get_all(header::AGE).iter().collect();
+            assert_eq!(ages, [age], "{status:?}");
+            assert_eq!(h.get(X_CACHE).unwrap(), status.as_str());
+            assert_eq!(h.get(header::CONTENT_TYPE).unwrap(), "text/plain");
+            assert_eq!(h.len(), 3);
+        }
+
+        // From a flight: a waiter's response is served from the node (Age from the
+        // fetch); a leader's fresh MISS passes on only the origin's Age.
+        tokio::time::advance(std::time::Duration::from_secs(2)).await;
+        let collapsed = with_head(&head, Body::empty(), CacheStatus::Collapsed);
+        assert_eq!(collapsed.headers().get(header::AGE).unwrap(), "9");
+        let fresh = origin_head(StatusCode::OK, http::HeaderMap::new());
+        let miss = with_head(&fresh, Body::empty(), CacheStatus::Miss);
+        assert!(miss.headers().get(header::AGE).is_none());
+        assert_eq!(miss.headers().get(X_CACHE).unwrap(), "MISS");
+        let collapsed = with_head(&fresh, Body::empty(), CacheStatus::Collapsed);
+        assert_eq!(collapsed.headers().get(header::AGE).unwrap(), "0");
+        // A leader answered from an entry stored meanwhile: its Age, not a stale slot.
+        let stored = Head {
+            status: entry.status,
+            headers: entry.headers.clone(),
+            fetched_at: entry.fetched_at(),
+            initial_age: 0,
+        };
+        let miss = with_head(&stored, Body::empty(), CacheStatus::Miss);
+        assert_eq!(miss.headers().get(header::AGE).unwrap(), "2");
+        assert_eq!(miss.headers().get(X_CACHE).unwrap(), "MISS");
+    }
 
     #[test]
     fn keys_are_normalised_and_validated() {

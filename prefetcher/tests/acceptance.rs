@@ -36,6 +36,15 @@ fn statuses(results: &[Fetched]) -> Vec<CacheStatus> {
     results.iter().filter_map(|f| f.x_cache()).collect()
 }
 
+/// The response's `Age` in seconds; `None` without one. Panics on two or a bad one.
+fn age(f: &Fetched) -> Option<u64> {
+    let values: Vec<_> = f.headers.get_all(http::header::AGE).iter().collect();
+    assert!(values.len() <= 1, "one Age at most: {values:?}");
+    values
+        .first()
+        .map(|v| v.to_str().unwrap().parse().expect("Age is delta-seconds"))
+}
+
 /// Sends `n` concurrent GETs of `path` to `node` and returns the join handles.
 fn spawn_gets(
     client: &TestClient,
@@ -87,16 +96,20 @@ async fn without_collapsing_every_overlapping_miss_fills() {
         assert_eq!(r.status, StatusCode::OK);
         assert_eq!(r.body.as_ref().unwrap(), &body("/a"));
         assert_eq!(r.x_cache(), Some(CacheStatus::Miss));
+        assert_eq!(age(r), None, "straight from an origin that sent no Age");
     }
     // The cache still works: the next request is a hit.
     let warm = client.get(node.addr, HOST, "/a").await.unwrap();
     assert_eq!(warm.x_cache(), Some(CacheStatus::Hit));
+    assert!(age(&warm).is_some(), "served from the cache");
     assert!(node.node.registry().is_empty());
 }
 
 #[tokio::test]
 async fn twelve_overlapping_requests_on_one_node_make_one_fill() {
     let origin = SyntheticOrigin::start("origin").await;
+    // As a shield tier would: the response already spent 100 s in a cache upstream.
+    origin.add_header("age", "100");
     let node = TestNode::start(config(&origin.url())).await;
     let client = TestClient::new();
     origin.hold();
@@ -116,8 +129,13 @@ async fn twelve_overlapping_requests_on_one_node_make_one_fill() {
         s.iter().filter(|s| **s == CacheStatus::Collapsed).count(),
         11
     );
+    // RFC 9111 §5.1: the origin's Age plus the time since the fetch, one header each.
+    for r in &results {
+        assert!(age(r).is_some_and(|a| a >= 100), "{:?}", r.headers);
+    }
     let warm = client.get(node.addr, HOST, "/a").await.unwrap();
     assert_eq!(warm.x_cache(), Some(CacheStatus::Hit));
+    assert!(age(&warm).is_some_and(|a| a >= 100), "{:?}", warm.headers);
     assert_eq!(warm.body.unwrap(), body("/a"));
     assert_eq!(origin.fills(), 1);
     wait_until(|| node.node.registry().is_empty(), "flight entry removal").await;
@@ -467,6 +485,9 @@ async fn stale_entries_are_served_while_one_refresh_runs() {
     let results = join(spawn_gets(&client, &node, HOST, "/swr", 5)).await;
     for r in &results {
         assert_eq!(r.body.as_ref().unwrap(), &body("/swr"));
+        if r.x_cache() == Some(CacheStatus::Stale) {
+            assert!(age(r).is_some_and(|a| a >= 1), "{:?}", r.headers);
+        }
     }
     assert!(statuses(&results).contains(&CacheStatus::Stale));
     wait_until(|| node.node.registry().is_empty(), "the refresh").await;
@@ -510,6 +531,11 @@ async fn a_prewarmed_entry_reports_prefetched_on_its_first_user_hit() {
     let client = TestClient::new();
     let first = client.get(node.addr, HOST, "/warm").await.unwrap();
     assert_eq!(first.x_cache(), Some(CacheStatus::Prefetched));
+    assert!(
+        age(&first).is_some(),
+        "served from the cache: {:?}",
+        first.headers
+    );
     let second = client.get(node.addr, HOST, "/warm").await.unwrap();
     assert_eq!(second.x_cache(), Some(CacheStatus::Hit));
     let outcomes: Vec<Outcome> = (0..3).map(|_| events.try_recv().unwrap().outcome).collect();
