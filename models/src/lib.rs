@@ -31,6 +31,7 @@
 
 mod codec;
 mod command;
+mod compact;
 mod event;
 mod features;
 mod ids;

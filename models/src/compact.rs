@@ -1,0 +1,266 @@
+//! The fast path of [`decode_event_ref`](crate::decode_event_ref): a hand-written
+//! reader for the shape producers write, one flat JSON object of the event's own
+//! fields with no whitespace and no escapes (what [`encode`](crate::encode) and the
+//! prefetcher write).
+//!
+//! serde_json was about 60 % of pulse's per-event cost: it is general (any order,
+//! escapes, unknown fields, whitespace, helpful errors), and this shape needs none of
+//! that. The reader never refuses: whatever it is not sure of (an escape, whitespace,
+//! an unknown or repeated field, a number that is not a plain integer, an invalid id,
+//! another version) makes it return `None`, and the caller decodes the message with
+//! serde_json, which accepts it or names the problem. So it accepts nothing serde
+//! would refuse; `codec`'s proptests and the `decode_access_event` fuzz target check
+//! that the two agree on arbitrary input.
+
+use crate::ids::{CacheKeyRef, DomainRef, NodeRef, RegionRef, TenantRef};
+use crate::{AccessEventRef, Outcome, SCHEMA_VERSION};
+
+/// The event in `bytes` if it has the compact shape and is valid, else `None`.
+pub(crate) fn parse(bytes: &[u8]) -> Option<AccessEventRef<'_>> {
+    let mut reader = Reader { bytes, pos: 0 };
+    reader.byte(b'{')?;
+    let mut seen = 0u16;
+    let (mut v, mut ts_ms, mut tenant, mut key) = (None, None, None, None);
+    let (mut region, mut node, mut outcome) = (None, None, None);
+    let (mut referrer, mut sent, mut fill_ms) = (None, 0, None);
+    loop {
+        let field = Field::from_name(reader.raw_string()?)?;
+        if seen & field.bit() != 0 {
+            return None; // serde reports the duplicate
+        }
+        seen |= field.bit();
+        reader.byte(b':')?;
+        match field {
+            Field::V => v = Some(reader.integer()?),
+            Field::TsMs => ts_ms = Some(reader.integer()?),
+            Field::Tenant => tenant = Some(TenantRef::new(reader.string()?).ok()?),
+            Field::Key => key = Some(CacheKeyRef::new(reader.string()?).ok()?),
+            Field::Region => region = Some(RegionRef::new(reader.string()?).ok()?),
+            Field::Node => node = Some(NodeRef::new(reader.string()?).ok()?),
+            Field::Outcome => outcome = Some(outcome_named(reader.raw_string()?)?),
+            Field::Referrer if !reader.null() => {
+                referrer = Some(DomainRef::new(reader.string()?).ok()?);
+            }
+            Field::Bytes => sent = reader.integer()?,
+            Field::FillMs if !reader.null() => {
+                fill_ms = Some(u32::try_from(reader.integer()?).ok()?);
+            }
+            Field::Referrer | Field::FillMs => {} // null: absent
+        }
+        match reader.next()? {
+            b',' => {}
+            b'}' => break,
+            _ => return None,
+        }
+    }
+    // Nothing after the object: serde_json allows trailing whitespace, we don't need to.
+    if reader.pos != bytes.len() {
+        return None;
+    }
+    let v = u16::try_from(v?).ok().filter(|&v| v == SCHEMA_VERSION)?;
+    Some(AccessEventRef {
+        v,
+        ts_ms: ts_ms?,
+        tenant: tenant?,
+        key: key?,
+        region: region?,
+        node: node?,
+        outcome: outcome?,
+        referrer,
+        bytes: sent,
+        fill_ms,
+    })
+}
+
+#[derive(Clone, Copy)]
+enum Field {
+    V,
+    TsMs,
+    Tenant,
+    Key,
+    Region,
+    Node,
+    Outcome,
+    Referrer,
+    Bytes,
+    FillMs,
+}
+
+impl Field {
+    fn from_name(name: &[u8]) -> Option<Field> {
+        Some(match name {
+            b"v" => Field::V,
+            b"ts_ms" => Field::TsMs,
+            b"tenant" => Field::Tenant,
+            b"key" => Field::Key,
+            b"region" => Field::Region,
+            b"node" => Field::Node,
+            b"outcome" => Field::Outcome,
+            b"referrer" => Field::Referrer,
+            b"bytes" => Field::Bytes,
+            b"fill_ms" => Field::FillMs,
+            _ => return None, // unknown fields are skipped by serde
+        })
+    }
+
+    fn bit(self) -> u16 {
+        1 << self as u16
+    }
+}
+
+fn outcome_named(name: &[u8]) -> Option<Outcome> {
+    Outcome::ALL
+        .into_iter()
+        .find(|o| o.as_str().as_bytes() == name)
+}
+
+struct Reader<'a> {
+    bytes: &'a [u8],
+    pos: usize,
+}
+
+impl<'a> Reader<'a> {
+    fn next(&mut self) -> Option<u8> {
+        let b = *self.bytes.get(self.pos)?;
+        self.pos += 1;
+        Some(b)
+    }
+
+    fn byte(&mut self, expected: u8) -> Option<()> {
+        (self.next()? == expected).then_some(())
+    }
+
+    /// `null`, consumed; anything else is left for the value reader.
+    fn null(&mut self) -> bool {
+        let is_null = self.bytes[self.pos..].starts_with(b"null");
+        if is_null {
+            self.pos += 4;
+        }
+        is_null
+    }
+
+    /// The bytes of a string with no escape and no control character.
+    fn raw_string(&mut self) -> Option<&'a [u8]> {
+        self.byte(b'"')?;
+        let start = self.pos;
+        // One pass: stop at the closing quote; an escape or a control character
+        // (which serde unescapes or refuses) sends the message to serde.
+        let len = self.bytes[start..]
+            .iter()
+            .position(|&b| STRING_STOP[usize::from(b)])?;
+        if self.bytes[start + len] != b'"' {
+            return None;
+        }
+        self.pos = start + len + 1;
+        Some(&self.bytes[start..start + len])
+    }
+
+    fn string(&mut self) -> Option<&'a str> {
+        std::str::from_utf8(self.raw_string()?).ok()
+    }
+
+    /// A non-negative integer as JSON writes it: no sign, no leading zero, no fraction
+    /// or exponent (those are serde's to accept or refuse).
+    fn integer(&mut self) -> Option<u64> {
+        let start = self.pos;
+        let mut value = 0u64;
+        while let Some(&b) = self.bytes.get(self.pos) {
+            if !b.is_ascii_digit() {
+                break;
+            }
+            value = value.checked_mul(10)?.checked_add(u64::from(b - b'0'))?;
+            self.pos += 1;
+        }
+        let digits = self.pos - start;
+        let leading_zero = digits > 1 && self.bytes[start] == b'0';
+        let fraction = matches!(self.bytes.get(self.pos), Some(b'.' | b'e' | b'E'));
+        (digits > 0 && !leading_zero && !fraction).then_some(value)
+    }
+}
+
+/// Bytes that end the fast scan of a string: the closing quote, the escape character
+/// and the control characters.
+const STRING_STOP: [bool; 256] = {
+    let mut table = [false; 256];
+    let mut b = 0;
+    while b < 0x20 {
+        table[b] = true;
+        b += 1;
+    }
+    table[b'"' as usize] = true;
+    table[b'\\' as usize] = true;
+    table
+};
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{AccessEvent, decode, encode};
+
+    #[test]
+    fn reads_what_encode_writes() {
+        let line = br#"{"v":1,"ts_ms":1764470000000,"tenant":"acme","key":"/img/a.png?v=2","region":"eu-west","node":"edge-1","outcome":"prefetch_useful","referrer":"news.example.com","bytes":5120,"fill_ms":42}"#;
+        let event = parse(line).expect("compact shape");
+        assert_eq!(event.to_owned_event(), decode::<AccessEvent>(line).unwrap());
+        assert_eq!(encode(&event.to_owned_event()), line.to_vec());
+    }
+
+    #[test]
+    fn any_field_order_and_nulls_for_the_optional_fields() {
+        let line = br#"{"outcome":"miss","fill_ms":null,"node":"n","referrer":null,"region":"r","key":"/k","tenant":"t","ts_ms":0,"v":1}"#;
+        let event = parse(line).expect("compact shape");
+        assert_eq!(event.to_owned_event(), decode::<AccessEvent>(line).unwrap());
+        assert_eq!(
+            (event.bytes, event.referrer, event.fill_ms),
+            (0, None, None)
+        );
+    }
+
+    /// Each of these is either refused by serde or accepted by it (unknown field,
+    /// whitespace, escape): the fast path leaves all of them to serde.
+    #[test]
+    fn leaves_everything_else_to_serde() {
+        let base =
+            r#"{"v":1,"ts_ms":5,"tenant":"t","key":"/k","region":"r","node":"n","outcome":"hit"}"#;
+        assert!(parse(base.as_bytes()).is_some());
+        for (from, to) in [
+            (r#""v":1"#, r#""v":2"#),
+            (r#""v":1"#, r#""v":01"#),
+            (r#""v":1"#, r#""v":1.0"#),
+            (r#""v":1"#, r#""v":1e0"#),
+            (r#""v":1"#, r#""v":-1"#),
+            (r#""v":1"#, r#""v":65537"#),
+            (r#""ts_ms":5"#, r#""ts_ms":18446744073709551616"#),
+            (r#""ts_ms":5"#, r#""ts_ms":"5""#),
+            (r#""ts_ms":5"#, r#""ts_ms":null"#),
+            (r#""ts_ms":5,"#, ""),
+            (r#""tenant":"t""#, r#""tenant":"t\u0000""#),
+            (r#""tenant":"t""#, r#""tenant":"bad tenant""#),
+            (r#""key":"/k""#, r#""key":"\/k""#),
+            (r#""key":"/k""#, r#""key":"/a/../k""#),
+            (r#""outcome":"hit""#, r#""outcome":"Hit""#),
+            (r#""outcome":"hit""#, r#""outcome":"hit","v":1"#),
+            (r#""outcome":"hit""#, r#""outcome":"hit","extra":true"#),
+            (
+                r#""outcome":"hit""#,
+                r#""outcome":"hit","fill_ms":4294967296"#,
+            ),
+            (
+                r#""outcome":"hit""#,
+                r#""outcome":"hit","referrer":"not a host""#,
+            ),
+            (r#""outcome":"hit""#, r#""outcome":"hit","bytes":null"#),
+            (r#""outcome":"hit""#, r#""outcome": "hit""#),
+            (r#""outcome":"hit"}"#, r#""outcome":"hit"} "#),
+            (r#""outcome":"hit"}"#, r#""outcome":"hit""#),
+            (r#""outcome":"hit"}"#, r#""outcome":"hit",}"#),
+        ] {
+            let line = base.replace(from, to);
+            assert_ne!(line, base, "{to} replaced nothing");
+            assert!(parse(line.as_bytes()).is_none(), "{line}");
+        }
+        let mut invalid_utf8 = base.as_bytes().to_vec();
+        invalid_utf8[r#"{"v":1,"ts_ms":5,"tenant":""#.len()] = 0xff;
+        assert!(parse(&invalid_utf8).is_none());
+    }
+}
