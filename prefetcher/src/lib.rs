@@ -23,7 +23,8 @@
 //! - `run`: [`spawn_node`], a whole node (listeners, publisher, consumer) in-process.
 //! - `metrics`: Prometheus [`Metrics`].
 //! - `server`: [`serve`] (HTTP/1.1 + h2c, graceful shutdown).
-//! - `testing` (feature `testing`): a synthetic origin and test clients.
+//! - `testing` (feature `testing`): a synthetic origin, test clients, and panics
+//!   injected into fill tasks (`Node::panic_next_fill`).
 
 mod cache;
 mod config;

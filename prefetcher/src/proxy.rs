@@ -82,6 +82,9 @@ struct NodeInner {
     origin: OriginClient,
     metrics: Metrics,
     sink: Arc<dyn EventSink>,
+    /// Panics injected into fill tasks by tests (feature `testing` only).
+    #[cfg(feature = "testing")]
+    faults: crate::testing::FillFaults,
 }
 
 /// The proxy router: every path goes to the proxy (metrics live on the admin router).
@@ -348,8 +351,17 @@ impl Node {
                 fallback,
                 by_id,
                 config,
+                #[cfg(feature = "testing")]
+                faults: crate::testing::FillFaults::default(),
             }),
         })
+    }
+
+    /// Testing only: the next fill of `key` panics at `at`, as a bug in the fill
+    /// task would, so tests can check that its waiters are never stranded.
+    #[cfg(feature = "testing")]
+    pub fn panic_next_fill(&self, key: FlightKey, at: crate::testing::PanicPoint) {
+        self.inner.faults.arm(key, at);
     }
 
     /// The configuration in force.
@@ -791,6 +803,10 @@ impl Node {
         }
         let stored_headers = head.headers.clone();
         let (fetched_at, initial_age) = (head.fetched_at, head.initial_age);
+        #[cfg(feature = "testing")]
+        inner
+            .faults
+            .check(&key, crate::testing::PanicPoint::BeforeHead);
         permit.publish_head(head);
         let mut chunks: Vec<Bytes> = Vec::new();
         let mut received = 0u64;
@@ -811,6 +827,10 @@ impl Node {
                     Ok(Some(Ok(frame))) => frame,
                 };
             if let Ok(data) = frame.into_data() {
+                #[cfg(feature = "testing")]
+                inner
+                    .faults
+                    .check(&key, crate::testing::PanicPoint::MidBody);
                 received += data.len() as u64;
                 if received > max {
                     return self.fail(permit, FillError::TooLarge(max));

@@ -1,6 +1,7 @@
 //! Test support (feature `testing`): a synthetic origin that counts fills and can hold
-//! a fill open, fail, hang or truncate; a node runner; small HTTP clients. Used by
-//! this crate's tests, the `tests` crate's scenarios and the benchmark.
+//! a fill open, fail, hang or truncate; panics injected into a node's fill task
+//! ([`PanicPoint`], `Node::panic_next_fill`); a node runner; small HTTP clients. Used
+//! by this crate's tests, the `tests` crate's scenarios and the benchmark.
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -23,9 +24,48 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
 use crate::config::Config;
+use crate::flight::FlightKey;
 use crate::proxy::{Node, X_CACHE, app};
 use crate::server::{ServeOptions, serve};
 use crate::status::CacheStatus;
+
+/// Where an injected panic hits a fill task ([`Node::panic_next_fill`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PanicPoint {
+    /// With the origin's response head in hand, before any subscriber sees it: the
+    /// waiters may take over leadership.
+    BeforeHead,
+    /// At a body chunk, before it goes out (the head did): the responses already
+    /// started can only end in an error.
+    MidBody,
+}
+
+/// Panics armed per flight key; each fires once.
+#[derive(Default)]
+pub(crate) struct FillFaults {
+    armed: Mutex<HashMap<FlightKey, PanicPoint>>,
+}
+
+impl FillFaults {
+    pub(crate) fn arm(&self, key: FlightKey, at: PanicPoint) {
+        lock(&self.armed).insert(key, at);
+    }
+
+    /// Panics if a panic is armed for `key` at `here` (and disarms it).
+    pub(crate) fn check(&self, key: &FlightKey, here: PanicPoint) {
+        let fire = {
+            let mut armed = lock(&self.armed);
+            let fire = armed.get(key) == Some(&here);
+            if fire {
+                armed.remove(key);
+            }
+            fire
+        };
+        if fire {
+            panic!("injected panic in the fill of {} ({here:?})", key.key());
+        }
+    }
+}
 
 /// How the synthetic origin answers.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

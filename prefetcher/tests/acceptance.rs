@@ -8,10 +8,11 @@ use bytes::Bytes;
 use http::{Method, StatusCode};
 use models::{CacheKey, Outcome, TenantId};
 use prefetcher::testing::{
-    Behaviour, Fetched, SyntheticOrigin, TestClient, TestNode, h2_connect, h2_get, wait_until,
+    Behaviour, Fetched, PanicPoint, SyntheticOrigin, TestClient, TestNode, h2_connect, h2_get,
+    wait_until,
 };
 use prefetcher::{
-    CacheStatus, ChannelSink, Config, Node, PrewarmOutcome, ServeOptions, TenantConfig,
+    CacheStatus, ChannelSink, Config, FlightKey, Node, PrewarmOutcome, ServeOptions, TenantConfig,
     WaitTimeoutPolicy, admin_app, serve,
 };
 
@@ -360,6 +361,124 @@ async fn the_leaders_client_disconnecting_mid_fill_does_not_hurt_the_others() {
     }
     assert_eq!(origin.fills(), 1);
     let warm = client.get(node.addr, HOST, "/big").await.unwrap();
+    assert_eq!(warm.x_cache(), Some(CacheStatus::Hit));
+}
+
+async fn stranded_after_30s<T>(responses: impl std::future::Future<Output = T>) -> T {
+    tokio::time::timeout(Duration::from_secs(30), responses)
+        .await
+        .expect("a client was stranded by the panicked fill")
+}
+
+fn flight_key(path: &str) -> FlightKey {
+    FlightKey::new(TenantId::new("acme").unwrap(), CacheKey::new(path).unwrap())
+}
+
+/// A fill task that panics before its response head: the leader's client gets a
+/// clean 502, the waiters take over leadership and all get the whole body from one
+/// more origin fill, which is cached; no flight entry remains.
+#[tokio::test]
+async fn a_leader_panicking_before_the_head_hands_over_to_its_waiters() {
+    let origin = SyntheticOrigin::start("origin").await;
+    let mut cfg = config(&origin.url());
+    // A stranded waiter would answer 504 at the bound (never fetch on its own), so
+    // only a real hand-over can produce bodies with two origin fills.
+    cfg.flight.wait_timeout_ms = 10_000;
+    cfg.flight.on_wait_timeout = WaitTimeoutPolicy::Fail;
+    let node = TestNode::start(cfg).await;
+    let client = TestClient::new();
+    origin.hold();
+    let leader = spawn_gets(&client, &node, HOST, "/p", 1);
+    origin.wait_in_flight(1).await;
+    let waiters = spawn_gets(&client, &node, HOST, "/p", 11);
+    wait_waiters(&node, 11).await;
+    node.node
+        .panic_next_fill(flight_key("/p"), PanicPoint::BeforeHead);
+    origin.release();
+
+    // Every response is bounded (a correctness bound, not a speed claim): a stranded
+    // subscriber fails the test instead of hanging it.
+    let waiters = stranded_after_30s(join(waiters)).await;
+    for r in &waiters {
+        assert_eq!(r.status, StatusCode::OK, "{r:?}");
+        assert_eq!(r.body.as_ref().unwrap(), &body("/p"), "the whole body");
+    }
+    let s = statuses(&waiters);
+    assert_eq!(
+        s.iter().filter(|s| **s == CacheStatus::Miss).count(),
+        1,
+        "exactly one waiter took over: {s:?}"
+    );
+    let leader = stranded_after_30s(join(leader)).await.pop().unwrap();
+    assert_eq!(leader.status, StatusCode::BAD_GATEWAY, "{leader:?}");
+    assert_eq!(leader.x_cache(), Some(CacheStatus::Miss));
+    assert_eq!(
+        leader.headers.get("cache-control").unwrap(),
+        "no-store",
+        "the error is not cacheable downstream"
+    );
+    assert_eq!(
+        origin.fills_for("/p"),
+        2,
+        "the panicked fill and the hand-over"
+    );
+    wait_until(|| node.node.registry().is_empty(), "flight entry removal").await;
+    let next = client.get(node.addr, HOST, "/p").await.unwrap();
+    assert_eq!(next.x_cache(), Some(CacheStatus::Hit));
+    assert_eq!(next.body.unwrap(), body("/p"));
+    assert_eq!(origin.fills_for("/p"), 2);
+}
+
+/// A fill task that panics mid-body: every response already started ends in an
+/// error (never a complete-looking short body), nothing is cached, no flight entry
+/// remains, and the next request succeeds with exactly one more origin fill.
+#[tokio::test]
+async fn a_leader_panicking_mid_body_fails_every_response_cleanly() {
+    let origin = SyntheticOrigin::start("origin").await;
+    origin.set_body_size(64 * 1024);
+    origin.hold_mid_body(true);
+    origin.hold();
+    let node = TestNode::start(config(&origin.url())).await;
+    let client = TestClient::new();
+    let handles: Vec<_> = (0..12)
+        .map(|_| {
+            let (client, addr) = (client.clone(), node.addr);
+            tokio::spawn(async move { client.get(addr, HOST, "/q").await })
+        })
+        .collect();
+    origin.wait_in_flight(1).await;
+    wait_waiters(&node, 11).await;
+    // Armed once everyone subscribed: the next body chunk the fill takes (at the
+    // latest the second half, after the release) panics.
+    node.node
+        .panic_next_fill(flight_key("/q"), PanicPoint::MidBody);
+    origin.release();
+    let expected = SyntheticOrigin::body_for("origin", "/q", 64 * 1024);
+    let results = stranded_after_30s(futures::future::join_all(handles)).await;
+    for r in results {
+        // Either the connection closes before hyper wrote the head, or the body
+        // breaks off after it: both are errors a client sees as such.
+        match r.unwrap() {
+            Err(_) => {}
+            Ok(r) => assert!(
+                r.body.is_err(),
+                "a short body must not look complete: {} {:?}",
+                r.status,
+                r.body.as_ref().map(|b| b.len())
+            ),
+        }
+    }
+    wait_until(|| node.node.registry().is_empty(), "flight entry removal").await;
+    assert_eq!(origin.fills_for("/q"), 1);
+    let next = client.get(node.addr, HOST, "/q").await.unwrap();
+    assert_eq!(
+        next.x_cache(),
+        Some(CacheStatus::Miss),
+        "nothing was cached"
+    );
+    assert_eq!(next.body.unwrap(), expected);
+    assert_eq!(origin.fills_for("/q"), 2, "exactly one more origin fill");
+    let warm = client.get(node.addr, HOST, "/q").await.unwrap();
     assert_eq!(warm.x_cache(), Some(CacheStatus::Hit));
 }
 
