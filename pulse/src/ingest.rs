@@ -209,9 +209,17 @@ impl Ingest {
             .set("enable.partition.eof", "false")
             .set("session.timeout.ms", "6000")
             .set("statistics.interval.ms", "1000")
+            // We commit the offsets we applied (`commit`), never librdkafka's stored
+            // ones: storing each polled offset is a lock per message for nothing.
+            .set("enable.auto.offset.store", "false")
             // Throughput: fetch big batches, answered as soon as there is data, and
             // keep up to 64 MiB pre-fetched so the poll loop never waits on the network
             // while the broker has messages (librdkafka's fetcher runs on its own thread).
+            // Once that queue is full, librdkafka's fetcher pauses for
+            // `fetch.queue.backoff.ms` (1 s by default) before it looks again: a poll loop
+            // that drains the queue in a fraction of that then sits idle. 10 ms keeps it
+            // fed (a plain poll loop went from 0.7 M to 2.1 M messages/s here).
+            .set("fetch.queue.backoff.ms", "10")
             .set("fetch.wait.max.ms", "100")
             .set("fetch.min.bytes", "1")
             .set("max.partition.fetch.bytes", "4194304")
