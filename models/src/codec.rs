@@ -490,6 +490,7 @@ mod tests {
             let bytes = encode(&e);
             // What `encode` writes takes the fast path.
             prop_assert!(crate::compact::parse(&bytes).is_some());
+            prop_assert_eq!(&e.borrowed().to_owned_event(), &e);
             prop_assert_eq!(decode_ref_owned(&bytes), Ok(e));
         }
 

@@ -26,10 +26,10 @@ pub enum RegionTargets {
 
 impl RegionTargets {
     /// Whether a node in `region` should act on the command.
-    pub fn includes(&self, region: &RegionId) -> bool {
+    pub fn includes(&self, region: &(impl AsRef<str> + ?Sized)) -> bool {
         match self {
             RegionTargets::All => true,
-            RegionTargets::Only(regions) => regions.contains(region),
+            RegionTargets::Only(regions) => regions.iter().any(|r| r.as_str() == region.as_ref()),
         }
     }
 }

@@ -105,6 +105,23 @@ impl AccessEvent {
         }
     }
 
+    /// The event borrowed, as the zero-copy decoder gives it (nothing is checked
+    /// again or copied).
+    pub fn borrowed(&self) -> AccessEventRef<'_> {
+        AccessEventRef {
+            v: self.v,
+            ts_ms: self.ts_ms,
+            tenant: self.tenant.borrowed(),
+            key: self.key.borrowed(),
+            region: self.region.borrowed(),
+            node: self.node.borrowed(),
+            outcome: self.outcome,
+            referrer: self.referrer.as_ref().map(Domain::borrowed),
+            bytes: self.bytes,
+            fill_ms: self.fill_ms,
+        }
+    }
+
     /// The Kafka message key: `tenant/key`, so one key's events share a partition.
     pub fn partition_key(&self) -> String {
         format!("{}{}", self.tenant, self.key)

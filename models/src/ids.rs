@@ -254,6 +254,13 @@ macro_rules! validated_string {
             }
         }
 
+        // Maps keyed by the id can be searched with a borrowed `&str` (same hash).
+        impl std::borrow::Borrow<str> for $name {
+            fn borrow(&self) -> &str {
+                &self.0
+            }
+        }
+
         impl fmt::Display for $name {
             fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
                 f.write_str(&self.0)
@@ -293,6 +300,13 @@ macro_rules! validated_str_ref {
             /// The owned id, without checking again.
             pub fn to_owned_id(&self) -> $owned {
                 $owned(self.0.clone().into_owned())
+            }
+        }
+
+        impl $owned {
+            /// The id borrowed, without checking again.
+            pub fn borrowed(&self) -> $name<'_> {
+                $name(Cow::Borrowed(&self.0))
             }
         }
 

@@ -22,7 +22,8 @@
 //! - `prewarm`: [`PrewarmConsumer`], pre-warm commands from Kafka, checked and counted.
 //! - `run`: [`spawn_node`], a whole node (listeners, publisher, consumer) in-process.
 //! - `metrics`: Prometheus [`Metrics`].
-//! - `server`: [`serve`] (HTTP/1.1 + h2c, graceful shutdown).
+//! - `server`: [`serve_node`] (the proxy listener) and [`serve`] (a router): HTTP/1.1
+//!   + h2c, graceful shutdown.
 //! - `testing` (feature `testing`): a synthetic origin, test clients, and panics
 //!   injected into fill tasks (`Node::panic_next_fill`).
 
@@ -59,5 +60,5 @@ pub use prewarm::{PrewarmConsumer, RejectReason, handle_prewarm};
 pub use proxy::{Node, PrewarmError, PrewarmOutcome, X_CACHE, admin_app, app, normalise_key};
 pub use publisher::EventPublisher;
 pub use run::{NodeHandle, NodeOptions, StartError, spawn_node, spawn_node_with};
-pub use server::{ServeOptions, serve, shutdown_signal};
+pub use server::{ServeOptions, serve, serve_node, shutdown_signal};
 pub use status::CacheStatus;

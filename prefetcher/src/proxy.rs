@@ -30,6 +30,10 @@ use crate::status::CacheStatus;
 /// The response header naming how a request was answered.
 pub const X_CACHE: &str = "x-cache";
 
+/// [`X_CACHE`] as a ready-made name: the hit path then neither parses nor hashes a
+/// string to find it.
+static X_CACHE_NAME: http::HeaderName = http::HeaderName::from_static(X_CACHE);
+
 /// What [`Node::prewarm`] did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum PrewarmOutcome {
@@ -283,9 +287,21 @@ fn entry_response(entry: &Entry, status: CacheStatus, head_only: bool, now: Inst
     *response.status_mut() = entry.status;
     let headers = response.headers_mut();
     *headers = entry.headers.clone();
-    headers.insert(X_CACHE, HeaderValue::from_static(status.as_str()));
-    headers.insert(header::AGE, age_value(entry.age(now)));
+    set_slot(headers, &X_CACHE_NAME, HeaderValue::from_static(status.as_str()));
+    set_slot(headers, &header::AGE, age_value(entry.age(now)));
     response
+}
+
+/// Overwrites a header the map already holds without `insert`'s capacity check,
+/// which grows (reallocates and copies) a cloned map that is exactly full even when
+/// the name is present; inserts it otherwise.
+fn set_slot(headers: &mut http::HeaderMap, name: &http::HeaderName, value: HeaderValue) {
+    match headers.get_mut(name) {
+        Some(slot) => *slot = value,
+        None => {
+            headers.insert(name.clone(), value);
+        }
+    }
 }
 
 fn referrer_domain(request: &Request) -> Option<Domain> {

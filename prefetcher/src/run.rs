@@ -30,9 +30,9 @@ use tokio::task::JoinHandle;
 use crate::config::{Config, ConfigError};
 use crate::events::ChannelSink;
 use crate::prewarm::PrewarmConsumer;
-use crate::proxy::{Node, admin_app, app};
+use crate::proxy::{Node, admin_app};
 use crate::publisher::EventPublisher;
-use crate::server::{ServeOptions, serve};
+use crate::server::{ServeOptions, serve, serve_node};
 
 /// Why a node could not start.
 #[derive(Debug, thiserror::Error)]
@@ -154,9 +154,9 @@ pub async fn spawn_node_with(
             options.serve.clone(),
         )));
     }
-    tasks.push(tokio::spawn(serve(
+    tasks.push(tokio::spawn(serve_node(
         listener,
-        app(node.clone()),
+        node.clone(),
         stopped(shutdown_rx.clone()),
         options.serve.clone(),
     )));

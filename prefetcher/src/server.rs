@@ -1,14 +1,25 @@
 //! The accept loop: HTTP/1.1 and h2c on one listener, graceful shutdown.
+//!
+//! The proxy listener ([`serve_node`]) hands each request straight to
+//! [`Node::handle`]: the proxy has no routes, so an axum `Router` in front of it
+//! (path matching, extensions, body boxing) was pure per-request cost on the hit
+//! path. The admin listener and tests use [`serve`] with a `Router`.
 
+use std::convert::Infallible;
 use std::future::Future;
+use std::pin::Pin;
 use std::time::Duration;
 
 use axum::Router;
+use axum::body::Body;
+use hyper::body::Incoming;
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use hyper_util::server::conn::auto;
 use hyper_util::server::graceful::GracefulShutdown;
 use hyper_util::service::TowerToHyperService;
 use tokio::net::TcpListener;
+
+use crate::proxy::Node;
 
 /// Options of [`serve`].
 #[derive(Debug, Clone)]
@@ -41,15 +52,67 @@ pub async fn serve(
     shutdown: impl Future<Output = ()>,
     options: ServeOptions,
 ) {
+    serve_with(
+        listener,
+        TowerToHyperService::new(router),
+        shutdown,
+        options,
+    )
+    .await;
+}
+
+/// Serves `node`'s proxy on `listener` (the same requests and answers as
+/// [`app`](crate::app), without a router), like [`serve`].
+pub async fn serve_node(
+    listener: TcpListener,
+    node: Node,
+    shutdown: impl Future<Output = ()>,
+    options: ServeOptions,
+) {
+    serve_with(listener, ProxyService(node), shutdown, options).await;
+}
+
+/// A node as a hyper service: one boxed future per request, nothing else.
+#[derive(Clone)]
+struct ProxyService(Node);
+
+impl hyper::service::Service<http::Request<Incoming>> for ProxyService {
+    type Response = http::Response<Body>;
+    type Error = Infallible;
+    type Future = Pin<Box<dyn Future<Output = Result<Self::Response, Infallible>> + Send>>;
+
+    fn call(&self, request: http::Request<Incoming>) -> Self::Future {
+        let node = self.0.clone();
+        Box::pin(async move { Ok(node.handle(request.map(Body::new)).await) })
+    }
+}
+
+async fn serve_with<S>(
+    listener: TcpListener,
+    service: S,
+    shutdown: impl Future<Output = ()>,
+    options: ServeOptions,
+) where
+    S: hyper::service::Service<
+            http::Request<Incoming>,
+            Response = http::Response<Body>,
+            Error = Infallible,
+        > + Clone
+        + Send
+        + 'static,
+    S::Future: Send + 'static,
+{
     let mut builder = auto::Builder::new(TokioExecutor::new());
     builder
         .http2()
         .max_concurrent_streams(options.h2_max_concurrent_streams)
         .max_header_list_size(u32::try_from(options.max_head_bytes).unwrap_or(u32::MAX));
     // hyper's floor for the HTTP/1 read buffer is 8 KiB.
+    // Pipelined requests get their responses in one write instead of one each.
     builder
         .http1()
-        .max_buf_size(options.max_head_bytes.max(8192));
+        .max_buf_size(options.max_head_bytes.max(8192))
+        .pipeline_flush(true);
     let graceful = GracefulShutdown::new();
     tokio::pin!(shutdown);
     loop {
@@ -65,9 +128,8 @@ pub async fn serve(
                     }
                 };
                 let _ = stream.set_nodelay(true);
-                let service = TowerToHyperService::new(router.clone());
                 let connection = builder
-                    .serve_connection(TokioIo::new(stream), service)
+                    .serve_connection(TokioIo::new(stream), service.clone())
                     .into_owned();
                 let connection = graceful.watch(connection);
                 tokio::spawn(async move {

@@ -25,8 +25,8 @@ use tokio::task::JoinHandle;
 
 use crate::config::Config;
 use crate::flight::FlightKey;
-use crate::proxy::{Node, X_CACHE, app};
-use crate::server::{ServeOptions, serve};
+use crate::proxy::{Node, X_CACHE};
+use crate::server::{ServeOptions, serve, serve_node};
 use crate::status::CacheStatus;
 
 /// Where an injected panic hits a fill task ([`Node::panic_next_fill`]).
@@ -387,9 +387,9 @@ impl TestNode {
             grace: Duration::from_millis(100),
             ..ServeOptions::default()
         };
-        let task = tokio::spawn(serve(
+        let task = tokio::spawn(serve_node(
             listener,
-            app(node.clone()),
+            node.clone(),
             std::future::pending(),
             options,
         ));

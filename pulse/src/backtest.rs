@@ -111,7 +111,7 @@ impl Replayer {
         match self.heat.apply(event) {
             Ok(()) => {
                 self.applied += 1;
-                self.predictor.observe(event);
+                self.predictor.observe(&event.borrowed());
             }
             Err(_) => self.refused += 1,
         }

@@ -17,7 +17,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
 
-use models::{AccessEvent, AccessEventRef, decode_event_ref};
+use models::{AccessEventRef, decode_event_ref};
 use rdkafka::config::ClientConfig;
 use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer, ConsumerContext, Rebalance};
 use rdkafka::error::{KafkaError, KafkaResult};
@@ -34,11 +34,12 @@ use crate::{HeatMap, Metrics, checkpoint};
 pub type SharedHeatMap = Arc<RwLock<HeatMap>>;
 
 /// What runs on the ingest thread after each poll round, with the heat map locked for
-/// reading: the predictor. It sees the events just applied (none when the round was
-/// idle, so time-driven work such as expiring decisions still runs).
+/// reading: the predictor. It sees the events just applied, still borrowed from the
+/// polled messages (none when the round was idle, so time-driven work such as
+/// expiring decisions still runs).
 pub trait BatchObserver: Send + 'static {
     /// Called after `events` were applied to `heat`.
-    fn on_batch(&mut self, heat: &HeatMap, events: &[AccessEvent]);
+    fn on_batch(&mut self, heat: &HeatMap, events: &[AccessEventRef<'_>]);
 }
 
 /// Most messages applied under one write lock.
@@ -366,8 +367,7 @@ impl Worker {
         tracing::info!("ingest stopped");
     }
 
-    /// Applies the batch, then runs the observer on the events the heat map took (as
-    /// owned events: only when there is an observer do they get copied).
+    /// Applies the batch, then runs the observer on the events the heat map took.
     fn apply(&self, batch: &[AccessEventRef<'_>], observer: Option<&mut dyn BatchObserver>) {
         let observing = observer.is_some();
         let mut applied = Vec::new();
@@ -381,7 +381,8 @@ impl Worker {
                         Ok(()) => {
                             count += 1;
                             if observing {
-                                applied.push(event.to_owned_event());
+                                // Borrowed strings: a clone copies no text.
+                                applied.push(event.clone());
                             }
                         }
                         Err(e) => refused.push(e.reason()),

@@ -7,7 +7,7 @@ use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use models::{AccessEvent, PrewarmCommand, TrainOptions, encode};
+use models::{AccessEventRef, PrewarmCommand, TrainOptions, encode};
 use rdkafka::ClientConfig;
 use rdkafka::error::KafkaError;
 use rdkafka::producer::{BaseRecord, DefaultProducerContext, Producer, ThreadedProducer};
@@ -115,7 +115,7 @@ impl PrewarmLoop {
 }
 
 impl BatchObserver for PrewarmLoop {
-    fn on_batch(&mut self, heat: &HeatMap, events: &[AccessEvent]) {
+    fn on_batch(&mut self, heat: &HeatMap, events: &[AccessEventRef<'_>]) {
         let applied_at = Instant::now();
         let (commands, counts, scored) = {
             let mut predictor = self.predictor.lock().unwrap_or_else(|e| e.into_inner());

@@ -6,7 +6,9 @@
 
 use std::collections::{HashMap, VecDeque};
 
-use models::{CacheKey, Outcome, PrewarmCommand, RegionId, RegionTargets, Score, TenantId};
+use models::{
+    CacheKey, Outcome, PrewarmCommand, RegionId, RegionRef, RegionTargets, Score, TenantId,
+};
 use serde::Serialize;
 
 /// The decision rules.
@@ -225,9 +227,9 @@ impl Decider {
     pub fn observe(
         &mut self,
         ts_ms: u64,
-        tenant: &TenantId,
-        key: &CacheKey,
-        region: &RegionId,
+        tenant: &str,
+        key: &str,
+        region: &RegionRef<'_>,
         outcome: Outcome,
     ) {
         if outcome == Outcome::PrefetchFill {
@@ -235,18 +237,18 @@ impl Decider {
         }
         for decision in self.decisions.iter_mut().rev() {
             let c = &decision.command;
-            if &c.tenant != tenant || &c.key != key || ts_ms < c.issued_at_ms {
+            if c.tenant.as_str() != tenant || c.key.as_str() != key || ts_ms < c.issued_at_ms {
                 continue;
             }
             if ts_ms >= c.expires_at_ms {
                 continue;
             }
             if c.regions.includes(region)
-                && !decision.lead_times_ms.iter().any(|(r, _)| r == region)
+                && !decision.lead_times_ms.iter().any(|(r, _)| region == r)
             {
                 decision
                     .lead_times_ms
-                    .push((region.clone(), ts_ms - c.issued_at_ms));
+                    .push((region.to_owned_id(), ts_ms - c.issued_at_ms));
                 if decision.verdict == Verdict::Pending {
                     decision.verdict = Verdict::Useful;
                     self.counts.useful += 1;
@@ -401,9 +403,10 @@ mod tests {
             .unwrap();
         let eu: RegionId = "eu".parse().unwrap();
         let us: RegionId = "us".parse().unwrap();
-        d.observe(2_500, &t, &k, &us, Outcome::Miss); // not a warmed region
-        d.observe(2_600, &t, &k, &eu, Outcome::PrefetchFill); // the warm-up itself
-        d.observe(3_000, &t, &k, &eu, Outcome::PrefetchUseful);
+        let (t_, k_) = (t.as_str(), k.as_str());
+        d.observe(2_500, t_, k_, &us.borrowed(), Outcome::Miss); // not a warmed region
+        d.observe(2_600, t_, k_, &eu.borrowed(), Outcome::PrefetchFill); // the warm-up itself
+        d.observe(3_000, t_, k_, &eu.borrowed(), Outcome::PrefetchUseful);
         d.expire(1_000 + DecisionPolicy::default().command_ttl_ms);
         let verdicts: Vec<_> = d
             .recent()

@@ -27,7 +27,7 @@ mod tracker;
 
 use std::sync::Arc;
 
-use models::{AccessEvent, PrewarmCommand, ScoringModel, TenantId};
+use models::{AccessEventRef, PrewarmCommand, ScoringModel, TenantId};
 
 pub use decide::{Decider, Decision, DecisionCounts, DecisionPolicy, Skip, Verdict};
 pub use labels::{MIN_REGION_DEMAND, Sample};
@@ -96,12 +96,12 @@ impl Predictor {
     }
 
     /// Feeds one applied event.
-    pub fn observe(&mut self, event: &AccessEvent) {
+    pub fn observe(&mut self, event: &AccessEventRef<'_>) {
         if self.tracker.observe(event) {
             self.decider.observe(
                 event.ts_ms,
-                &event.tenant,
-                &event.key,
+                event.tenant.as_str(),
+                event.key.as_str(),
                 &event.region,
                 event.outcome,
             );

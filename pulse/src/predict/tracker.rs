@@ -9,7 +9,7 @@
 
 use std::collections::{HashMap, VecDeque};
 
-use models::{AccessEvent, CacheKey, Outcome, RegionId, TenantId};
+use models::{AccessEventRef, CacheKey, Outcome, RegionId, RegionRef, TenantId};
 
 /// Seconds of per-key referrer history.
 pub(crate) const HISTORY_S: u64 = 60;
@@ -202,29 +202,29 @@ impl Tracker {
         }
     }
 
-    fn region_id(&mut self, region: &RegionId) -> Option<usize> {
-        if let Some(i) = self.regions.iter().position(|r| r == region) {
+    fn region_id(&mut self, region: &RegionRef<'_>) -> Option<usize> {
+        if let Some(i) = self.regions.iter().position(|r| region == r) {
             return Some(i);
         }
         if self.regions.len() >= MAX_REGIONS {
             return None;
         }
-        self.regions.push(region.clone());
+        self.regions.push(region.to_owned_id());
         Some(self.regions.len() - 1)
     }
 
     /// Counts one event: the fleet's regions, the tenant's referrer mix, and, when the
     /// key is tracked, its per-region and per-referrer history. Returns whether the
     /// key is tracked.
-    pub(crate) fn observe(&mut self, event: &AccessEvent) -> bool {
+    pub(crate) fn observe(&mut self, event: &AccessEventRef<'_>) -> bool {
         let region = self.region_id(&event.region);
-        let tenant = match self.tenants.get_mut(&event.tenant) {
+        let tenant = match self.tenants.get_mut(event.tenant.as_str()) {
             Some(t) => t,
-            None => self.tenants.entry(event.tenant.clone()).or_default(),
+            None => self.tenants.entry(event.tenant.to_owned_id()).or_default(),
         };
         if event.outcome == Outcome::PrefetchFill {
             // A pre-warm, not demand: it warms the region but says nothing of referrers.
-            if let (Some(key), Some(r)) = (tenant.keys.get_mut(&event.key), region) {
+            if let (Some(key), Some(r)) = (tenant.keys.get_mut(event.key.as_str()), region) {
                 note_region(key, r, event.ts_ms, 0);
             }
             return false;
@@ -247,7 +247,7 @@ impl Tracker {
         if let Some(d) = domain {
             *tenant.domain_counts.entry(d).or_insert(0.0) += 1.0;
         }
-        let Some(key) = tenant.keys.get_mut(&event.key) else {
+        let Some(key) = tenant.keys.get_mut(event.key.as_str()) else {
             return false;
         };
         key.touched = true;
@@ -356,7 +356,7 @@ fn note_region(key: &mut TrackedKey, region: usize, ts_ms: u64, demand: u32) {
 
 #[cfg(test)]
 mod tests {
-    use models::{Domain, NodeId};
+    use models::{AccessEvent, Domain, NodeId};
 
     use super::*;
 
@@ -378,10 +378,10 @@ mod tests {
         let mut tracker = Tracker::new(10);
         let tenant: TenantId = "acme".parse().unwrap();
         let key: CacheKey = "/a".parse().unwrap();
-        assert!(!tracker.observe(&event(1_000, "/a", "eu", Some("t.co"))));
+        assert!(!tracker.observe(&event(1_000, "/a", "eu", Some("t.co")).borrowed()));
         tracker.track(&tenant, std::slice::from_ref(&key), 1_000);
-        assert!(tracker.observe(&event(1_100, "/a", "eu", Some("t.co"))));
-        assert!(tracker.observe(&event(1_200, "/a", "us", None)));
+        assert!(tracker.observe(&event(1_100, "/a", "eu", Some("t.co")).borrowed()));
+        assert!(tracker.observe(&event(1_200, "/a", "us", None).borrowed()));
         let k = &tracker.tenants[&tenant].keys[&key];
         let (total, by_domain) = k.referrer_counts(0, 10);
         assert_eq!(total, 2);
@@ -399,7 +399,7 @@ mod tests {
         let key: CacheKey = "/a".parse().unwrap();
         tracker.track(&tenant, std::slice::from_ref(&key), 0);
         for s in 0..200 {
-            tracker.observe(&event(s * 1_000, "/a", "eu", Some("t.co")));
+            tracker.observe(&event(s * 1_000, "/a", "eu", Some("t.co")).borrowed());
         }
         assert!(tracker.tenants[&tenant].keys[&key].referrers.len() as u64 <= HISTORY_S + 1);
     }
