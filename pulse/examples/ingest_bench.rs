@@ -5,7 +5,8 @@
 //! from the first byte it prints to its exit at the end of the topic (so its process
 //! start, metadata and first fetch are not counted, as pulse's are not either), and
 //! pulse's from the first applied batch to the last event applied (the events of that
-//! first batch are not counted).
+//! first batch are not counted). Pulse runs twice: consume, decode and apply only, then
+//! as `pulse serve` runs, with the predictor after every batch.
 //!
 //! `cargo run --profile bench -p pulse --example ingest_bench -- BROKERS [EVENTS]`.
 //! Prints one line of `key=value` pairs for scripts/bench-pulse.
@@ -15,11 +16,14 @@ mod vm_hwm;
 
 use std::io::Read;
 use std::process::{Command, Stdio};
-use std::sync::{Arc, RwLock};
+use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
 
 use models::{AccessEvent, CacheKey, NodeId, Outcome, RegionId, TenantId, encode};
-use pulse::{HeatConfig, HeatMap, Ingest, IngestConfig, Metrics};
+use pulse::{
+    BatchObserver, HeatConfig, HeatMap, Ingest, IngestConfig, Metrics, Predictor, PredictorConfig,
+    PrewarmLoop, PrewarmPublisher,
+};
 use rdkafka::ClientConfig;
 use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
 use rdkafka::client::DefaultClientContext;
@@ -138,45 +142,20 @@ async fn main() {
     assert_eq!(lines, n, "kcat read every event");
 
     eprintln!("kcat done; pulse");
-    // pulse: consume, decode and apply; rate from the first applied event to the last.
-    let heat = Arc::new(RwLock::new(HeatMap::new(HeatConfig::default())));
-    let metrics = Arc::new(Metrics::new());
-    let ingest = Ingest::start(
-        IngestConfig {
-            topic: topic.clone(),
-            group_id: format!("{topic}-pulse"),
-            ..IngestConfig::new(&brokers)
-        },
-        heat,
-        metrics.clone(),
-    )
-    .expect("ingest");
-    // Every message counts once it is processed: applied, or refused by the heat map
-    // (`too_old`: partitions are fetched unevenly, so one partition's newest events
-    // can move the watermark past another's oldest by more than the 60 s window).
-    let too_old = || {
-        metrics
-            .rejected
-            .get_or_create(&pulse::ReasonLabel { reason: "too_old" })
-            .get()
-    };
-    let mut first: Option<(Instant, u64)> = None;
-    loop {
-        let consumed = metrics.consumed.get() + too_old();
-        if first.is_none() && consumed > 0 {
-            first = Some((Instant::now(), consumed));
-        }
-        if consumed >= n {
-            break;
-        }
-        std::thread::sleep(Duration::from_micros(200));
-    }
-    let (since, at_first) = first.unwrap();
-    let pulse_secs = since.elapsed().as_secs_f64();
-    let pulse_rate = (n - at_first) as f64 / pulse_secs;
-    tokio::task::spawn_blocking(move || ingest.stop())
-        .await
-        .unwrap();
+    let (pulse_rate, metrics) = pulse_run(&brokers, &topic, "pulse", n, |_| None).await;
+    eprintln!("pulse done; pulse with prediction");
+    // As `pulse serve` runs: the predictor on the ingest thread after every batch,
+    // with the shipped model, sending any pre-warm command to a topic of its own.
+    let (predict_rate, _) = pulse_run(&brokers, &topic, "predict", n, |metrics| {
+        let predictor = Arc::new(Mutex::new(Predictor::new(
+            Some(Arc::new(pulse::default_model())),
+            PredictorConfig::default(),
+        )));
+        let publisher = PrewarmPublisher::new(&brokers, &format!("{topic}-prewarm"))
+            .expect("pre-warm publisher");
+        Some(Box::new(PrewarmLoop::new(predictor, publisher, metrics)))
+    })
+    .await;
     let kcat_rate = n as f64 / kcat_secs;
     // Everything the heat map or the decoder refused, whatever the reason.
     let rejected: u64 = metrics
@@ -186,10 +165,62 @@ async fn main() {
         .filter_map(|l| l.rsplit(' ').next()?.parse::<u64>().ok())
         .sum();
     println!(
-        "events={n} avg_bytes={} kcat_secs={kcat_secs:.2} kcat_rate={kcat_rate:.0} pulse_rate={pulse_rate:.0} ratio={:.2} too_old={} rejected={rejected} vm_hwm_mib={:.1}",
+        "events={n} avg_bytes={} kcat_secs={kcat_secs:.2} kcat_rate={kcat_rate:.0} pulse_rate={pulse_rate:.0} ratio={:.2} predict_rate={predict_rate:.0} predict_ratio={:.2} too_old={} rejected={rejected} vm_hwm_mib={:.1}",
         bytes / n as usize,
         pulse_rate / kcat_rate,
-        too_old(),
+        predict_rate / kcat_rate,
+        too_old(&metrics),
         vm_hwm::vm_hwm_kib() as f64 / 1024.0,
     );
+}
+
+/// Every message counts once it is processed: applied, or refused by the heat map
+/// (`too_old`: partitions are fetched unevenly, so one partition's newest events can
+/// move the watermark past another's oldest by more than the 60 s window).
+fn too_old(metrics: &Metrics) -> u64 {
+    metrics
+        .rejected
+        .get_or_create(&pulse::ReasonLabel { reason: "too_old" })
+        .get()
+}
+
+/// Consumes the whole topic with a fresh consumer group (and the observer `observer`
+/// makes, if any); the rate from the first applied event to the last.
+async fn pulse_run(
+    brokers: &str,
+    topic: &str,
+    group: &str,
+    n: u64,
+    observer: impl FnOnce(Arc<Metrics>) -> Option<Box<dyn BatchObserver>>,
+) -> (f64, Arc<Metrics>) {
+    let heat = Arc::new(RwLock::new(HeatMap::new(HeatConfig::default())));
+    let metrics = Arc::new(Metrics::new());
+    let ingest = Ingest::start_with(
+        IngestConfig {
+            topic: topic.to_owned(),
+            group_id: format!("{topic}-{group}"),
+            ..IngestConfig::new(brokers)
+        },
+        heat,
+        metrics.clone(),
+        observer(metrics.clone()),
+    )
+    .expect("ingest");
+    let mut first: Option<(Instant, u64)> = None;
+    loop {
+        let consumed = metrics.consumed.get() + too_old(&metrics);
+        if first.is_none() && consumed > 0 {
+            first = Some((Instant::now(), consumed));
+        }
+        if consumed >= n {
+            break;
+        }
+        std::thread::sleep(Duration::from_micros(200));
+    }
+    let (since, at_first) = first.unwrap();
+    let rate = (n - at_first) as f64 / since.elapsed().as_secs_f64();
+    tokio::task::spawn_blocking(move || ingest.stop())
+        .await
+        .unwrap();
+    (rate, metrics)
 }
