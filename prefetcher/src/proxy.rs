@@ -287,7 +287,11 @@ fn entry_response(entry: &Entry, status: CacheStatus, head_only: bool, now: Inst
     *response.status_mut() = entry.status;
     let headers = response.headers_mut();
     *headers = entry.headers.clone();
-    set_slot(headers, &X_CACHE_NAME, HeaderValue::from_static(status.as_str()));
+    set_slot(
+        headers,
+        &X_CACHE_NAME,
+        HeaderValue::from_static(status.as_str()),
+    );
     set_slot(headers, &header::AGE, age_value(entry.age(now)));
     response
 }

@@ -108,11 +108,13 @@ async fn serve_with<S>(
         .max_concurrent_streams(options.h2_max_concurrent_streams)
         .max_header_list_size(u32::try_from(options.max_head_bytes).unwrap_or(u32::MAX));
     // hyper's floor for the HTTP/1 read buffer is 8 KiB.
-    // Pipelined requests get their responses in one write instead of one each.
+    // writev: the head and a cached body's `Bytes` go out in one vectored write.
+    // Never `pipeline_flush`: it switches hyper to copying every body into its write
+    // buffer (measured: a 100 KiB memcpy per 100 KiB hit).
     builder
         .http1()
         .max_buf_size(options.max_head_bytes.max(8192))
-        .pipeline_flush(true);
+        .writev(true);
     let graceful = GracefulShutdown::new();
     tokio::pin!(shutdown);
     loop {
