@@ -16,6 +16,7 @@ use crate::ids::{CacheKeyRef, DomainRef, NodeRef, RegionRef, TenantRef};
 use crate::{AccessEventRef, Outcome, SCHEMA_VERSION};
 
 /// The event in `bytes` if it has the compact shape and is valid, else `None`.
+#[inline]
 pub(crate) fn parse(bytes: &[u8]) -> Option<AccessEventRef<'_>> {
     let mut reader = Reader { bytes, pos: 0 };
     reader.byte(b'{')?;
@@ -23,13 +24,14 @@ pub(crate) fn parse(bytes: &[u8]) -> Option<AccessEventRef<'_>> {
     let (mut v, mut ts_ms, mut tenant, mut key) = (None, None, None, None);
     let (mut region, mut node, mut outcome) = (None, None, None);
     let (mut referrer, mut sent, mut fill_ms) = (None, 0, None);
+    // Where the next field probably is in `IN_ORDER`.
+    let mut next = 0;
     loop {
-        let field = Field::from_name(reader.raw_string()?)?;
+        let field = reader.field(&mut next)?;
         if seen & field.bit() != 0 {
             return None; // serde reports the duplicate
         }
         seen |= field.bit();
-        reader.byte(b':')?;
         match field {
             Field::V => v = Some(reader.integer()?),
             Field::TsMs => ts_ms = Some(reader.integer()?),
@@ -86,6 +88,21 @@ enum Field {
     FillMs,
 }
 
+/// The fields as `encode` writes them, each as `"name":`: a message in this order is
+/// read without scanning its field names.
+const IN_ORDER: [(&[u8], Field); 10] = [
+    (b"\"v\":", Field::V),
+    (b"\"ts_ms\":", Field::TsMs),
+    (b"\"tenant\":", Field::Tenant),
+    (b"\"key\":", Field::Key),
+    (b"\"region\":", Field::Region),
+    (b"\"node\":", Field::Node),
+    (b"\"outcome\":", Field::Outcome),
+    (b"\"referrer\":", Field::Referrer),
+    (b"\"bytes\":", Field::Bytes),
+    (b"\"fill_ms\":", Field::FillMs),
+];
+
 impl Field {
     fn from_name(name: &[u8]) -> Option<Field> {
         Some(match name {
@@ -130,6 +147,23 @@ impl<'a> Reader<'a> {
         (self.next()? == expected).then_some(())
     }
 
+    /// A field name and its colon. The fields usually come in `encode`'s order, so the
+    /// ones expected next (from `IN_ORDER[*next..]`; optional ones may be missing) are
+    /// tried first; any other name is read and looked up.
+    fn field(&mut self, next: &mut usize) -> Option<Field> {
+        let rest = &self.bytes[self.pos..];
+        for (i, (quoted, field)) in IN_ORDER.iter().enumerate().skip(*next) {
+            if rest.starts_with(quoted) {
+                self.pos += quoted.len();
+                *next = i + 1;
+                return Some(*field);
+            }
+        }
+        let field = Field::from_name(self.raw_string()?)?;
+        self.byte(b':')?;
+        Some(field)
+    }
+
     /// `null`, consumed; anything else is left for the value reader.
     fn null(&mut self) -> bool {
         let is_null = self.bytes[self.pos..].starts_with(b"null");
@@ -151,8 +185,9 @@ impl<'a> Reader<'a> {
         if self.bytes[start + len] != b'"' {
             return None;
         }
+        let text = &self.bytes[start..start + len];
         self.pos = start + len + 1;
-        Some(&self.bytes[start..start + len])
+        Some(text)
     }
 
     fn string(&mut self) -> Option<&'a str> {
