@@ -5,8 +5,10 @@
 //! from the first byte it prints to its exit at the end of the topic (so its process
 //! start, metadata and first fetch are not counted, as pulse's are not either), and
 //! pulse's from the first applied batch to the last event applied (the events of that
-//! first batch are not counted). Pulse runs twice: consume, decode and apply only, then
-//! as `pulse serve` runs, with the predictor after every batch.
+//! first batch are not counted). Pulse runs twice, each time in a process of its own
+//! (this example run again with `--consume`) so its peak RSS is pulse's alone: consume,
+//! decode and apply only, then as `pulse serve` runs, with the predictor after every
+//! batch.
 //!
 //! `cargo run --profile bench -p pulse --example ingest_bench -- BROKERS [EVENTS]`.
 //! Prints one line of `key=value` pairs for scripts/bench-pulse.
@@ -35,7 +37,15 @@ async fn main() {
         .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
         .with_writer(std::io::stderr)
         .try_init();
-    let mut args = std::env::args().skip(1);
+    let mut args = std::env::args().skip(1).peekable();
+    if args.next_if(|a| a == "--consume").is_some() {
+        let mut arg = || {
+            args.next()
+                .expect("--consume BROKERS TOPIC EVENTS plain|predict")
+        };
+        let (brokers, topic, n) = (arg(), arg(), arg().parse().expect("EVENTS"));
+        return consume(&brokers, &topic, n, arg() == "predict").await;
+    }
     let brokers = args.next().unwrap_or_else(|| "127.0.0.1:9092".into());
     let n: u64 = args
         .next()
@@ -110,8 +120,7 @@ async fn main() {
     // kcat: raw consume of the whole topic, output read and discarded. Its pre-fetch
     // queue is raised past the topic's size: with librdkafka's defaults a full queue
     // makes its fetcher pause, and kcat's rate varied from 0.18 M to 1.15 M events/s
-    // between runs; raised, it holds steady (0.80-0.83 M/s here), a baseline that
-    // does not move with luck.
+    // between runs; raised, it never waits on a full queue (0.80-1.16 M/s here).
     let mut kcat = Command::new("kcat")
         .args([
             "-C",
@@ -150,21 +159,62 @@ async fn main() {
     assert_eq!(lines, n, "kcat read every event");
 
     eprintln!("kcat done; pulse");
-    let (pulse_rate, metrics) = pulse_run(&brokers, &topic, "pulse", n, |_| None).await;
+    let pulse = consume_in_child(&brokers, &topic, n, "plain");
     eprintln!("pulse done; pulse with prediction");
-    // As `pulse serve` runs: the predictor on the ingest thread after every batch,
-    // with the shipped model, sending any pre-warm command to a topic of its own.
-    let (predict_rate, _) = pulse_run(&brokers, &topic, "predict", n, |metrics| {
-        let predictor = Arc::new(Mutex::new(Predictor::new(
-            Some(Arc::new(pulse::default_model())),
-            PredictorConfig::default(),
-        )));
-        let publisher = PrewarmPublisher::new(&brokers, &format!("{topic}-prewarm"))
-            .expect("pre-warm publisher");
-        Some(Box::new(PrewarmLoop::new(predictor, publisher, metrics)))
+    let predict = consume_in_child(&brokers, &topic, n, "predict");
+    let kcat_rate = n as f64 / kcat_secs;
+    let rate = |run: &[(String, String)]| field(run, "rate").parse::<f64>().unwrap();
+    println!(
+        "events={n} avg_bytes={} kcat_secs={kcat_secs:.2} kcat_rate={kcat_rate:.0} pulse_rate={:.0} ratio={:.2} predict_rate={:.0} predict_ratio={:.2} rejected={} predict_rejected={} vm_hwm_mib={} predict_vm_hwm_mib={}",
+        bytes / n as usize,
+        rate(&pulse),
+        rate(&pulse) / kcat_rate,
+        rate(&predict),
+        rate(&predict) / kcat_rate,
+        field(&pulse, "rejected"),
+        field(&predict, "rejected"),
+        field(&pulse, "vm_hwm_mib"),
+        field(&predict, "vm_hwm_mib"),
+    );
+}
+
+/// Runs `--consume` in a new process of this example and returns its `key=value`s.
+fn consume_in_child(brokers: &str, topic: &str, n: u64, mode: &str) -> Vec<(String, String)> {
+    let exe = std::env::current_exe().expect("this example's path");
+    let output = Command::new(exe)
+        .args(["--consume", brokers, topic, &n.to_string(), mode])
+        .stderr(Stdio::inherit())
+        .output()
+        .expect("running the consume child");
+    assert!(
+        output.status.success(),
+        "{mode} run failed: {}",
+        output.status
+    );
+    String::from_utf8(output.stdout)
+        .expect("utf-8")
+        .split_whitespace()
+        .filter_map(|kv| kv.split_once('='))
+        .map(|(k, v)| (k.to_owned(), v.to_owned()))
+        .collect()
+}
+
+fn field<'a>(run: &'a [(String, String)], key: &str) -> &'a str {
+    run.iter()
+        .find(|(k, _)| k == key)
+        .map(|(_, v)| v.as_str())
+        .unwrap_or_else(|| panic!("the consume run printed no {key}"))
+}
+
+/// The child: consumes the whole topic with a fresh consumer group, as plain ingest or
+/// with the predictor on the ingest thread after every batch, and prints its rate,
+/// what was refused and its own peak RSS.
+async fn consume(brokers: &str, topic: &str, n: u64, predict: bool) {
+    let group = if predict { "predict" } else { "pulse" };
+    let (rate, metrics) = pulse_run(brokers, topic, group, n, |metrics| {
+        predict.then(|| prewarm_loop(brokers, topic, metrics))
     })
     .await;
-    let kcat_rate = n as f64 / kcat_secs;
     // Everything the heat map or the decoder refused, whatever the reason.
     let rejected: u64 = metrics
         .encode()
@@ -173,13 +223,22 @@ async fn main() {
         .filter_map(|l| l.rsplit(' ').next()?.parse::<u64>().ok())
         .sum();
     println!(
-        "events={n} avg_bytes={} kcat_secs={kcat_secs:.2} kcat_rate={kcat_rate:.0} pulse_rate={pulse_rate:.0} ratio={:.2} predict_rate={predict_rate:.0} predict_ratio={:.2} too_old={} rejected={rejected} vm_hwm_mib={:.1}",
-        bytes / n as usize,
-        pulse_rate / kcat_rate,
-        predict_rate / kcat_rate,
+        "rate={rate:.0} rejected={rejected} too_old={} vm_hwm_mib={:.1}",
         too_old(&metrics),
-        vm_hwm::vm_hwm_kib() as f64 / 1024.0,
+        vm_hwm::vm_hwm_kib() as f64 / 1024.0
     );
+}
+
+/// The predictor as `pulse serve` runs it, with the shipped model, sending any
+/// pre-warm command to a topic of its own.
+fn prewarm_loop(brokers: &str, topic: &str, metrics: Arc<Metrics>) -> Box<dyn BatchObserver> {
+    let predictor = Arc::new(Mutex::new(Predictor::new(
+        Some(Arc::new(pulse::default_model())),
+        PredictorConfig::default(),
+    )));
+    let publisher =
+        PrewarmPublisher::new(brokers, &format!("{topic}-prewarm")).expect("pre-warm publisher");
+    Box::new(PrewarmLoop::new(predictor, publisher, metrics))
 }
 
 /// Every message counts once it is processed: applied, or refused by the heat map
