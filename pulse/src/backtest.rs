@@ -9,6 +9,10 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use models::{AccessEvent, PrewarmCommand, ScoringModel, decode, encode};
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::error::{KafkaError, RDKafkaErrorCode};
+use rdkafka::message::Message;
+use rdkafka::{ClientConfig, Offset, TopicPartitionList};
 use serde::Serialize;
 
 use crate::{
@@ -289,32 +293,90 @@ pub fn backtest(
         .collect()
 }
 
-/// Events read from a file, and how many lines were refused.
+/// Events read from a file or a topic, and how many messages were refused.
+#[derive(Default)]
 pub struct EventFile {
     /// The decoded events, sorted by time.
     pub events: Vec<AccessEvent>,
-    /// Lines that did not decode, by reason.
+    /// Lines or messages that did not decode, by reason.
     pub rejected: std::collections::BTreeMap<&'static str, usize>,
+}
+
+impl EventFile {
+    /// Decodes one message: kept, or counted under its reason.
+    fn push(&mut self, message: &[u8]) {
+        match decode::<AccessEvent>(message) {
+            Ok(e) => self.events.push(e),
+            Err(e) => *self.rejected.entry(e.reason()).or_insert(0) += 1,
+        }
+    }
+
+    /// Sorts the events by time, as a replay needs them.
+    fn sorted(mut self) -> Self {
+        self.events.sort_by_key(|e| e.ts_ms);
+        self
+    }
 }
 
 /// Reads a JSON-lines event file (the Kafka message format, one per line). Lines that
 /// do not decode are counted and skipped.
 pub fn read_events(path: &Path) -> std::io::Result<EventFile> {
     let file = std::io::BufReader::new(std::fs::File::open(path)?);
-    let mut events = Vec::new();
-    let mut rejected = std::collections::BTreeMap::new();
+    let mut events = EventFile::default();
     for line in file.split(b'\n') {
         let line = line?;
-        if line.iter().all(u8::is_ascii_whitespace) {
-            continue;
-        }
-        match decode::<AccessEvent>(&line) {
-            Ok(e) => events.push(e),
-            Err(e) => *rejected.entry(e.reason()).or_insert(0) += 1,
+        if !line.iter().all(u8::is_ascii_whitespace) {
+            events.push(&line);
         }
     }
-    events.sort_by_key(|e| e.ts_ms);
-    Ok(EventFile { events, rejected })
+    Ok(events.sorted())
+}
+
+/// Reads every partition of an events topic from its beginning to its end as it is
+/// now (later messages are not waited for), without joining a consumer group or
+/// committing anything. Messages that do not decode are counted and skipped.
+/// `timeout` bounds each broker request and each wait for the next message.
+pub fn read_topic(brokers: &str, topic: &str, timeout: Duration) -> Result<EventFile, KafkaError> {
+    let consumer: BaseConsumer = ClientConfig::new()
+        .set("bootstrap.servers", brokers)
+        .set("group.id", "pulse-read-topic") // required by librdkafka; never joined
+        .set("enable.auto.commit", "false")
+        .set("enable.auto.offset.store", "false")
+        .create()?;
+    let metadata = consumer.fetch_metadata(Some(topic), timeout)?;
+    let Some(found) = metadata.topics().iter().find(|t| t.name() == topic) else {
+        return Err(KafkaError::MetadataFetch(RDKafkaErrorCode::UnknownTopic));
+    };
+    if let Some(error) = found.error() {
+        return Err(KafkaError::MetadataFetch(error.into()));
+    }
+    // Where each non-empty partition ends now: reading stops there.
+    let mut ends = std::collections::HashMap::new();
+    let mut assignment = TopicPartitionList::new();
+    for partition in found.partitions().iter().map(|p| p.id()) {
+        let (low, high) = consumer.fetch_watermarks(topic, partition, timeout)?;
+        if high > low {
+            ends.insert(partition, high);
+            assignment.add_partition_offset(topic, partition, Offset::Offset(low))?;
+        }
+    }
+    consumer.assign(&assignment)?;
+    let mut events = EventFile::default();
+    while !ends.is_empty() {
+        let message = consumer
+            .poll(timeout)
+            .ok_or(KafkaError::MessageConsumption(
+                RDKafkaErrorCode::RequestTimedOut,
+            ))??;
+        events.push(message.payload().unwrap_or_default());
+        if ends
+            .get(&message.partition())
+            .is_some_and(|end| message.offset() + 1 >= *end)
+        {
+            ends.remove(&message.partition());
+        }
+    }
+    Ok(events.sorted())
 }
 
 /// Writes events as JSON lines.

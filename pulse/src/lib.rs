@@ -39,7 +39,7 @@ pub use api::{
 };
 pub use backtest::{
     BacktestRow, EventFile, Replay, ReplayOptions, Replayer, backtest, percentile, read_events,
-    replay, score as score_replay, write_events,
+    read_topic, replay, score as score_replay, write_events,
 };
 pub use broker::{BrokerError, EmbeddedBroker};
 pub use checkpoint::{

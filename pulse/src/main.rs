@@ -124,12 +124,13 @@ struct TraceArgs {
 
 #[derive(Args, Debug)]
 struct TrainArgs {
-    /// The event files to learn from (JSON lines); repeat the flag for several.
+    /// The events to learn from: a JSON-lines file, or a topic read from its beginning
+    /// to its end as `kafka://HOST:PORT/TOPIC`; repeat the flag for several.
     #[arg(long, required = true)]
-    events: Vec<PathBuf>,
-    /// An event file from another period, only to measure the model on.
+    events: Vec<EventSource>,
+    /// Events from another period (file or topic), only to measure the model on.
     #[arg(long)]
-    held_out: Option<PathBuf>,
+    held_out: Option<EventSource>,
     /// Where to write the model (JSON).
     #[arg(long)]
     out: PathBuf,
@@ -143,9 +144,10 @@ struct TrainArgs {
 
 #[derive(Args, Debug)]
 struct BacktestArgs {
-    /// The event file to replay (JSON lines).
+    /// The events to replay: a JSON-lines file, or `kafka://HOST:PORT/TOPIC` (read from
+    /// its beginning to its end).
     #[arg(long)]
-    events: PathBuf,
+    events: EventSource,
     /// The truth file written by `pulse trace --truth`; without it, precision is the
     /// share of useful commands and recall is not known.
     #[arg(long)]
@@ -381,22 +383,63 @@ fn trace(args: TraceArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-fn read_events(path: &std::path::Path, flag: &str) -> anyhow::Result<Vec<models::AccessEvent>> {
-    let file = pulse::read_events(path).with_context(|| format!("{flag}: {}", path.display()))?;
-    if !file.rejected.is_empty() {
-        tracing::warn!(file = %path.display(), rejected = ?file.rejected, "skipped lines that do not decode");
+/// Where `train` and `backtest` read events: a JSON-lines file, or a Kafka topic read
+/// from its beginning to its end (`kafka://HOST:PORT[,HOST:PORT…]/TOPIC`).
+#[derive(Debug, Clone)]
+enum EventSource {
+    File(PathBuf),
+    Topic { brokers: String, topic: String },
+}
+
+impl std::str::FromStr for EventSource {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        let Some(rest) = s.strip_prefix("kafka://") else {
+            return Ok(EventSource::File(PathBuf::from(s)));
+        };
+        match rest.split_once('/') {
+            Some((brokers, topic)) if !brokers.is_empty() && !topic.is_empty() => {
+                Ok(EventSource::Topic {
+                    brokers: brokers.to_owned(),
+                    topic: topic.to_owned(),
+                })
+            }
+            _ => Err(format!("{s}: expected kafka://HOST:PORT/TOPIC")),
+        }
     }
-    if file.events.is_empty() {
-        bail!("{flag}: {} holds no events", path.display());
+}
+
+impl std::fmt::Display for EventSource {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            EventSource::File(path) => write!(f, "{}", path.display()),
+            EventSource::Topic { brokers, topic } => write!(f, "kafka://{brokers}/{topic}"),
+        }
     }
-    Ok(file.events)
+}
+
+fn read_events(source: &EventSource, flag: &str) -> anyhow::Result<Vec<models::AccessEvent>> {
+    let read = match source {
+        EventSource::File(path) => pulse::read_events(path).map_err(anyhow::Error::from),
+        EventSource::Topic { brokers, topic } => {
+            pulse::read_topic(brokers, topic, Duration::from_secs(10)).map_err(anyhow::Error::from)
+        }
+    };
+    let read = read.with_context(|| format!("{flag}: {source}"))?;
+    if !read.rejected.is_empty() {
+        tracing::warn!(%source, rejected = ?read.rejected, "skipped messages that do not decode");
+    }
+    if read.events.is_empty() {
+        bail!("{flag}: {source} holds no events");
+    }
+    Ok(read.events)
 }
 
 fn train(args: TrainArgs) -> anyhow::Result<()> {
     let options = pulse::ReplayOptions::default();
     let samples =
-        |path: &std::path::Path, flag: &str| -> anyhow::Result<Vec<(models::Features, bool)>> {
-            let events = read_events(path, flag)?;
+        |source: &EventSource, flag: &str| -> anyhow::Result<Vec<(models::Features, bool)>> {
+            let events = read_events(source, flag)?;
             let run = pulse::replay(&events, None, &options);
             tracing::info!(
                 events = events.len(),
@@ -406,11 +449,11 @@ fn train(args: TrainArgs) -> anyhow::Result<()> {
             Ok(run.samples.iter().map(|s| (s.features, s.viral)).collect())
         };
     let mut train = Vec::new();
-    for path in &args.events {
-        train.extend(samples(path, "--events")?);
+    for source in &args.events {
+        train.extend(samples(source, "--events")?);
     }
     let held_out = match &args.held_out {
-        Some(path) => samples(path, "--held-out")?,
+        Some(source) => samples(source, "--held-out")?,
         None => Vec::new(),
     };
     let model = models::ScoringModel::train(

@@ -185,3 +185,48 @@ async fn events_reach_the_heat_map_api_and_offsets_follow_the_checkpoint() {
         .sum();
     assert_eq!(sum, total_messages, "committed: {committed:?}");
 }
+
+/// `pulse train` and `pulse backtest` read `kafka://HOST:PORT/TOPIC`: every partition
+/// from its beginning to its end as it is, the events in time order, bad messages
+/// counted and skipped.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn read_topic_reads_every_partition_to_its_end_in_time_order() {
+    let kafka = TestKafka::start();
+    let topic = kafka.unique_topic("pulse-read");
+    kafka.create_topic(&topic, 3).await;
+    // Keys spread the events over the partitions, times out of order.
+    let sent: Vec<AccessEvent> = (0..45)
+        .map(|i| event((i * 17) % 45, &format!("/k/{}", i % 9), Outcome::Miss))
+        .collect();
+    let producer = kafka.producer();
+    for e in &sent {
+        produce(&producer, &topic, &e.partition_key(), &encode(e)).await;
+    }
+    produce(&producer, &topic, "bad", b"{not json").await;
+    produce(&producer, &topic, "bad", br#"{"v":9}"#).await;
+
+    let servers = kafka.bootstrap_servers().to_owned();
+    let read_topic = topic.clone();
+    let read = tokio::task::spawn_blocking(move || {
+        pulse::read_topic(&servers, &read_topic, Duration::from_secs(10))
+    })
+    .await
+    .unwrap()
+    .expect("reading the topic");
+    let mut expected = sent.clone();
+    expected.sort_by_key(|e| e.ts_ms);
+    assert_eq!(read.events, expected);
+    assert_eq!(
+        read.rejected.into_iter().collect::<Vec<_>>(),
+        [("invalid_field", 1), ("malformed", 1)]
+    );
+
+    let servers = kafka.bootstrap_servers().to_owned();
+    let missing = format!("{topic}-missing");
+    let result = tokio::task::spawn_blocking(move || {
+        pulse::read_topic(&servers, &missing, Duration::from_secs(5))
+    })
+    .await
+    .unwrap();
+    assert!(result.is_err(), "a topic that does not exist is an error");
+}
