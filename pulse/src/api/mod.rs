@@ -131,6 +131,23 @@ fn required_tenant(value: Option<&str>) -> Result<TenantId, ApiError> {
     tenant_param(value.ok_or_else(|| ApiError::bad("bad_parameter", "tenant: required"))?)
 }
 
+/// A count query parameter (`name`): `default` when absent, else within `1..=max`.
+fn count_param(
+    name: &str,
+    value: Option<usize>,
+    default: usize,
+    max: usize,
+) -> Result<usize, ApiError> {
+    let n = value.unwrap_or(default);
+    if !(1..=max).contains(&n) {
+        return Err(ApiError::bad(
+            "bad_parameter",
+            format!("{name}: {n} is not in 1..={max}"),
+        ));
+    }
+    Ok(n)
+}
+
 /// `GET /api/tenants`.
 #[derive(Debug, Serialize, Deserialize, ToSchema)]
 pub struct TenantsResponse {
@@ -319,13 +336,7 @@ async fn heatmap(
             .parse()
             .map_err(|e| ApiError::bad("bad_window", format!("window: {e}")))?,
     };
-    let n = q.n.unwrap_or(20);
-    if !(1..=MAX_HEATMAP_ROWS).contains(&n) {
-        return Err(ApiError::bad(
-            "bad_parameter",
-            format!("n: {n} is not in 1..={MAX_HEATMAP_ROWS}"),
-        ));
-    }
+    let n = count_param("n", q.n, 20, MAX_HEATMAP_ROWS)?;
     let heat = state.heat.read().unwrap_or_else(|e| e.into_inner());
     let now_ms = q.now_ms.unwrap_or_else(|| heat.now_ms());
     let keys = heat.hot_keys(&tenant, region.as_ref(), window, n, now_ms)?;

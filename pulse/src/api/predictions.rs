@@ -10,7 +10,7 @@ use models::{Evaluation, RegionTargets, ScoringModel, Transform};
 use serde::{Deserialize, Serialize};
 use utoipa::{IntoParams, ToSchema};
 
-use super::{ApiError, AppState, ErrorBody, tenant_param};
+use super::{ApiError, AppState, ErrorBody, count_param, tenant_param};
 use crate::{Decision, DecisionPolicy, Skip, Verdict};
 
 /// Most decisions one request may ask for.
@@ -162,13 +162,7 @@ pub(super) async fn predictions(
 ) -> Result<Json<PredictionsResponse>, ApiError> {
     let Query(q) = query?;
     let tenant = q.tenant.as_deref().map(tenant_param).transpose()?;
-    let limit = q.limit.unwrap_or(50);
-    if !(1..=MAX_PREDICTIONS).contains(&limit) {
-        return Err(ApiError::bad(
-            "bad_parameter",
-            format!("limit: {limit} is not in 1..={MAX_PREDICTIONS}"),
-        ));
-    }
+    let limit = count_param("limit", q.limit, 50, MAX_PREDICTIONS)?;
     let predictor = state
         .predictor
         .as_ref()

@@ -18,7 +18,7 @@ use axum::extract::{Query, State};
 use serde::{Deserialize, Serialize};
 use utoipa::{IntoParams, ToSchema};
 
-use super::{ApiError, AppState, ErrorBody, required_tenant};
+use super::{ApiError, AppState, ErrorBody, count_param, required_tenant};
 use crate::{COARSE_BUCKETS, COARSE_MS, Window};
 
 /// Most keys one rates request may sum over.
@@ -75,13 +75,7 @@ pub(super) async fn rates(
 ) -> Result<Json<RatesResponse>, ApiError> {
     let Query(q) = query?;
     let tenant = required_tenant(q.tenant.as_deref())?;
-    let n = q.keys.unwrap_or(20);
-    if !(1..=MAX_RATE_KEYS).contains(&n) {
-        return Err(ApiError::bad(
-            "bad_parameter",
-            format!("keys: {n} is not in 1..={MAX_RATE_KEYS}"),
-        ));
-    }
+    let n = count_param("keys", q.keys, 20, MAX_RATE_KEYS)?;
     let heat = state.heat.read().unwrap_or_else(|e| e.into_inner());
     let now_ms = heat.now_ms();
     let hot = heat.hot_keys(&tenant, None, Window::S60, n, now_ms)?;
