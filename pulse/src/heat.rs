@@ -822,15 +822,6 @@ pub struct TenantHeat {
     spare_key: Arc<String>,
 }
 
-/// The parts of an event the heat map uses, borrowed from an owned or a borrowed event.
-struct EventParts<'a> {
-    ts_ms: u64,
-    tenant: &'a str,
-    key: &'a str,
-    region: &'a str,
-    outcome: Outcome,
-}
-
 impl TenantHeat {
     fn new(config: &HeatConfig) -> Self {
         TenantHeat {
@@ -846,25 +837,23 @@ impl TenantHeat {
     fn apply(
         &mut self,
         config: &HeatConfig,
-        event: &EventParts<'_>,
+        event: &AccessEventRef<'_>,
         watermark_ms: u64,
     ) -> Result<(), ApplyError> {
         let ts = event.ts_ms;
         let Some(coarse) = self.coarse.slot(ts / COARSE_MS, watermark_ms / COARSE_MS) else {
             return Err(ApplyError::TooOld);
         };
-        let region = match self.regions.iter().position(|r| r.as_str() == event.region) {
+        let key = event.key.as_str();
+        let region = match self.regions.iter().position(|r| event.region == *r) {
             Some(i) => Some(i),
-            // The event was validated: the region id cannot be refused here.
-            None => match RegionId::new(event.region) {
-                Ok(r) if self.regions.len() < MAX_REGIONS => {
-                    self.regions.push(r);
-                    Some(self.regions.len() - 1)
-                }
-                _ => None,
-            },
+            None if self.regions.len() < MAX_REGIONS => {
+                self.regions.push(event.region.to_owned_id());
+                Some(self.regions.len() - 1)
+            }
+            None => None,
         };
-        let hash = key_hash(event.key);
+        let hash = key_hash(key);
         let tally = Tally {
             outcome: outcome_index(event.outcome),
             miss_bit: match region {
@@ -884,11 +873,11 @@ impl TenantHeat {
         match Arc::get_mut(&mut self.spare_key) {
             // A buffer grown by a long key is not kept for short ones: a tracker
             // would hold on to the spare capacity.
-            Some(buf) if buf.capacity() <= 4 * event.key.len().max(64) => {
+            Some(buf) if buf.capacity() <= 4 * key.len().max(64) => {
                 buf.clear();
-                buf.push_str(event.key);
+                buf.push_str(key);
             }
-            _ => self.spare_key = Arc::new(event.key.to_owned()),
+            _ => self.spare_key = Arc::new(key.to_owned()),
         }
         let top_key = TopKey {
             hash,
@@ -1173,37 +1162,21 @@ impl HeatMap {
 
     /// Adds one event to its tenant's windows and advances the watermark.
     pub fn apply(&mut self, event: &AccessEvent) -> Result<(), ApplyError> {
-        self.apply_parts(&EventParts {
-            ts_ms: event.ts_ms,
-            tenant: event.tenant.as_str(),
-            key: event.key.as_str(),
-            region: event.region.as_str(),
-            outcome: event.outcome,
-        })
+        self.apply_ref(&event.borrowed())
     }
 
     /// [`HeatMap::apply`] for an event borrowed from its message
     /// ([`models::decode_event_ref`]): the ingest path, which copies no string.
     pub fn apply_ref(&mut self, event: &AccessEventRef<'_>) -> Result<(), ApplyError> {
-        self.apply_parts(&EventParts {
-            ts_ms: event.ts_ms,
-            tenant: event.tenant.as_str(),
-            key: event.key.as_str(),
-            region: event.region.as_str(),
-            outcome: event.outcome,
-        })
-    }
-
-    fn apply_parts(&mut self, event: &EventParts<'_>) -> Result<(), ApplyError> {
         let watermark = self.watermark_ms.max(event.ts_ms);
-        let tenant = match self.tenants.get_mut(event.tenant) {
+        let tenant = match self.tenants.get_mut(event.tenant.as_str()) {
             Some(tenant) => tenant,
             None => {
                 if self.tenants.len() >= self.config.max_tenants {
                     return Err(ApplyError::TenantLimit);
                 }
                 self.tenants
-                    .entry(event.tenant.to_owned())
+                    .entry(event.tenant.as_str().to_owned())
                     .or_insert_with(|| TenantHeat::new(&self.config))
             }
         };
