@@ -112,10 +112,11 @@ impl Replayer {
             commands.extend(sent);
             *next_tick += self.tick_ms;
         }
-        match self.heat.apply(event) {
+        let event = event.borrowed();
+        match self.heat.apply_ref(&event) {
             Ok(()) => {
                 self.applied += 1;
-                self.predictor.observe(&event.borrowed());
+                self.predictor.observe(&event);
             }
             Err(_) => self.refused += 1,
         }
