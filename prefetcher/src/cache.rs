@@ -70,7 +70,7 @@ impl Entry {
         let now = Instant::now();
         headers.remove(header::AGE);
         headers.insert(
-            crate::proxy::X_CACHE,
+            crate::status::X_CACHE,
             HeaderValue::from_static(crate::status::CacheStatus::Hit.as_str()),
         );
         headers.insert(header::AGE, HeaderValue::from_static("0"));
@@ -641,7 +641,7 @@ mod tests {
         assert_eq!(entry.age(Instant::now()), 32, "whole seconds");
         // The origin's Age is replaced by one slot, x-cache gets one, nothing else moves.
         assert_eq!(entry.headers.get_all(header::AGE).iter().count(), 1);
-        assert_eq!(entry.headers.get(crate::proxy::X_CACHE).unwrap(), "HIT");
+        assert_eq!(entry.headers.get(crate::status::X_CACHE).unwrap(), "HIT");
         assert_eq!(
             entry.headers.get(header::CONTENT_TYPE).unwrap(),
             "text/plain"

@@ -30,6 +30,8 @@
 mod cache;
 mod config;
 mod events;
+#[cfg(feature = "testing")]
+mod faults;
 mod flight;
 mod limits;
 mod metrics;
@@ -57,8 +59,8 @@ pub use metrics::{Metrics, PREWARM_REJECT_REASONS};
 pub use models::Priority;
 pub use origin::{OriginClient, Tenant};
 pub use prewarm::{PrewarmConsumer, RejectReason, handle_prewarm};
-pub use proxy::{Node, PrewarmError, PrewarmOutcome, X_CACHE, admin_app, app, normalise_key};
+pub use proxy::{Node, PrewarmError, PrewarmOutcome, admin_app, app, normalise_key};
 pub use publisher::EventPublisher;
 pub use run::{NodeHandle, NodeOptions, StartError, spawn_node, spawn_node_with};
 pub use server::{ServeOptions, serve, serve_node, shutdown_signal};
-pub use status::CacheStatus;
+pub use status::{CacheStatus, X_CACHE};

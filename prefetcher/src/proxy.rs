@@ -25,14 +25,7 @@ use crate::flight::{
 use crate::limits::FillSlot;
 use crate::metrics::Metrics;
 use crate::origin::{OriginClient, Tenant, strip_hop_by_hop};
-use crate::status::CacheStatus;
-
-/// The response header naming how a request was answered.
-pub const X_CACHE: &str = "x-cache";
-
-/// [`X_CACHE`] as a ready-made name: the hit path then neither parses nor hashes a
-/// string to find it.
-static X_CACHE_NAME: http::HeaderName = http::HeaderName::from_static(X_CACHE);
+use crate::status::{CacheStatus, X_CACHE, X_CACHE_NAME};
 
 /// What [`Node::prewarm`] did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -88,7 +81,7 @@ struct NodeInner {
     sink: Arc<dyn EventSink>,
     /// Panics injected into fill tasks by tests (feature `testing` only).
     #[cfg(feature = "testing")]
-    faults: crate::testing::FillFaults,
+    faults: crate::faults::FillFaults,
 }
 
 /// The proxy router: every path goes to the proxy (metrics live on the admin router).
@@ -372,7 +365,7 @@ impl Node {
                 by_id,
                 config,
                 #[cfg(feature = "testing")]
-                faults: crate::testing::FillFaults::default(),
+                faults: crate::faults::FillFaults::default(),
             }),
         })
     }
@@ -380,7 +373,7 @@ impl Node {
     /// Testing only: the next fill of `key` panics at `at`, as a bug in the fill
     /// task would, so tests can check that its waiters are never stranded.
     #[cfg(feature = "testing")]
-    pub fn panic_next_fill(&self, key: FlightKey, at: crate::testing::PanicPoint) {
+    pub fn panic_next_fill(&self, key: FlightKey, at: crate::faults::PanicPoint) {
         self.inner.faults.arm(key, at);
     }
 
@@ -826,7 +819,7 @@ impl Node {
         #[cfg(feature = "testing")]
         inner
             .faults
-            .check(&key, crate::testing::PanicPoint::BeforeHead);
+            .check(&key, crate::faults::PanicPoint::BeforeHead);
         permit.publish_head(head);
         let mut chunks: Vec<Bytes> = Vec::new();
         let mut received = 0u64;
@@ -848,9 +841,7 @@ impl Node {
                 };
             if let Ok(data) = frame.into_data() {
                 #[cfg(feature = "testing")]
-                inner
-                    .faults
-                    .check(&key, crate::testing::PanicPoint::MidBody);
+                inner.faults.check(&key, crate::faults::PanicPoint::MidBody);
                 received += data.len() as u64;
                 if received > max {
                     return self.fail(permit, FillError::TooLarge(max));

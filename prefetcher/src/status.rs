@@ -1,8 +1,16 @@
-//! How a request was answered: one enum for the `x-cache` header, the metric labels
-//! and the access events alike, so the three never disagree.
+//! How a request was answered: the `x-cache` header's name and values, one enum for
+//! the header, the metric labels and the access events alike, so the three never
+//! disagree.
 
 use models::Outcome;
 use prometheus_client::encoding::{EncodeLabelValue, LabelValueEncoder};
+
+/// The response header naming how a request was answered.
+pub const X_CACHE: &str = "x-cache";
+
+/// [`X_CACHE`] as a ready-made name: the hit path then neither parses nor hashes a
+/// string to find it.
+pub(crate) static X_CACHE_NAME: http::HeaderName = http::HeaderName::from_static(X_CACHE);
 
 /// The `x-cache` value of a response.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

@@ -24,48 +24,10 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
 use crate::config::Config;
-use crate::flight::FlightKey;
-use crate::proxy::{Node, X_CACHE};
+pub use crate::faults::PanicPoint;
+use crate::proxy::Node;
 use crate::server::{ServeOptions, serve, serve_node};
-use crate::status::CacheStatus;
-
-/// Where an injected panic hits a fill task ([`Node::panic_next_fill`]).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum PanicPoint {
-    /// With the origin's response head in hand, before any subscriber sees it: the
-    /// waiters may take over leadership.
-    BeforeHead,
-    /// At a body chunk, before it goes out (the head did): the responses already
-    /// started can only end in an error.
-    MidBody,
-}
-
-/// Panics armed per flight key; each fires once.
-#[derive(Default)]
-pub(crate) struct FillFaults {
-    armed: Mutex<HashMap<FlightKey, PanicPoint>>,
-}
-
-impl FillFaults {
-    pub(crate) fn arm(&self, key: FlightKey, at: PanicPoint) {
-        lock(&self.armed).insert(key, at);
-    }
-
-    /// Panics if a panic is armed for `key` at `here` (and disarms it).
-    pub(crate) fn check(&self, key: &FlightKey, here: PanicPoint) {
-        let fire = {
-            let mut armed = lock(&self.armed);
-            let fire = armed.get(key) == Some(&here);
-            if fire {
-                armed.remove(key);
-            }
-            fire
-        };
-        if fire {
-            panic!("injected panic in the fill of {} ({here:?})", key.key());
-        }
-    }
-}
+use crate::status::{CacheStatus, X_CACHE};
 
 /// How the synthetic origin answers.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
