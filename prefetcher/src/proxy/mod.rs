@@ -1,0 +1,181 @@
+//! The node: one edge (or shield) node's state and its public surface ([`Node`],
+//! [`app`], [`admin_app`]). The jobs are split by module:
+//!
+//! - `request`: a client request's path: limits, tenant routing, cache lookup, and
+//!   leading, joining or bypassing a fill.
+//! - `response`: building responses: hit/stale/collapsed bodies, `Age`, `x-cache`,
+//!   errors.
+//! - `fill`: the fill task: origin fetch, streaming to subscribers, cache write.
+//! - `prewarm`: the pre-warm entry into the same single-flight path (the Kafka
+//!   consumer that calls it is `crate::prewarm`).
+
+mod fill;
+mod prewarm;
+mod request;
+mod response;
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use axum::Router;
+use axum::body::Body;
+use axum::extract::{Request, State};
+use axum::response::Response;
+use axum::routing::get;
+use http::{HeaderValue, header};
+use models::TenantId;
+
+use crate::cache::L1Cache;
+use crate::config::{Config, ConfigError};
+use crate::events::{EventSink, NoopSink, OutcomeRecord};
+use crate::flight::FlightRegistry;
+use crate::metrics::Metrics;
+use crate::origin::{OriginClient, Tenant};
+
+pub use prewarm::{PrewarmError, PrewarmOutcome};
+pub use request::normalise_key;
+
+/// One edge (or shield) node. Cheap to clone.
+#[derive(Clone)]
+pub struct Node {
+    inner: Arc<NodeInner>,
+}
+
+struct NodeInner {
+    config: Config,
+    by_host: HashMap<String, Arc<Tenant>>,
+    fallback: Option<Arc<Tenant>>,
+    by_id: HashMap<TenantId, Arc<Tenant>>,
+    cache: L1Cache,
+    registry: FlightRegistry,
+    origin: OriginClient,
+    metrics: Metrics,
+    sink: Arc<dyn EventSink>,
+    /// Panics injected into fill tasks by tests (feature `testing` only).
+    #[cfg(feature = "testing")]
+    faults: crate::faults::FillFaults,
+}
+
+/// The proxy router: every path goes to the proxy (metrics live on the admin router).
+pub fn app(node: Node) -> Router {
+    Router::new().fallback(handle).with_state(node)
+}
+
+/// The admin router: `/metrics` (Prometheus text) and `/healthz`.
+pub fn admin_app(node: Node) -> Router {
+    Router::new()
+        .route("/metrics", get(metrics))
+        .route("/healthz", get(|| async { "ok\n" }))
+        .with_state(node)
+}
+
+async fn handle(State(node): State<Node>, request: Request) -> Response {
+    node.handle(request).await
+}
+
+async fn metrics(State(node): State<Node>) -> Response {
+    let limiter = node.inner.origin.limiter();
+    let m = &node.inner.metrics;
+    m.prefetch_limit.set(limiter.prefetch_limit() as i64);
+    m.prefetch_queued.set(limiter.prefetch_queued() as i64);
+    let mut response = Response::new(Body::from(node.inner.metrics.encode()));
+    response.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("text/plain; version=0.0.4; charset=utf-8"),
+    );
+    response
+}
+
+fn millis(d: std::time::Duration) -> u32 {
+    d.as_millis().min(u128::from(u32::MAX)) as u32
+}
+
+impl Node {
+    /// A node with no event sink.
+    pub fn new(config: Config) -> Result<Node, ConfigError> {
+        Node::with_sink(config, Arc::new(NoopSink))
+    }
+
+    /// A node reporting request outcomes to `sink`.
+    pub fn with_sink(config: Config, sink: Arc<dyn EventSink>) -> Result<Node, ConfigError> {
+        config.validate()?;
+        let mut by_host = HashMap::new();
+        let mut by_id = HashMap::new();
+        let mut fallback = None;
+        for (i, t) in config.tenants.iter().enumerate() {
+            let tenant =
+                Arc::new(
+                    Tenant::from_config(t).map_err(|reason| ConfigError::Invalid {
+                        field: format!("tenants[{i}].origin"),
+                        reason,
+                    })?,
+                );
+            for host in &t.hosts {
+                if host == "*" {
+                    fallback = Some(Arc::clone(&tenant));
+                } else {
+                    by_host.insert(host.to_ascii_lowercase(), Arc::clone(&tenant));
+                }
+            }
+            by_id.insert(t.id.clone(), tenant);
+        }
+        let origin = OriginClient::new(&config.origin, &config.flight, &config.prefetch);
+        let metrics = Metrics::new();
+        Ok(Node {
+            inner: Arc::new(NodeInner {
+                cache: L1Cache::with_waste_counter(
+                    &config.cache,
+                    metrics.prefetches_wasted.clone(),
+                ),
+                registry: FlightRegistry::new(config.flight.max_flights),
+                origin,
+                metrics,
+                sink,
+                by_host,
+                fallback,
+                by_id,
+                config,
+                #[cfg(feature = "testing")]
+                faults: crate::faults::FillFaults::default(),
+            }),
+        })
+    }
+
+    /// Testing only: the next fill of `key` panics at `at`, as a bug in the fill
+    /// task would, so tests can check that its waiters are never stranded.
+    #[cfg(feature = "testing")]
+    pub fn panic_next_fill(&self, key: crate::flight::FlightKey, at: crate::faults::PanicPoint) {
+        self.inner.faults.arm(key, at);
+    }
+
+    /// The configuration in force.
+    pub fn config(&self) -> &Config {
+        &self.inner.config
+    }
+
+    /// The node's metrics.
+    pub fn metrics(&self) -> &Metrics {
+        &self.inner.metrics
+    }
+
+    /// The single-flight registry (for diagnostics and tests).
+    pub fn registry(&self) -> &FlightRegistry {
+        &self.inner.registry
+    }
+
+    /// The L1 cache.
+    pub fn cache(&self) -> &L1Cache {
+        &self.inner.cache
+    }
+
+    /// The origin client and its fill limits.
+    pub fn origin(&self) -> &OriginClient {
+        &self.inner.origin
+    }
+
+    fn emit(&self, record: OutcomeRecord) {
+        if self.inner.sink.record(record).is_err() {
+            self.inner.metrics.events_dropped.inc();
+        }
+    }
+}

@@ -1,0 +1,88 @@
+//! The pre-warm entry: a key warmed through the request path's single flight at
+//! background priority. The Kafka consumer that calls it is `crate::prewarm`.
+
+use std::sync::Arc;
+
+use http::Uri;
+use models::{CacheKey, Priority, TenantId};
+
+use super::Node;
+use super::request::normalise_key;
+use crate::flight::{Acquire, FlightKey};
+
+/// What [`Node::prewarm`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PrewarmOutcome {
+    /// A fresh entry is already cached: nothing to do.
+    Cached,
+    /// A fill is already in flight: the pre-warm joined it.
+    Joined,
+    /// A background fill started.
+    Started,
+}
+
+/// Why a pre-warm was refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum PrewarmError {
+    /// The tenant is not in this node's configuration.
+    #[error("unknown tenant {0}")]
+    UnknownTenant(String),
+    /// The key is not a valid cache key once normalised.
+    #[error("invalid key: {0}")]
+    InvalidKey(String),
+    /// Too many keys in flight.
+    #[error("too many fills in flight")]
+    Full,
+}
+
+impl PrewarmError {
+    /// The `reason` label it is counted under.
+    pub fn reason(&self) -> &'static str {
+        match self {
+            PrewarmError::UnknownTenant(_) => "unknown_tenant",
+            PrewarmError::InvalidKey(_) => "invalid_field",
+            PrewarmError::Full => "full",
+        }
+    }
+}
+
+impl Node {
+    /// Pre-warms `key` through the same single-flight path at background priority:
+    /// joins a fill in flight instead of starting another, and marks the stored entry
+    /// so the first user hit reports `PREFETCHED`. The origin is the tenant's own
+    /// from configuration; the key is normalised like a request's (sorted query).
+    /// Counted in the `prefetches_{started,joined,cached}` metrics.
+    pub fn prewarm(
+        &self,
+        tenant: &TenantId,
+        key: CacheKey,
+    ) -> Result<PrewarmOutcome, PrewarmError> {
+        let Some(t) = self.inner.by_id.get(tenant) else {
+            return Err(PrewarmError::UnknownTenant(tenant.to_string()));
+        };
+        let key = key
+            .as_str()
+            .parse::<Uri>()
+            .map_err(|e| e.to_string())
+            .and_then(|uri| normalise_key(&uri).map_err(|e| e.to_string()))
+            .map_err(PrewarmError::InvalidKey)?;
+        let fkey = FlightKey::new(tenant.clone(), key);
+        let metrics = &self.inner.metrics;
+        if self.inner.cache.get_fresh(&fkey).is_some() {
+            metrics.prefetches_cached.inc();
+            return Ok(PrewarmOutcome::Cached);
+        }
+        match self.inner.registry.acquire(&fkey, Priority::Background) {
+            Acquire::Lead(permit) => {
+                metrics.prefetches_started.inc();
+                self.spawn_fill(permit, Arc::clone(t), false);
+                Ok(PrewarmOutcome::Started)
+            }
+            Acquire::Join(_) => {
+                metrics.prefetches_joined.inc();
+                Ok(PrewarmOutcome::Joined)
+            }
+            Acquire::Full => Err(PrewarmError::Full),
+        }
+    }
+}
