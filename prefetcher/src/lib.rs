@@ -55,12 +55,12 @@ pub use flight::{
     Acquire, FillError, FillPermit, FlightKey, FlightRegistry, FlightSubscriber, Head, HeadOutcome,
 };
 pub use limits::{FillClass, FillLimiter, FillSlot, retry_after_secs};
-pub use metrics::{Metrics, PREWARM_REJECT_REASONS};
+pub use metrics::Metrics;
 pub use models::Priority;
 pub use origin::{OriginClient, Tenant};
-pub use prewarm::{PrewarmConsumer, RejectReason, handle_prewarm};
+pub use prewarm::{PrewarmConsumer, handle_prewarm};
 pub use proxy::{Node, PrewarmError, PrewarmOutcome, admin_app, app, normalise_key};
 pub use publisher::EventPublisher;
 pub use run::{NodeHandle, NodeOptions, StartError, spawn_node, spawn_node_with};
 pub use server::{ServeOptions, serve, serve_node, shutdown_signal};
-pub use status::{CacheStatus, X_CACHE};
+pub use status::{CacheStatus, RejectReason, X_CACHE};

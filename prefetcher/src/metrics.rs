@@ -9,7 +9,7 @@ use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
 
 use crate::flight::FillError;
-use crate::status::CacheStatus;
+use crate::status::{CacheStatus, RejectReason};
 
 #[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
 struct StatusLabels {
@@ -19,6 +19,11 @@ struct StatusLabels {
 #[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
 struct ReasonLabels {
     reason: &'static str,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
+struct RejectLabels {
+    reason: RejectReason,
 }
 
 /// The node's metrics and their registry.
@@ -45,7 +50,7 @@ pub struct Metrics {
     pub events_dropped: Counter,
     /// Access events Kafka acknowledged.
     pub events_published: Counter,
-    prefetches_rejected: Family<ReasonLabels, Counter>,
+    prefetches_rejected: Family<RejectLabels, Counter>,
     /// Pre-warm commands read from Kafka (before any check).
     pub prefetches_received: Counter,
     /// Pre-warms that started a new (background) fill.
@@ -67,18 +72,6 @@ pub struct Metrics {
     /// Pre-warm fills waiting for a prefetch slot.
     pub prefetch_queued: Gauge,
 }
-
-/// Every reason a pre-warm command is refused (the `reason` label values).
-pub const PREWARM_REJECT_REASONS: [&str; 8] = [
-    "too_large",
-    "malformed",
-    "invalid_field",
-    "unsupported_version",
-    "expired",
-    "other_region",
-    "unknown_tenant",
-    "full",
-];
 
 impl Default for Metrics {
     fn default() -> Self {
@@ -139,10 +132,10 @@ impl Metrics {
             prefetch_queued: Gauge::default(),
             registry: Registry::default(),
         };
-        for reason in PREWARM_REJECT_REASONS {
+        for reason in RejectReason::ALL {
             let _ = m
                 .prefetches_rejected
-                .get_or_create(&ReasonLabels { reason });
+                .get_or_create(&RejectLabels { reason });
         }
         registry.register(
             "fills_started",
@@ -266,18 +259,21 @@ impl Metrics {
             .inc();
     }
 
-    /// Counts one refused pre-warm command (`reason` from [`PREWARM_REJECT_REASONS`]).
-    pub fn prewarm_rejected(&self, reason: &'static str) {
+    /// Counts one refused pre-warm command.
+    pub fn prewarm_rejected(&self, reason: RejectReason) {
         self.prefetches_rejected
-            .get_or_create(&ReasonLabels { reason })
+            .get_or_create(&RejectLabels { reason })
             .inc();
     }
 
-    /// Pre-warm commands refused for `reason` so far.
-    pub fn prewarm_rejections(&self, reason: &'static str) -> u64 {
-        self.prefetches_rejected
-            .get_or_create(&ReasonLabels { reason })
-            .get()
+    /// Pre-warm commands refused so far for the reason labelled `label` (as
+    /// `/metrics` shows it); 0 for a label that names no [`RejectReason`].
+    pub fn prewarm_rejections(&self, label: &str) -> u64 {
+        RejectReason::parse(label).map_or(0, |reason| {
+            self.prefetches_rejected
+                .get_or_create(&RejectLabels { reason })
+                .get()
+        })
     }
 
     /// Failed fills so far, all reasons.

@@ -32,6 +32,7 @@ use tokio::sync::watch;
 use crate::config::Config;
 use crate::proxy::{Node, PrewarmOutcome};
 use crate::publisher::client_config;
+use crate::status::RejectReason;
 
 /// Logs rebalances and commits.
 struct LoggingContext;
@@ -55,9 +56,6 @@ impl ConsumerContext for LoggingContext {
     }
 }
 
-/// Why a pre-warm command was not acted on: the `reason` label it is counted under.
-pub type RejectReason = &'static str;
-
 /// Checks one message payload against the node and, if it passes, pre-warms.
 /// `now_ms` is the wall clock in milliseconds since the Unix epoch.
 pub fn handle_prewarm(
@@ -66,12 +64,13 @@ pub fn handle_prewarm(
     payload: Option<&[u8]>,
     now_ms: u64,
 ) -> Result<PrewarmOutcome, RejectReason> {
-    let command: PrewarmCommand = decode(payload.unwrap_or_default()).map_err(|e| e.reason())?;
+    let command: PrewarmCommand =
+        decode(payload.unwrap_or_default()).map_err(|e| RejectReason::from(&e))?;
     if command.is_expired(now_ms) {
-        return Err("expired");
+        return Err(RejectReason::Expired);
     }
     if !command.regions.includes(region) {
-        return Err("other_region");
+        return Err(RejectReason::OtherRegion);
     }
     node.prewarm(&command.tenant, command.key)
         .map_err(|e| e.reason())
@@ -157,7 +156,7 @@ impl PrewarmConsumer {
                 Err(reason) => {
                     metrics.prewarm_rejected(reason);
                     tracing::debug!(
-                        reason,
+                        %reason,
                         partition = message.partition(),
                         offset = message.offset(),
                         "pre-warm command refused"

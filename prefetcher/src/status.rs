@@ -1,8 +1,10 @@
-//! How a request was answered: the `x-cache` header's name and values, one enum for
-//! the header, the metric labels and the access events alike, so the three never
-//! disagree.
+//! How a request was answered and why a pre-warm command was refused: the `x-cache`
+//! header's name and values, [`CacheStatus`] for the header, the metric labels and the
+//! access events alike, so the three never disagree, and [`RejectReason`] for the
+//! pre-warm `reason` label. Both give their labels (`as_str`) and list every value
+//! (`ALL`), so the metrics pre-create one series per value from the enum itself.
 
-use models::Outcome;
+use models::{DecodeError, Outcome};
 use prometheus_client::encoding::{EncodeLabelValue, LabelValueEncoder};
 
 /// The response header naming how a request was answered.
@@ -81,6 +83,85 @@ impl EncodeLabelValue for CacheStatus {
     }
 }
 
+/// Why a pre-warm command was not acted on: the `reason` label of
+/// `prefetcher_prefetches_rejected_total`, in the order the consumer checks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum RejectReason {
+    /// Larger than a pre-warm command may be.
+    TooLarge,
+    /// Not a JSON object.
+    Malformed,
+    /// A field is missing, mistyped or invalid (the key too, once normalised).
+    InvalidField,
+    /// A schema version this build does not speak.
+    UnsupportedVersion,
+    /// Past its `expires_at_ms`.
+    Expired,
+    /// Its `regions` do not include this node's.
+    OtherRegion,
+    /// The tenant is not in this node's configuration.
+    UnknownTenant,
+    /// Too many keys in flight.
+    Full,
+}
+
+impl RejectReason {
+    /// Every reason, in declaration order (metrics pre-create one series each).
+    pub const ALL: [RejectReason; 8] = [
+        RejectReason::TooLarge,
+        RejectReason::Malformed,
+        RejectReason::InvalidField,
+        RejectReason::UnsupportedVersion,
+        RejectReason::Expired,
+        RejectReason::OtherRegion,
+        RejectReason::UnknownTenant,
+        RejectReason::Full,
+    ];
+
+    /// The metric label.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RejectReason::TooLarge => "too_large",
+            RejectReason::Malformed => "malformed",
+            RejectReason::InvalidField => "invalid_field",
+            RejectReason::UnsupportedVersion => "unsupported_version",
+            RejectReason::Expired => "expired",
+            RejectReason::OtherRegion => "other_region",
+            RejectReason::UnknownTenant => "unknown_tenant",
+            RejectReason::Full => "full",
+        }
+    }
+
+    /// The reason with this label.
+    pub fn parse(label: &str) -> Option<RejectReason> {
+        RejectReason::ALL.into_iter().find(|r| r.as_str() == label)
+    }
+}
+
+impl From<&DecodeError> for RejectReason {
+    /// Exhaustive on purpose: a new decode error must be given its reason here.
+    fn from(error: &DecodeError) -> RejectReason {
+        match error {
+            DecodeError::TooLarge { .. } => RejectReason::TooLarge,
+            DecodeError::Malformed(_) => RejectReason::Malformed,
+            DecodeError::InvalidField(_) => RejectReason::InvalidField,
+            DecodeError::UnsupportedVersion { .. } => RejectReason::UnsupportedVersion,
+        }
+    }
+}
+
+impl std::fmt::Display for RejectReason {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl EncodeLabelValue for RejectReason {
+    fn encode(&self, encoder: &mut LabelValueEncoder) -> Result<(), std::fmt::Error> {
+        std::fmt::Write::write_str(encoder, self.as_str())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -97,5 +178,36 @@ mod tests {
             Some(Outcome::PrefetchUseful)
         );
         assert_eq!(CacheStatus::Bypass.outcome(), None);
+    }
+
+    #[test]
+    fn reject_reasons_keep_their_labels_and_match_the_codec() {
+        // The labels are a metrics contract: dashboards and alerts query them.
+        let labels: Vec<_> = RejectReason::ALL.iter().map(|r| r.as_str()).collect();
+        assert_eq!(
+            labels,
+            [
+                "too_large",
+                "malformed",
+                "invalid_field",
+                "unsupported_version",
+                "expired",
+                "other_region",
+                "unknown_tenant",
+                "full",
+            ]
+        );
+        for reason in RejectReason::ALL {
+            assert_eq!(RejectReason::parse(reason.as_str()), Some(reason));
+        }
+        assert_eq!(RejectReason::parse("Full"), None);
+        for error in [
+            DecodeError::TooLarge { len: 2, max: 1 },
+            DecodeError::Malformed(String::new()),
+            DecodeError::InvalidField(String::new()),
+            DecodeError::UnsupportedVersion { found: 9 },
+        ] {
+            assert_eq!(RejectReason::from(&error).as_str(), error.reason());
+        }
     }
 }

@@ -9,6 +9,7 @@ use models::{CacheKey, Priority, TenantId};
 use super::Node;
 use super::request::normalise_key;
 use crate::flight::{Acquire, FlightKey};
+use crate::status::RejectReason;
 
 /// What [`Node::prewarm`] did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -36,12 +37,12 @@ pub enum PrewarmError {
 }
 
 impl PrewarmError {
-    /// The `reason` label it is counted under.
-    pub fn reason(&self) -> &'static str {
+    /// The reason it is counted under.
+    pub fn reason(&self) -> RejectReason {
         match self {
-            PrewarmError::UnknownTenant(_) => "unknown_tenant",
-            PrewarmError::InvalidKey(_) => "invalid_field",
-            PrewarmError::Full => "full",
+            PrewarmError::UnknownTenant(_) => RejectReason::UnknownTenant,
+            PrewarmError::InvalidKey(_) => RejectReason::InvalidField,
+            PrewarmError::Full => RejectReason::Full,
         }
     }
 }
