@@ -4,8 +4,13 @@
 //!
 //! A sink must never block or fail a request: [`ChannelSink`] uses a bounded channel
 //! and counts what it drops.
+//!
+//! A record carries its own time, taken when the request was answered (or the
+//! background fill completed): the publisher may dequeue it much later under a
+//! backlog, and the event's `ts_ms` must not move with it.
 
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{SystemTime, UNIX_EPOCH};
 
 use models::{AccessEvent, CacheKey, Domain, NodeId, Outcome, RegionId, TenantId};
 use tokio::sync::mpsc;
@@ -13,6 +18,9 @@ use tokio::sync::mpsc;
 /// One request outcome, before the node adds its region and node ids.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct OutcomeRecord {
+    /// When it was answered: wall clock, milliseconds since the Unix epoch
+    /// (taken at answer time, never by the publisher).
+    pub ts_ms: u64,
     /// The tenant (from trusted configuration).
     pub tenant: TenantId,
     /// The normalised cache key.
@@ -28,14 +36,28 @@ pub struct OutcomeRecord {
 }
 
 impl OutcomeRecord {
-    /// The wire event for this record.
-    pub fn into_event(self, ts_ms: u64, region: RegionId, node: NodeId) -> AccessEvent {
-        let mut event = AccessEvent::new(ts_ms, self.tenant, self.key, region, node, self.outcome);
+    /// The wire event for this record, stamped with the record's own `ts_ms`.
+    pub fn into_event(self, region: RegionId, node: NodeId) -> AccessEvent {
+        let mut event = AccessEvent::new(
+            self.ts_ms,
+            self.tenant,
+            self.key,
+            region,
+            node,
+            self.outcome,
+        );
         event.bytes = self.bytes;
         event.fill_ms = self.fill_ms;
         event.referrer = self.referrer;
         event
     }
+}
+
+/// The wall clock in milliseconds since the Unix epoch (0 before it).
+pub(crate) fn unix_now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
 }
 
 /// A record the sink could not take (its buffer was full); the node counts it in
@@ -112,6 +134,7 @@ mod tests {
     fn a_full_channel_drops_and_counts_instead_of_blocking() {
         let (sink, mut rx) = ChannelSink::new(1);
         let record = OutcomeRecord {
+            ts_ms: 1_700_000_000_123,
             tenant: TenantId::new("t").unwrap(),
             key: CacheKey::new("/a").unwrap(),
             outcome: Outcome::Hit,
@@ -122,11 +145,11 @@ mod tests {
         assert_eq!(sink.record(record.clone()), Ok(()));
         assert_eq!(sink.record(record.clone()), Err(Dropped));
         assert_eq!(sink.dropped(), 1);
-        let event = rx.try_recv().unwrap().into_event(
-            1,
-            RegionId::new("r").unwrap(),
-            NodeId::new("n").unwrap(),
-        );
+        let event = rx
+            .try_recv()
+            .unwrap()
+            .into_event(RegionId::new("r").unwrap(), NodeId::new("n").unwrap());
+        assert_eq!(event.ts_ms, 1_700_000_000_123);
         assert_eq!(event.outcome, Outcome::Hit);
         assert_eq!(event.bytes, 3);
     }

@@ -20,7 +20,7 @@
 //! handled and committed in the background (at-least-once; a replayed pre-warm is
 //! harmless, it finds the entry cached or joins the flight).
 
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use models::{PrewarmCommand, RegionId, decode};
 use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext, Rebalance, StreamConsumer};
@@ -30,6 +30,7 @@ use rdkafka::{ClientContext, TopicPartitionList};
 use tokio::sync::watch;
 
 use crate::config::Config;
+use crate::events::unix_now_ms;
 use crate::proxy::{Node, PrewarmOutcome};
 use crate::publisher::client_config;
 use crate::status::RejectReason;
@@ -74,13 +75,6 @@ pub fn handle_prewarm(
     }
     node.prewarm(&command.tenant, command.key)
         .map_err(|e| e.reason())
-}
-
-/// The wall clock in milliseconds since the Unix epoch.
-pub(crate) fn now_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as u64)
 }
 
 /// A node's pre-warm consumer.
@@ -151,7 +145,7 @@ impl PrewarmConsumer {
                 }
             };
             metrics.prefetches_received.inc();
-            match handle_prewarm(&self.node, &self.region, message.payload(), now_ms()) {
+            match handle_prewarm(&self.node, &self.region, message.payload(), unix_now_ms()) {
                 Ok(outcome) => tracing::debug!(?outcome, "pre-warm"),
                 Err(reason) => {
                     metrics.prewarm_rejected(reason);

@@ -11,7 +11,7 @@
 //! ([`AccessEvent::partition_key`](models::AccessEvent::partition_key)), so one key's
 //! events stay in order on one partition.
 
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use models::{NodeId, RegionId, encode};
 use prometheus_client::metrics::counter::Counter;
@@ -114,10 +114,8 @@ impl EventPublisher {
 
     /// Hands one record to the producer; never blocks.
     fn publish(&self, record: OutcomeRecord) {
-        let ts_ms = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .map_or(0, |d| d.as_millis() as u64);
-        let event = record.into_event(ts_ms, self.region.clone(), self.node.clone());
+        // The record's own time: when it was answered, not now (a backlog would shift it).
+        let event = record.into_event(self.region.clone(), self.node.clone());
         let key = event.partition_key();
         let payload = encode(&event);
         if let Err((error, _)) = self

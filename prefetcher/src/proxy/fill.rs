@@ -14,7 +14,7 @@ use tokio::time::Instant;
 use super::response::{content_length, origin_head};
 use super::{Node, millis};
 use crate::cache::{Entry, Storability, classify};
-use crate::events::OutcomeRecord;
+use crate::events::{OutcomeRecord, unix_now_ms};
 use crate::flight::{FillError, FillPermit, Head};
 use crate::limits::FillSlot;
 use crate::origin::{Tenant, strip_hop_by_hop};
@@ -177,6 +177,7 @@ impl Node {
         });
         if prewarm && inner.sink.enabled() {
             self.emit(OutcomeRecord {
+                ts_ms: unix_now_ms(),
                 tenant: key.tenant().clone(),
                 key: key.key().clone(),
                 outcome: Outcome::PrefetchFill,

@@ -17,7 +17,7 @@ use super::response::{
 use super::{Node, millis};
 use crate::cache::Lookup;
 use crate::config::{RequestLimits, WaitTimeoutPolicy};
-use crate::events::OutcomeRecord;
+use crate::events::{OutcomeRecord, unix_now_ms};
 use crate::flight::{Acquire, FillError, FlightKey, FlightSubscriber, HeadOutcome};
 use crate::origin::{Tenant, strip_hop_by_hop};
 use crate::status::{CacheStatus, X_CACHE};
@@ -186,6 +186,7 @@ impl Node {
         }
         if let Some(outcome) = status.outcome() {
             self.emit(OutcomeRecord {
+                ts_ms: unix_now_ms(),
                 tenant: ctx.key.tenant().clone(),
                 key: ctx.key.key().clone(),
                 outcome,
@@ -389,5 +390,58 @@ mod tests {
         assert_eq!(k("/a?").unwrap(), "/a");
         assert_eq!(k("http://h.example/x").unwrap(), "/x");
         assert!(k("/a/../b").is_err());
+    }
+
+    #[tokio::test]
+    async fn an_access_event_keeps_its_answer_time_while_it_waits_in_the_queue() {
+        use std::time::Duration;
+
+        use bytes::Bytes;
+        use models::{NodeId, RegionId, TenantId};
+
+        use crate::cache::Entry;
+        use crate::config::Config;
+        use crate::events::ChannelSink;
+
+        let tenant = TenantId::new("t").unwrap();
+        let config = Config::single_origin(
+            "127.0.0.1:0".parse().unwrap(),
+            tenant.clone(),
+            "http://127.0.0.1:9",
+        );
+        let (sink, mut events_rx) = ChannelSink::new(4);
+        let node = Node::with_sink(config, Arc::new(sink)).unwrap();
+        let entry = Entry::new(
+            StatusCode::OK,
+            http::HeaderMap::new(),
+            Bytes::from_static(b"a"),
+            Duration::from_secs(60),
+            Duration::ZERO,
+            Duration::from_millis(1),
+            false,
+        );
+        let key = FlightKey::new(tenant, CacheKey::new("/a").unwrap());
+        node.cache().insert(key, entry);
+
+        let before = unix_now_ms();
+        let request = Request::get("/a")
+            .header(header::HOST, "edge.example")
+            .body(Body::empty())
+            .unwrap();
+        let response = node.handle(request).await;
+        let answered_by = unix_now_ms();
+        assert_eq!(response.headers().get(X_CACHE).unwrap(), "HIT");
+        // The record sits in the queue, as behind a publisher backlog, then is
+        // published the way the publisher does it.
+        std::thread::sleep(Duration::from_millis(20));
+        let event = events_rx
+            .try_recv()
+            .unwrap()
+            .into_event(RegionId::new("r").unwrap(), NodeId::new("n").unwrap());
+        assert!(
+            (before..=answered_by).contains(&event.ts_ms),
+            "ts_ms {} outside the answer window {before}..={answered_by}",
+            event.ts_ms
+        );
     }
 }
