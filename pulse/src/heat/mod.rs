@@ -561,6 +561,44 @@ mod tests {
         assert_eq!(heat.tenants()[0].events, 131);
     }
 
+    /// A pre-warm fill is pulse's own command coming back, not a request: it is
+    /// counted (per outcome and in `total`) but raises no velocity, no acceleration
+    /// and no rank, and a key only pre-warmed is no candidate.
+    #[test]
+    fn pre_warm_fills_are_not_demand() {
+        let mut heat = HeatMap::new(HeatConfig::default());
+        for i in 0..5 {
+            heat.apply(&ev(T0 + i, "/a", "eu", Outcome::Hit)).unwrap();
+        }
+        for i in 0..40 {
+            let region = format!("r{}", i % 8);
+            heat.apply(&ev(T0 + 10 + i, "/a", &region, Outcome::PrefetchFill))
+                .unwrap();
+            heat.apply(&ev(T0 + 10 + i, "/warmed", &region, Outcome::PrefetchFill))
+                .unwrap();
+        }
+        let s = heat.key_stats(&acme(), &key("/a"), T0 + 60).unwrap();
+        let short = s.window(Window::Ms200);
+        assert_eq!(short.counts.prefetch_fill, 40);
+        assert_eq!((short.total, short.demand, short.misses), (45, 5, 0));
+        assert_eq!(short.velocity, 25.0);
+        assert_eq!(s.window(Window::S1).velocity, 5.0);
+        assert_eq!(s.acceleration_200ms, 125.0);
+        // The warmed regions hold the key: they are not "unseen".
+        assert_eq!(short.regions.len(), 9);
+
+        let top = heat
+            .hot_keys(&acme(), None, Window::S10, 10, T0 + 60)
+            .unwrap();
+        let rows: Vec<(&str, u64, f64)> = top
+            .iter()
+            .map(|h| (h.key.as_str(), h.count, h.velocities.s1))
+            .collect();
+        assert_eq!(rows, [("/a", 5, 5.0)]);
+        assert_eq!(top[0].regions.len(), 1, "{:?}", top[0].regions);
+        assert_eq!(heat.candidates(&acme(), T0 + 60).unwrap(), [key("/a")]);
+    }
+
     #[test]
     fn tenant_limit_bounds_memory() {
         let mut heat = HeatMap::new(HeatConfig {

@@ -72,36 +72,39 @@ impl TenantHeat {
         coarse.events += 1;
         coarse.sketch.push(&columns, &tally);
 
-        // The trackers take the key by value but keep it only when it enters their
-        // Top-K. So the text goes into a reusable buffer, and a new buffer is made
-        // only when a tracker kept this one: one allocation per key entering a Top-K,
-        // not per event.
-        match Arc::get_mut(&mut self.spare_key) {
-            // A buffer grown by a long key is not kept for short ones: a tracker
-            // would hold on to the spare capacity.
-            Some(buf) if buf.capacity() <= 4 * key.len().max(64) => {
-                buf.clear();
-                buf.push_str(key);
+        // The Top-Ks rank what clients want: a pre-warm fill is no request.
+        if event.outcome.is_demand() {
+            // The trackers take the key by value but keep it only when it enters their
+            // Top-K. So the text goes into a reusable buffer, and a new buffer is made
+            // only when a tracker kept this one: one allocation per key entering a Top-K,
+            // not per event.
+            match Arc::get_mut(&mut self.spare_key) {
+                // A buffer grown by a long key is not kept for short ones: a tracker
+                // would hold on to the spare capacity.
+                Some(buf) if buf.capacity() <= 4 * key.len().max(64) => {
+                    buf.clear();
+                    buf.push_str(key);
+                }
+                _ => self.spare_key = Arc::new(key.to_owned()),
             }
-            _ => self.spare_key = Arc::new(key.to_owned()),
-        }
-        let top_key = TopKey {
-            hash,
-            key: self.spare_key.clone(),
-        };
-        if let Some(i) = region {
-            if coarse.region_tops.len() <= i {
-                coarse.region_tops.resize_with(i + 1, || None);
+            let top_key = TopKey {
+                hash,
+                key: self.spare_key.clone(),
+            };
+            if let Some(i) = region {
+                if coarse.region_tops.len() <= i {
+                    coarse.region_tops.resize_with(i + 1, || None);
+                }
+                coarse.region_tops[i]
+                    .get_or_insert_with(|| new_top(config.region_top_k, REGION_TOP_SKETCH))
+                    .push(top_key.clone());
             }
-            coarse.region_tops[i]
-                .get_or_insert_with(|| new_top(config.region_top_k, REGION_TOP_SKETCH))
-                .push(top_key.clone());
-        }
-        if let Some(top) = &mut coarse.top {
-            top.push(top_key);
-        }
-        if Arc::strong_count(&self.spare_key) > 1 {
-            self.spare_key = Arc::default();
+            if let Some(top) = &mut coarse.top {
+                top.push(top_key);
+            }
+            if Arc::strong_count(&self.spare_key) > 1 {
+                self.spare_key = Arc::default();
+            }
         }
 
         if let Some(fine) = self.fine.slot(ts / FINE_MS, watermark_ms / FINE_MS) {
@@ -152,25 +155,31 @@ impl TenantHeat {
         let (counts, missed, asked) = self.window_sum(hash, window, now_ms);
         let counts = OutcomeCounts::from_array(counts);
         let total = counts.total();
+        let demand = counts.demand();
         let misses = counts.misses();
         WindowStats {
             window,
             counts,
             total,
+            demand,
             misses,
-            velocity: total as f64 / window.seconds(),
+            velocity: demand as f64 / window.seconds(),
             miss_velocity: misses as f64 / window.seconds(),
             miss_regions: self.region_names(missed),
             regions: self.region_names(asked),
         }
     }
 
-    /// Velocity change between the window ending now and the one before it.
+    /// Demand in `window` ending at `end_ms`.
+    fn demand(&self, hash: u64, window: Window, end_ms: u64) -> u64 {
+        OutcomeCounts::from_array(self.window_sum(hash, window, end_ms).0).demand()
+    }
+
+    /// Velocity (demand) change between the window ending now and the one before it.
     fn acceleration(&self, hash: u64, window: Window, now_ms: u64) -> f64 {
-        let total = |end| -> u64 { self.window_sum(hash, window, end).0.iter().sum() };
-        let now = total(now_ms);
+        let now = self.demand(hash, window, now_ms);
         let before = match now_ms.checked_sub(window.millis()) {
-            Some(end) => total(end),
+            Some(end) => self.demand(hash, window, end),
             None => 0,
         };
         (now as f64 - before as f64) / window.seconds() / window.seconds()
@@ -222,7 +231,7 @@ impl TenantHeat {
             .map(|w| self.window_stats(hash, *w, now_ms))
             .collect();
         let acceleration_1s = self.acceleration(hash, Window::S1, now_ms);
-        let now_1s = windows[1].total as f64;
+        let now_1s = windows[1].demand as f64;
         let trend = if acceleration_1s.abs() <= (0.1 * now_1s).max(1.0) {
             Trend::Steady
         } else if acceleration_1s > 0.0 {
@@ -268,7 +277,7 @@ impl TenantHeat {
             .into_iter()
             .map(|(hash, key)| {
                 let count = match region {
-                    None => self.window_sum(hash, window, now_ms).0.iter().sum(),
+                    None => self.demand(hash, window, now_ms),
                     Some(i) => region_counts.get(&hash).map_or(0, |row| row[i]),
                 };
                 (count, hash, key)

@@ -116,6 +116,15 @@ impl OutcomeCounts {
         Outcome::ALL.iter().map(|o| self.get(*o)).sum()
     }
 
+    /// Client requests: every outcome but pre-warm fills ([`Outcome::is_demand`]).
+    pub fn demand(&self) -> u64 {
+        Outcome::ALL
+            .iter()
+            .filter(|o| o.is_demand())
+            .map(|o| self.get(*o))
+            .sum()
+    }
+
     /// Outcomes that found no fresh copy ([`Outcome::is_miss`]).
     pub fn misses(&self) -> u64 {
         Outcome::ALL
@@ -133,18 +142,21 @@ pub struct WindowStats {
     pub window: Window,
     /// Estimated events per outcome (never below the truth).
     pub counts: OutcomeCounts,
-    /// All outcomes.
+    /// All outcomes, pre-warm fills included.
     pub total: u64,
+    /// Client requests ([`Outcome::is_demand`]): `total` without the pre-warm fills.
+    pub demand: u64,
     /// Miss-like outcomes (miss, collapsed, stale).
     pub misses: u64,
-    /// `total` per second.
+    /// `demand` per second: a pre-warm fill is not a request and raises no velocity.
     pub velocity: f64,
     /// `misses` per second.
     pub miss_velocity: f64,
     /// Regions that reported a miss-like outcome in the window.
     #[schema(value_type = Vec<String>)]
     pub miss_regions: Vec<RegionId>,
-    /// Regions that asked for the key in the window, whatever the outcome.
+    /// Regions that asked for the key in the window, whatever the outcome, and those a
+    /// pre-warm filled (they hold the key).
     #[schema(value_type = Vec<String>)]
     pub regions: Vec<RegionId>,
 }
@@ -153,7 +165,7 @@ pub struct WindowStats {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum Trend {
-    /// The last second saw clearly more events than the one before.
+    /// The last second saw clearly more demand than the one before.
     Rising,
     /// About the same.
     Steady,
@@ -167,8 +179,8 @@ pub struct RegionCount {
     /// The region.
     #[schema(value_type = String)]
     pub region: RegionId,
-    /// Events seen from it (from the per-region Top-K: a key outside a region's top
-    /// counts 0 there).
+    /// Demand from it (from the per-region Top-K: a key outside a region's top counts
+    /// 0 there).
     pub count: u64,
 }
 
@@ -185,13 +197,15 @@ pub struct KeyStats {
     pub now_ms: u64,
     /// One entry per [`Window`], shortest first.
     pub windows: Vec<WindowStats>,
-    /// Change of velocity between the last 200 ms and the 200 ms before, events/s².
+    /// Change of velocity (demand) between the last 200 ms and the 200 ms before,
+    /// requests/s².
     pub acceleration_200ms: f64,
-    /// Change of velocity between the last second and the second before, events/s².
+    /// Change of velocity (demand) between the last second and the second before,
+    /// requests/s².
     pub acceleration_1s: f64,
     /// The 1 s trend.
     pub trend: Trend,
-    /// Per-region events over the last 60 s.
+    /// Per-region demand over the last 60 s.
     pub regions: Vec<RegionCount>,
 }
 
@@ -203,7 +217,8 @@ impl KeyStats {
     }
 }
 
-/// Velocities (events per second) of a key over each window.
+/// Velocities (client requests per second, [`Outcome::is_demand`]) of a key over each
+/// window.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize, ToSchema)]
 pub struct Velocities {
     /// Over the last 200 ms.
@@ -226,19 +241,19 @@ pub struct HotKey {
     /// The key.
     #[schema(value_type = String)]
     pub key: CacheKey,
-    /// Events in the window: the whole tenant's (sketch estimate), or the region's
+    /// Demand in the window: the whole tenant's (sketch estimate), or the region's
     /// (Top-K count) when the query named a region.
     pub count: u64,
     /// Miss-like events in the window, whole tenant.
     pub misses: u64,
     /// Whole-tenant velocity per window.
     pub velocities: Velocities,
-    /// Whole-tenant acceleration over the last second, events/s².
+    /// Whole-tenant acceleration of demand over the last second, requests/s².
     pub acceleration: f64,
     /// Regions that reported a miss in the last 200 ms.
     #[schema(value_type = Vec<String>)]
     pub miss_regions: Vec<RegionId>,
-    /// Per-region events in the window (1 s granularity), largest first.
+    /// Per-region demand in the window (1 s granularity), largest first.
     pub regions: Vec<RegionCount>,
 }
 

@@ -232,8 +232,8 @@ impl Decider {
         region: &RegionRef<'_>,
         outcome: Outcome,
     ) {
-        if outcome == Outcome::PrefetchFill {
-            return; // the pre-warm itself, not demand
+        if !outcome.is_demand() {
+            return; // the pre-warm itself
         }
         for decision in self.decisions.iter_mut().rev() {
             let c = &decision.command;
