@@ -184,7 +184,7 @@ impl HeatConfig {
 }
 
 /// Why an event was not applied. Small and `Copy`: this is the per-message path.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, thiserror::Error)]
 pub enum ApplyError {
     /// The event is older than the longest window behind the watermark.
     #[error("event is older than the 60 s window")]
@@ -195,8 +195,11 @@ pub enum ApplyError {
 }
 
 impl ApplyError {
-    /// A short stable name for the metric label `reason`.
-    pub fn reason(self) -> &'static str {
+    /// Every reason, in declaration order (for metrics that list all of them).
+    pub const ALL: [ApplyError; 2] = [ApplyError::TooOld, ApplyError::TenantLimit];
+
+    /// The metric label `reason`.
+    pub fn as_str(self) -> &'static str {
         match self {
             ApplyError::TooOld => "too_old",
             ApplyError::TenantLimit => "tenant_limit",
@@ -609,7 +612,7 @@ mod tests {
         let mut other = ev(T0, "/a", "eu", Outcome::Hit);
         other.tenant = TenantId::new("other").unwrap();
         assert_eq!(heat.apply(&other), Err(ApplyError::TenantLimit));
-        assert_eq!(ApplyError::TenantLimit.reason(), "tenant_limit");
+        assert_eq!(ApplyError::TenantLimit.as_str(), "tenant_limit");
         assert!(heat.memory_bytes() > 0);
         assert!(heat.memory_bytes() <= heat.config().max_bytes_per_tenant());
     }
