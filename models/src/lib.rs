@@ -24,7 +24,7 @@
 //!   borrowed [`AccessEventRef`].
 //! - `command`: [`PrewarmCommand`] (pulse → prefetcher).
 //! - `codec`: the JSON codec ([`encode`], [`decode`], and [`decode_event_ref`] that
-//!   copies no string) and its [`DecodeError`].
+//!   copies no string), its [`DecodeError`] and their [`DecodeReason`]s.
 //! - `features`: the [`Features`] pulse computes per key at decision time.
 //! - `scoring`: the [`ScoringModel`] (linfa-linear regression, calibrated), its file
 //!   format and its model card.
@@ -37,7 +37,7 @@ mod features;
 mod ids;
 mod scoring;
 
-pub use codec::{DecodeError, Wire, decode, decode_event_ref, encode};
+pub use codec::{DecodeError, DecodeReason, Wire, decode, decode_event_ref, encode};
 pub use command::MAX_COMMAND_ID_LEN;
 pub use command::{FeatureContribution, PrewarmCommand, Priority, Reason, RegionTargets};
 pub use event::{AccessEvent, AccessEventRef, Outcome};

@@ -50,7 +50,7 @@ pub use heat::{
     HotKey, KeyStats, MAX_REGIONS, OutcomeCounts, QueryError, RegionCount, TenantHeat,
     TenantSummary, Trend, Velocities, Window, WindowStats,
 };
-pub use ingest::{BatchObserver, Ingest, IngestConfig, IngestError, SharedHeatMap};
+pub use ingest::{BatchObserver, Ingest, IngestConfig, IngestError, RejectReason, SharedHeatMap};
 pub use metrics::{Metrics, ReasonLabel, RouteLabel};
 pub use predict::{
     Decider, Decision, DecisionCounts, DecisionPolicy, MIN_REGION_DEMAND, Predictor,

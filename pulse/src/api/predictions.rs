@@ -11,7 +11,7 @@ use serde::{Deserialize, Serialize};
 use utoipa::{IntoParams, ToSchema};
 
 use super::{ApiError, AppState, ErrorBody, count_param, tenant_param};
-use crate::{Decision, DecisionPolicy, Skip, Verdict};
+use crate::{Decision, DecisionPolicy, Verdict};
 
 /// Most decisions one request may ask for.
 pub const MAX_PREDICTIONS: usize = 500;
@@ -169,21 +169,15 @@ pub(super) async fn predictions(
         .ok_or_else(ApiError::prediction_off)?;
     let p = predictor.lock().unwrap_or_else(|e| e.into_inner());
     let counts = p.counts();
-    let skips = [
-        Skip::BelowThreshold,
-        Skip::NothingToWarm,
-        Skip::Cooldown,
-        Skip::OverBudget,
-    ];
     Ok(Json(PredictionsResponse {
         totals: DecisionTotals {
             sent: counts.sent,
             useful: counts.useful,
             wasted: counts.wasted,
-            skipped: skips
-                .iter()
-                .enumerate()
-                .map(|(i, s)| (s.as_str().to_owned(), counts.skipped[i]))
+            skipped: counts
+                .skips()
+                .into_iter()
+                .map(|(skip, n)| (skip.as_str().to_owned(), n))
                 .collect(),
             scored: p.scored(),
         },

@@ -85,10 +85,10 @@ pub(crate) fn extract(
         velocity_1s: v1,
         velocity_10s: v10,
         acceleration: ((1.0 + v200) / (1.0 + v10)).ln(),
-        miss_share_1s: if w1.total == 0 {
+        miss_share_1s: if w1.demand == 0 {
             0.0
         } else {
-            w1.misses as f64 / w1.total as f64
+            w1.misses as f64 / w1.demand as f64
         },
         miss_regions_200ms: w200.miss_regions.len() as f64,
         unseen_regions: unseen.len() as f64,
