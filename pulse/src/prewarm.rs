@@ -7,15 +7,16 @@ use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use models::{AccessEventRef, PrewarmCommand, TrainOptions, encode};
+use models::{AccessEventRef, PrewarmCommand, encode};
 use rdkafka::ClientConfig;
 use rdkafka::error::KafkaError;
 use rdkafka::producer::{BaseRecord, DefaultProducerContext, Producer, ThreadedProducer};
 
+use crate::heat::HeatMap;
+use crate::ingest::BatchObserver;
+use crate::metrics::{Metrics, ReasonLabel};
+use crate::predict::{DecisionCounts, Predictor, RetrainOutcome, Skip, TrainOptions, retrain};
 use crate::stoppable::StoppableThread;
-use crate::{
-    BatchObserver, DecisionCounts, HeatMap, Metrics, Predictor, RetrainOutcome, Skip, retrain,
-};
 
 /// The predictor, shared by the ingest thread (which feeds it), the retrainer and the
 /// API (which read it). A `std` lock: every critical section is short and none spans
@@ -103,7 +104,7 @@ impl PrewarmLoop {
             let delta = counts.skipped[i] - last.skipped[i];
             if delta > 0 {
                 m.prewarm_skipped
-                    .get_or_create(&crate::ReasonLabel {
+                    .get_or_create(&ReasonLabel {
                         reason: skip.as_str(),
                     })
                     .inc_by(delta);
@@ -184,7 +185,7 @@ impl Retrainer {
                 let outcome = retrain_once(&predictor, threshold);
                 metrics
                     .retrains
-                    .get_or_create(&crate::ReasonLabel { reason: outcome })
+                    .get_or_create(&ReasonLabel { reason: outcome })
                     .inc();
             }
         });
