@@ -7,28 +7,18 @@
 //! scenario all run it that way.
 //!
 //! # Layout
-//! - `service`: the one assembly: [`PulseConfig`], [`start`], [`PulseHandle`], and
-//!   [`shutdown_signal`] (SIGINT/SIGTERM).
-//! - `ingest`: [`Ingest`], the consumer-group member that feeds the heat map and
-//!   commits offsets after the events are applied (and checkpointed).
-//! - `heat`: [`HeatMap`], per tenant a sliding window of time-bucketed Count-Min
-//!   sketches and Top-K trackers on event time, and what its queries return.
-//! - `checkpoint`: [`save_checkpoint`] / [`load_checkpoint`], the heat map on disk,
-//!   written atomically.
-//! - `predict`: [`Predictor`], from the heat map's candidates to pre-warm commands:
-//!   [`Features`], the [`ScoringModel`], decisions, labels and retraining.
-//! - `prewarm`: [`PrewarmLoop`] and [`PrewarmPublisher`], the predictor on the ingest
-//!   thread and its commands to Kafka; [`Retrainer`], the background refit.
-//! - `api`: [`app`], the axum router of the dashboard API and page, its [`ApiError`]
-//!   and the bearer-token check.
+//! - `service`: the assembly: [`PulseConfig`], [`start`], [`PulseHandle`], [`shutdown_signal`].
+//! - `ingest`: [`Ingest`], the consumer-group member that feeds the heat map and commits.
+//! - `heat`: [`HeatMap`], per-tenant Count-Min sketches and Top-K on event time.
+//! - `checkpoint`: [`save_checkpoint`] / [`load_checkpoint`], the heat map on disk.
+//! - `predict`: [`Predictor`], [`Features`], the [`ScoringModel`], decisions, retraining.
+//! - `prewarm`: [`PrewarmLoop`], [`PrewarmPublisher`] and the [`Retrainer`] thread.
+//! - `api`: [`app`], the dashboard API and page, [`ApiError`], the bearer-token check.
 //! - `metrics`: [`Metrics`], the Prometheus registry behind `/metrics`.
-//! - `broker`: [`EmbeddedBroker`], librdkafka's in-process mock cluster, used when no
-//!   broker is configured so one machine runs everything through the same Kafka code.
+//! - `broker`: [`EmbeddedBroker`], librdkafka's mock cluster when no broker is given.
 //! - `trace`: [`generate_trace`], synthetic traces with known bursts ([`TraceSpec`]).
-//! - `backtest`: [`replay`] and [`backtest`], a trace through the same heat map and
-//!   predictor on event time; [`read_events`] and [`read_topic`].
-//! - `offline`: `pulse train`, `backtest` and `trace` as library calls
-//!   ([`train_model`], [`backtest_table`], [`write_trace`]).
+//! - `backtest`: [`replay`] and [`backtest`] on event time; [`read_events`], [`read_topic`].
+//! - `offline`: `pulse train`/`backtest`/`trace` as calls ([`train_model`], [`backtest_table`]).
 //! - `stoppable`: the stoppable background thread behind ingest and the retrainer.
 
 mod api;
