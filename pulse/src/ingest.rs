@@ -25,8 +25,10 @@ use rdkafka::message::{BorrowedMessage, Header, Message, OwnedHeaders};
 use rdkafka::producer::{BaseRecord, DefaultProducerContext, ThreadedProducer};
 use rdkafka::{ClientContext, Offset, TopicPartitionList};
 
+use crate::checkpoint;
+use crate::heat::{ApplyError, HeatMap};
+use crate::metrics::Metrics;
 use crate::stoppable::StoppableThread;
-use crate::{ApplyError, HeatMap, Metrics, checkpoint};
 
 /// The heat map shared between the ingest thread (the only writer) and readers (the
 /// API, the predictor). A `std` lock: critical sections are short and never span an

@@ -20,7 +20,7 @@ use serde::{Deserialize, Serialize};
 use utoipa::{IntoParams, ToSchema};
 
 use super::{ApiError, AppState, ErrorBody, count_param, required_tenant};
-use crate::{COARSE_BUCKETS, COARSE_MS, Window};
+use crate::heat::{COARSE_BUCKETS, COARSE_MS, Window};
 
 /// Most keys one rates request may sum over.
 const MAX_RATE_KEYS: usize = 100;

@@ -6,10 +6,10 @@
 
 use std::collections::{HashMap, VecDeque};
 
-use models::{
-    CacheKey, Outcome, PrewarmCommand, RegionId, RegionRef, RegionTargets, Score, TenantId,
-};
+use models::{CacheKey, Outcome, PrewarmCommand, RegionId, RegionRef, RegionTargets, TenantId};
 use serde::Serialize;
+
+use super::model::Score;
 
 /// The decision rules.
 #[derive(Debug, Clone, PartialEq)]
