@@ -4,7 +4,9 @@
 
 use serde::{Serialize, de::DeserializeOwned};
 
-use crate::{AccessEvent, AccessEventRef, PrewarmCommand, SCHEMA_VERSION};
+use crate::SCHEMA_VERSION;
+use crate::command::PrewarmCommand;
+use crate::event::{AccessEvent, AccessEventRef};
 
 /// Why a message could not be decoded.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -217,10 +219,9 @@ mod tests {
     use proptest::prelude::*;
 
     use super::*;
-    use crate::{
-        CacheKey, Domain, FeatureContribution, NodeId, Outcome, Priority, Reason, RegionId,
-        RegionTargets, TenantId,
-    };
+    use crate::command::{FeatureContribution, Priority, Reason, RegionTargets};
+    use crate::event::Outcome;
+    use crate::ids::{CacheKey, Domain, NodeId, RegionId, TenantId};
 
     /// One error of each variant gives each reason of `ALL`, in order, with the
     /// labels metrics and dead-letter headers have always used.

@@ -2,8 +2,11 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::ids::{CacheKeyRef, DomainRef, NodeRef, RegionRef, TenantRef};
-use crate::{CacheKey, Domain, NodeId, RegionId, SCHEMA_VERSION, TenantId};
+use crate::SCHEMA_VERSION;
+use crate::ids::{
+    CacheKey, CacheKeyRef, Domain, DomainRef, NodeId, NodeRef, RegionId, RegionRef, TenantId,
+    TenantRef,
+};
 
 /// How an edge node answered one request for a cacheable key.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]

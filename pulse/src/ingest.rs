@@ -17,7 +17,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
 
-use models::{AccessEventRef, DecodeError, DecodeReason, decode_event_ref};
+use models::{AccessEventRef, decode_event_ref};
 use rdkafka::config::ClientConfig;
 use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer, ConsumerContext, Rebalance};
 use rdkafka::error::{KafkaError, KafkaResult};
@@ -26,8 +26,9 @@ use rdkafka::producer::{BaseRecord, DefaultProducerContext, ThreadedProducer};
 use rdkafka::{ClientContext, Offset, TopicPartitionList};
 
 use crate::checkpoint;
-use crate::heat::{ApplyError, HeatMap};
+use crate::heat::HeatMap;
 use crate::metrics::Metrics;
+use crate::reject::RejectReason;
 use crate::stoppable::StoppableThread;
 
 /// The heat map shared between the ingest thread (the only writer) and readers (the
@@ -42,55 +43,6 @@ pub type SharedHeatMap = Arc<RwLock<HeatMap>>;
 pub trait BatchObserver: Send + 'static {
     /// Called after `events` were applied to `heat`.
     fn on_batch(&mut self, heat: &HeatMap, events: &[AccessEventRef<'_>]);
-}
-
-/// Why ingest refused a message: it did not decode, or the heat map would not take
-/// the event. Counted in `pulse_events_rejected_total{reason}` and named in the
-/// dead-letter header `pulse-reject-reason`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum RejectReason {
-    /// The message is not a valid event.
-    Decode(DecodeReason),
-    /// The event is valid but the heat map refused it.
-    Apply(ApplyError),
-}
-
-impl RejectReason {
-    /// Every reason: each [`DecodeReason`], then each [`ApplyError`].
-    pub const ALL: [RejectReason; DecodeReason::ALL.len() + ApplyError::ALL.len()] = {
-        let mut all = [RejectReason::Apply(ApplyError::TooOld); _];
-        let mut i = 0;
-        while i < DecodeReason::ALL.len() {
-            all[i] = RejectReason::Decode(DecodeReason::ALL[i]);
-            i += 1;
-        }
-        let mut j = 0;
-        while j < ApplyError::ALL.len() {
-            all[i + j] = RejectReason::Apply(ApplyError::ALL[j]);
-            j += 1;
-        }
-        all
-    };
-
-    /// The metric label `reason` (the same words as the inner reason's).
-    pub fn as_str(self) -> &'static str {
-        match self {
-            RejectReason::Decode(reason) => reason.as_str(),
-            RejectReason::Apply(error) => error.as_str(),
-        }
-    }
-}
-
-impl From<&DecodeError> for RejectReason {
-    fn from(error: &DecodeError) -> Self {
-        RejectReason::Decode(error.kind())
-    }
-}
-
-impl From<ApplyError> for RejectReason {
-    fn from(error: ApplyError) -> Self {
-        RejectReason::Apply(error)
-    }
 }
 
 /// Most messages applied under one write lock.

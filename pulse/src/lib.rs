@@ -9,6 +9,7 @@
 //! # Layout
 //! - `service`: the assembly: [`PulseConfig`], [`start`], [`PulseHandle`], [`shutdown_signal`].
 //! - `ingest`: [`Ingest`], the consumer-group member that feeds the heat map and commits.
+//! - `reject`: [`RejectReason`], why ingest refuses a message (metric and dead-letter label).
 //! - `heat`: [`HeatMap`], per-tenant Count-Min sketches and Top-K on event time.
 //! - `checkpoint`: [`save_checkpoint`] / [`load_checkpoint`], the heat map on disk.
 //! - `predict`: [`Predictor`], [`Features`], the [`ScoringModel`], decisions, retraining.
@@ -31,6 +32,7 @@ mod metrics;
 mod offline;
 mod predict;
 mod prewarm;
+mod reject;
 mod service;
 mod stoppable;
 mod trace;
@@ -54,7 +56,7 @@ pub use heat::{
     HotKey, KeyStats, MAX_REGIONS, OutcomeCounts, QueryError, RegionCount, TenantHeat,
     TenantSummary, Trend, Velocities, Window, WindowStats,
 };
-pub use ingest::{BatchObserver, Ingest, IngestConfig, IngestError, RejectReason, SharedHeatMap};
+pub use ingest::{BatchObserver, Ingest, IngestConfig, IngestError, SharedHeatMap};
 pub use metrics::{Metrics, ReasonLabel, RouteLabel};
 pub use offline::{
     EventSource, OfflineError, backtest_table, load_events, train_model, train_summary,
@@ -67,6 +69,7 @@ pub use predict::{
     TrainingMetrics, Transform, Verdict, default_model, retrain,
 };
 pub use prewarm::{PrewarmLoop, PrewarmPublisher, Retrainer, SharedPredictor, retrain_once};
+pub use reject::RejectReason;
 pub use service::{PulseConfig, PulseConfigError, PulseHandle, StartError, shutdown_signal, start};
 pub use trace::{Burst, BurstKind, Trace, TraceSpec, generate as generate_trace};
 

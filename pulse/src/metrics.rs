@@ -7,7 +7,8 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 
-use crate::{RejectReason, Skip};
+use crate::predict::Skip;
+use crate::reject::RejectReason;
 
 /// Label of rejected events, skipped keys and retrains.
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -224,7 +225,7 @@ mod tests {
     use models::DecodeReason;
 
     use super::*;
-    use crate::ApplyError;
+    use crate::heat::ApplyError;
 
     #[test]
     fn encodes_counters_by_reason() {

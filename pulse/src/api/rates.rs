@@ -133,7 +133,9 @@ mod tests {
     use models::{AccessEvent, CacheKey, NodeId, Outcome, RegionId, TenantId};
 
     use super::super::tests::{get, keys, properties};
-    use crate::{HeatConfig, HeatMap, Metrics, app};
+    use crate::api::app;
+    use crate::heat::{HeatConfig, HeatMap};
+    use crate::metrics::Metrics;
 
     /// Start of a second, so event `i` of second `s` is at `T0 + s * 1000 + i`.
     const T0: u64 = 1_764_470_000_000;
