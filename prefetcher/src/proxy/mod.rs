@@ -119,8 +119,9 @@ impl Node {
             }
             by_id.insert(t.id.clone(), tenant);
         }
-        let origin = OriginClient::new(&config.origin, &config.flight, &config.prefetch);
         let metrics = Metrics::new();
+        let origin = OriginClient::from_config(&config)?
+            .count_tls_failures_in(metrics.origin_tls_failures.clone());
         Ok(Node {
             inner: Arc::new(NodeInner {
                 cache: L1Cache::with_waste_counter(
