@@ -113,7 +113,10 @@ impl OriginClient {
                 tls_server_name(authority, t.host_header.as_deref()),
             ))
         }));
-        let tls = Arc::unwrap_or_clone(origin_client_config(config.ca_file.as_deref())?);
+        let tls = Arc::unwrap_or_clone(origin_client_config(
+            config.ca_file.as_deref(),
+            !server_names.is_empty(),
+        )?);
         let connector = HttpsConnectorBuilder::new()
             .with_tls_config(tls)
             .https_or_http()

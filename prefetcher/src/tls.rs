@@ -81,8 +81,8 @@ pub(crate) fn server_config(config: &TlsListenConfig) -> Result<Arc<ServerConfig
 }
 
 /// The roots `https://` origins are verified against: `ca_file`'s certificates when
-/// set, else the system's.
-fn origin_roots(ca_file: Option<&Path>) -> Result<RootCertStore, ConfigError> {
+/// set, else the system's (read only when `system` says some origin needs them).
+fn origin_roots(ca_file: Option<&Path>, system: bool) -> Result<RootCertStore, ConfigError> {
     let mut roots = RootCertStore::empty();
     match ca_file {
         Some(path) => {
@@ -95,6 +95,7 @@ fn origin_roots(ca_file: Option<&Path>) -> Result<RootCertStore, ConfigError> {
                 })?;
             }
         }
+        None if !system => {}
         None => {
             // A system without a CA bundle still starts: plain-HTTP origins work, and
             // every TLS origin fails verification (502, counted) until one is given.
@@ -116,11 +117,13 @@ fn origin_roots(ca_file: Option<&Path>) -> Result<RootCertStore, ConfigError> {
 }
 
 /// The origin client's TLS configuration: webpki verification of the chain against
-/// [`origin_roots`] and of the server name ([`ServerNames`]); HTTP/1.1 only.
+/// [`origin_roots`] and of the server name ([`ServerNames`]); HTTP/1.1 only. The
+/// system's roots are read only when `any_https` (some tenant's origin is TLS).
 pub(crate) fn origin_client_config(
     ca_file: Option<&Path>,
+    any_https: bool,
 ) -> Result<Arc<ClientConfig>, ConfigError> {
-    let roots = origin_roots(ca_file)?;
+    let roots = origin_roots(ca_file, any_https)?;
     let config = ClientConfig::builder_with_provider(provider())
         .with_safe_default_protocol_versions()
         .map_err(|e| invalid("origin", e.to_string()))?
@@ -136,6 +139,11 @@ pub(crate) struct ServerNames {
 }
 
 impl ServerNames {
+    /// Whether no origin is `https://`.
+    pub(crate) fn is_empty(&self) -> bool {
+        self.by_authority.is_empty()
+    }
+
     /// From `(authority, server name)` pairs (validated by `Config::validate`).
     pub(crate) fn new(pairs: impl IntoIterator<Item = (String, String)>) -> ServerNames {
         let by_authority = pairs
@@ -257,18 +265,18 @@ mod tests {
 
     #[test]
     fn a_bad_origin_ca_file_fails_naming_its_field() {
-        let e = origin_client_config(Some(Path::new("/nonexistent/ca.pem")))
+        let e = origin_client_config(Some(Path::new("/nonexistent/ca.pem")), true)
             .unwrap_err()
             .to_string();
         assert!(e.contains("origin.ca_file"), "{e}");
         let empty = file("");
-        let e = origin_client_config(Some(empty.path()))
+        let e = origin_client_config(Some(empty.path()), true)
             .unwrap_err()
             .to_string();
         assert!(e.contains("origin.ca_file") && e.contains("no PEM"), "{e}");
         let generated = rcgen::generate_simple_self_signed(vec!["localhost".into()]).unwrap();
         let ca = file(&generated.cert.pem());
-        origin_client_config(Some(ca.path())).unwrap();
+        origin_client_config(Some(ca.path()), true).unwrap();
     }
 
     #[test]
