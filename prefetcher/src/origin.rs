@@ -93,7 +93,8 @@ impl OriginClient {
     /// A client whose fills are limited by `flight` (both classes) and `prefetch`
     /// (the adaptive prefetch class); `https://` origins are verified against the
     /// system's roots or `config.ca_file` (read now: a bad file is an error naming
-    /// `origin.ca_file`), for the name [`tls_server_name`] gives each origin.
+    /// `origin.ca_file`), for each origin's server name: the host of its tenant's
+    /// `host_header`, else of its URL.
     pub fn new(
         config: &OriginConfig,
         flight: &FlightConfig,

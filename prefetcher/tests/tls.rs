@@ -115,6 +115,16 @@ async fn the_tls_listener_speaks_http2_and_http1_by_alpn_and_plain_http_stays() 
     assert_eq!(plain.version(), http::Version::HTTP_11);
     assert_eq!(x_cache(&plain), Some(CacheStatus::Hit));
     assert_eq!(plain.bytes().await.unwrap(), expected);
+    // A range over HTTP/2 and TLS, cut from the cache.
+    let range = h2
+        .get(&url)
+        .header("range", "bytes=-24")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(range.version(), http::Version::HTTP_2);
+    assert_eq!(range.status(), 206);
+    assert_eq!(range.bytes().await.unwrap(), expected.slice(1000..));
     assert_eq!(origin.fills_for("/a"), 1);
 
     // A client that does not trust the certificate gets no response at all.
