@@ -14,7 +14,10 @@
 //!   pre-warm [`RejectReason`]s, each its own metric label.
 //! - `cache`: [`L1Cache`], TTL/jitter/stale-while-revalidate/XFetch rules.
 //! - `flight`: [`FlightRegistry`], [`FillPermit`], [`FlightSubscriber`], [`FillError`].
-//! - `origin`: [`OriginClient`] (timeouts, pooled connections) and [`Tenant`].
+//! - `origin`: [`OriginClient`] (timeouts, pooled connections, `http://` and
+//!   `https://`) and [`Tenant`].
+//! - `tls`: rustls configurations: the client listener's (certificate and key files,
+//!   ALPN) and the origin client's (system roots or `origin.ca_file`, server names).
 //! - `limits`: [`FillLimiter`], the user and prefetch classes of origin fills (the
 //!   adaptive prefetch limit, shedding, `Retry-After` under overload).
 //! - `proxy`: [`Node`] and its routers [`app`], [`admin_app`]; by job:
@@ -28,14 +31,15 @@
 //! - `prewarm`: [`PrewarmConsumer`], pre-warm commands from Kafka, checked and counted.
 //! - `run`: [`spawn_node`], a whole node (listeners, publisher, consumer) in-process.
 //! - `metrics`: Prometheus [`Metrics`].
-//! - `server`: [`serve_node`] (the proxy listener) and [`serve`] (a router): HTTP/1.1
-//!   + h2c, graceful shutdown.
+//! - `server`: [`serve_node`] (the proxy listener), [`serve_node_tls`] (the same over
+//!   TLS) and [`serve`] (a router): HTTP/1.1 + h2c (h2 by ALPN over TLS), graceful
+//!   shutdown.
 //! - `testing` (feature `testing`): a synthetic origin, test clients, a node runner.
 //!
 //! Modules depend on each other without a cycle, and no production module names
-//! `testing` (checked by `tests/tests/module_graph.rs`, with the other crates). `status`, `config`, `events` and `flight`
-//! depend on no other module; `limits`, `cache`, `metrics`, `origin` and `faults` on
-//! those; `publisher` on `config`, `events`, `metrics`; `proxy` on everything so far
+//! `testing` (checked by `tests/tests/module_graph.rs`). `status`, `config`, `events` and `flight`
+//! depend on no other module; `tls` on `config`; `limits`, `cache`, `metrics`,
+//! `origin` and `faults` on those; `publisher` on `config`, `events`, `metrics`; `proxy` on everything so far
 //! but `publisher`; `server` on `proxy`; `prewarm` on `proxy`, `publisher` and below;
 //! `run` on all but `testing`, which is on top.
 
@@ -56,11 +60,12 @@ mod server;
 mod status;
 #[cfg(feature = "testing")]
 pub mod testing;
+mod tls;
 
 pub use cache::{Entry, L1Cache, Lookup, Storability, classify, origin_age, xfetch_due};
 pub use config::{
     CacheConfig, Config, ConfigError, FlightConfig, KafkaConfig, OffsetReset, OriginConfig,
-    PrefetchConfig, RequestLimits, TenantConfig, WaitTimeoutPolicy,
+    PrefetchConfig, RequestLimits, TenantConfig, TlsListenConfig, WaitTimeoutPolicy,
 };
 pub use events::{ChannelSink, Dropped, EventSink, NoopSink, OutcomeRecord};
 pub use flight::{
@@ -74,5 +79,5 @@ pub use prewarm::{PrewarmConsumer, handle_prewarm};
 pub use proxy::{Node, PrewarmError, PrewarmOutcome, admin_app, app, normalise_key};
 pub use publisher::EventPublisher;
 pub use run::{NodeHandle, NodeOptions, StartError, spawn_node, spawn_node_with};
-pub use server::{ServeOptions, serve, serve_node, shutdown_signal};
+pub use server::{ServeOptions, serve, serve_node, serve_node_tls, shutdown_signal};
 pub use status::{CacheStatus, RejectReason, X_CACHE};

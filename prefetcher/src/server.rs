@@ -1,4 +1,5 @@
-//! The accept loop: HTTP/1.1 and h2c on one listener, graceful shutdown.
+//! The accept loop: HTTP/1.1 and h2c on one listener (HTTP/1.1 and h2 by ALPN on a
+//! TLS listener), graceful shutdown.
 //!
 //! The proxy listener ([`serve_node`]) hands each request straight to
 //! [`Node::handle`]: the proxy has no routes, so an axum `Router` in front of it
@@ -8,6 +9,7 @@
 use std::convert::Infallible;
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::Arc;
 use std::time::Duration;
 
 use axum::Router;
@@ -18,6 +20,7 @@ use hyper_util::server::conn::auto;
 use hyper_util::server::graceful::GracefulShutdown;
 use hyper_util::service::TowerToHyperService;
 use tokio::net::TcpListener;
+use tokio_rustls::TlsAcceptor;
 
 use crate::proxy::Node;
 
@@ -55,6 +58,7 @@ pub async fn serve(
     serve_with(
         listener,
         TowerToHyperService::new(router),
+        None,
         shutdown,
         options,
     )
@@ -69,8 +73,33 @@ pub async fn serve_node(
     shutdown: impl Future<Output = ()>,
     options: ServeOptions,
 ) {
-    serve_with(listener, ProxyService(node), shutdown, options).await;
+    serve_with(listener, ProxyService(node), None, shutdown, options).await;
 }
+
+/// Serves `node`'s proxy over TLS on `listener`, like [`serve_node`]: HTTP/2 or
+/// HTTP/1.1 as the client's ALPN chooses (`tls` should offer both). Each handshake
+/// runs in the connection's own task under a timeout, so a slow or silent client
+/// never holds up the accept loop.
+pub async fn serve_node_tls(
+    listener: TcpListener,
+    node: Node,
+    tls: Arc<rustls::ServerConfig>,
+    shutdown: impl Future<Output = ()>,
+    options: ServeOptions,
+) {
+    let acceptor = TlsAcceptor::from(tls);
+    serve_with(
+        listener,
+        ProxyService(node),
+        Some(acceptor),
+        shutdown,
+        options,
+    )
+    .await;
+}
+
+/// Longest a client may take over its TLS handshake.
+const TLS_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// A node as a hyper service: one boxed future per request, nothing else.
 #[derive(Clone)]
@@ -90,6 +119,7 @@ impl hyper::service::Service<http::Request<Incoming>> for ProxyService {
 async fn serve_with<S>(
     listener: TcpListener,
     service: S,
+    tls: Option<TlsAcceptor>,
     shutdown: impl Future<Output = ()>,
     options: ServeOptions,
 ) where
@@ -130,6 +160,36 @@ async fn serve_with<S>(
                     }
                 };
                 let _ = stream.set_nodelay(true);
+                if let Some(acceptor) = &tls {
+                    let (acceptor, builder, service) =
+                        (acceptor.clone(), builder.clone(), service.clone());
+                    let watcher = graceful.watcher();
+                    tokio::spawn(async move {
+                        let stream = match tokio::time::timeout(
+                            TLS_HANDSHAKE_TIMEOUT,
+                            acceptor.accept(stream),
+                        )
+                        .await
+                        {
+                            Ok(Ok(stream)) => stream,
+                            Ok(Err(e)) => {
+                                tracing::debug!(error = %e, "TLS handshake failed");
+                                return;
+                            }
+                            Err(_) => {
+                                tracing::debug!("TLS handshake timed out");
+                                return;
+                            }
+                        };
+                        let connection = builder
+                            .serve_connection(TokioIo::new(stream), service)
+                            .into_owned();
+                        if let Err(e) = watcher.watch(connection).await {
+                            tracing::trace!(error = %e, "connection ended with an error");
+                        }
+                    });
+                    continue;
+                }
                 let connection = builder
                     .serve_connection(TokioIo::new(stream), service.clone())
                     .into_owned();

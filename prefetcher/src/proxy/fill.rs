@@ -107,7 +107,8 @@ impl Node {
             permit.bypass(head, Body::new(body));
             return;
         }
-        let stored_headers = head.headers.clone();
+        let mut stored_headers = head.headers.clone();
+        super::range::advertise(parts.status, &mut stored_headers);
         let (fetched_at, initial_age) = (head.fetched_at, head.initial_age);
         #[cfg(feature = "testing")]
         inner

@@ -10,12 +10,13 @@ use http::{HeaderValue, Method, StatusCode, Uri, header};
 use models::{CacheKey, Domain, IdError, Priority};
 use tokio::time::Instant;
 
+use super::range::RangeRequest;
 use super::response::{
     content_length, entry_response, error_response, fill_error_response, flight_response,
     origin_head, with_head,
 };
 use super::{Node, millis};
-use crate::cache::Lookup;
+use crate::cache::{Entry, Lookup};
 use crate::config::{RequestLimits, WaitTimeoutPolicy};
 use crate::events::{OutcomeRecord, unix_now_ms};
 use crate::flight::{Acquire, FillError, FlightKey, FlightSubscriber, HeadOutcome};
@@ -91,6 +92,25 @@ struct Ctx {
     key: FlightKey,
     head_only: bool,
     referrer: Option<Domain>,
+    /// A `GET` with a `Range` the node can serve (`None` for every other request).
+    range: Option<Box<RangeRequest>>,
+}
+
+/// What a range request makes of a flight's head.
+enum FromFlight {
+    /// Its 206 or 416.
+    Answer(Response),
+    /// The full response (no range asked, `If-Range` failed, range set ignored).
+    Full(FlightSubscriber),
+    /// The flight cannot give it: the range request goes to the origin itself.
+    Origin,
+}
+
+/// The exact length of a response body built by the node.
+fn body_len(response: &Response) -> u64 {
+    http_body::Body::size_hint(response.body())
+        .exact()
+        .unwrap_or(0)
 }
 
 impl Node {
@@ -132,10 +152,9 @@ impl Node {
         let method = request.method();
         let cacheable_method = method == Method::GET || method == Method::HEAD;
         let headers = request.headers();
-        // Credentials make a response per-user; ranges are served by the origin.
-        let per_user = headers.contains_key(header::AUTHORIZATION)
-            || headers.contains_key(header::COOKIE)
-            || headers.contains_key(header::RANGE);
+        // Credentials make a response per-user.
+        let per_user =
+            headers.contains_key(header::AUTHORIZATION) || headers.contains_key(header::COOKIE);
         if !cacheable_method || per_user {
             return self.pass_through(&tenant, request).await;
         }
@@ -152,6 +171,15 @@ impl Node {
             },
             key: FlightKey::new(tenant.id.clone(), key),
             tenant,
+            range: match request.headers().get(header::RANGE) {
+                None => None,
+                Some(range) => RangeRequest::from_request(
+                    request.method(),
+                    request.uri(),
+                    request.headers(),
+                    range,
+                ),
+            },
         };
         match self.inner.cache.lookup(&ctx.key) {
             Lookup::Fresh {
@@ -167,16 +195,52 @@ impl Node {
                 } else {
                     CacheStatus::Hit
                 };
-                self.answered(&ctx, status, entry.body.len() as u64, None);
-                entry_response(&entry, status, ctx.head_only, Instant::now())
+                self.cached(&ctx, &entry, status)
             }
             Lookup::Stale(entry) => {
                 self.refresh(&ctx, false);
-                self.answered(&ctx, CacheStatus::Stale, entry.body.len() as u64, None);
-                entry_response(&entry, CacheStatus::Stale, ctx.head_only, Instant::now())
+                self.cached(&ctx, &entry, CacheStatus::Stale)
             }
             Lookup::Miss => self.miss(ctx).await,
         }
+    }
+
+    /// The response from a cached entry: the whole of it, or the ranges asked for.
+    fn cached(&self, ctx: &Ctx, entry: &Entry, status: CacheStatus) -> Response {
+        let now = Instant::now();
+        if let Some(range) = &ctx.range
+            && let Some(response) = range.entry_response(entry, status, now)
+        {
+            self.answered(ctx, status, body_len(&response), None);
+            return response;
+        }
+        self.answered(ctx, status, entry.body.len() as u64, None);
+        entry_response(entry, status, ctx.head_only, now)
+    }
+
+    /// What `ctx`'s range request (if any) makes of a flight's `head`.
+    fn range_of_flight(
+        &self,
+        ctx: &Ctx,
+        head: &crate::flight::Head,
+        subscriber: FlightSubscriber,
+        status: CacheStatus,
+    ) -> FromFlight {
+        let Some(range) = &ctx.range else {
+            return FromFlight::Full(subscriber);
+        };
+        let max = self.inner.config.cache.max_object_bytes;
+        match range.flight_response(head, subscriber, status, max) {
+            Some(Ok(response)) => FromFlight::Answer(response),
+            Some(Err(subscriber)) => FromFlight::Full(subscriber),
+            None => FromFlight::Origin,
+        }
+    }
+
+    /// A range request the cache cannot serve, passed to the origin unchanged.
+    async fn range_to_origin(&self, ctx: &Ctx, range: &RangeRequest) -> Response {
+        self.pass_through(&ctx.tenant, range.to_origin_request())
+            .await
     }
 
     fn answered(&self, ctx: &Ctx, status: CacheStatus, bytes: u64, fill_ms: Option<u32>) {
@@ -205,6 +269,11 @@ impl Node {
     }
 
     async fn miss(&self, ctx: Ctx) -> Response {
+        if let Some(range) = &ctx.range
+            && self.inner.too_large.contains(&ctx.key)
+        {
+            return self.range_to_origin(&ctx, range).await;
+        }
         if !self.inner.config.flight.collapse {
             let permit = self.inner.registry.lead_alone(&ctx.key, Priority::User);
             let subscriber = permit.subscribe();
@@ -251,12 +320,34 @@ impl Node {
         match subscriber.head().await {
             HeadOutcome::Head(head) => {
                 let fill_ms = millis(started.elapsed());
+                let subscriber =
+                    match self.range_of_flight(ctx, &head, subscriber, CacheStatus::Miss) {
+                        FromFlight::Full(subscriber) => subscriber,
+                        FromFlight::Answer(response) => {
+                            self.answered(
+                                ctx,
+                                CacheStatus::Miss,
+                                body_len(&response),
+                                Some(fill_ms),
+                            );
+                            return response;
+                        }
+                        FromFlight::Origin => return self.direct(ctx).await,
+                    };
                 let bytes = content_length(&head.headers).unwrap_or(0);
                 self.answered(ctx, CacheStatus::Miss, bytes, Some(fill_ms));
                 flight_response(&head, subscriber, CacheStatus::Miss, ctx.head_only)
             }
             HeadOutcome::Bypass(Some((head, body))) => {
                 let bytes = content_length(&head.headers).unwrap_or(0);
+                if bytes > self.inner.config.cache.max_object_bytes {
+                    self.inner.too_large.remember(&ctx.key);
+                }
+                if ctx.range.is_some() {
+                    // The whole object, too large to share: the range goes to the
+                    // origin instead (dropping `body` closes that fetch).
+                    return self.direct(ctx).await;
+                }
                 self.answered(
                     ctx,
                     CacheStatus::Miss,
@@ -304,6 +395,15 @@ impl Node {
                 }
             }
             Ok(HeadOutcome::Head(head)) => {
+                let status = CacheStatus::Collapsed;
+                let subscriber = match self.range_of_flight(ctx, &head, subscriber, status) {
+                    FromFlight::Full(subscriber) => subscriber,
+                    FromFlight::Answer(response) => {
+                        self.answered(ctx, status, body_len(&response), Some(millis(waited)));
+                        return Some(response);
+                    }
+                    FromFlight::Origin => return Some(self.direct(ctx).await),
+                };
                 let bytes = content_length(&head.headers).unwrap_or(0);
                 self.answered(ctx, CacheStatus::Collapsed, bytes, Some(millis(waited)));
                 Some(flight_response(
@@ -324,8 +424,12 @@ impl Node {
         }
     }
 
-    /// An uncollapsed, uncached GET of the key (hedges and per-user responses).
+    /// An uncollapsed, uncached GET of the key (hedges and per-user responses); a
+    /// range request goes to the origin as the client sent it.
     async fn direct(&self, ctx: &Ctx) -> Response {
+        if let Some(range) = &ctx.range {
+            return self.range_to_origin(ctx, range).await;
+        }
         let started = Instant::now();
         let response = match self.inner.origin.limiter().acquire_user().await {
             Ok(_slot) => self.inner.origin.get(&ctx.tenant, ctx.key.key()).await,
