@@ -31,14 +31,18 @@
 //! - `server`: [`serve_node`] (the proxy listener) and [`serve`] (a router): HTTP/1.1
 //!   + h2c, graceful shutdown.
 //! - `testing` (feature `testing`): a synthetic origin, test clients, a node runner.
+//! - `agent`: the edge agent beside an nginx or Varnish node ([`spawn_agent`]): its
+//!   access log to access events, pre-warm commands to requests to the local cache.
 //!
 //! Modules depend on each other without a cycle, and no production module names
 //! `testing` (checked by `tests/tests/module_graph.rs`, with the other crates). `status`, `config`, `events` and `flight`
 //! depend on no other module; `limits`, `cache`, `metrics`, `origin` and `faults` on
 //! those; `publisher` on `config`, `events`, `metrics`; `proxy` on everything so far
 //! but `publisher`; `server` on `proxy`; `prewarm` on `proxy`, `publisher` and below;
-//! `run` on all but `testing`, which is on top.
+//! `run` on all but `testing`, which is on top; `agent` on `publisher`, `prewarm`,
+//! `limits`, `proxy` (key normalisation) and below, and nothing on it.
 
+mod agent;
 mod cache;
 mod config;
 mod events;
@@ -57,6 +61,10 @@ mod status;
 #[cfg(feature = "testing")]
 pub mod testing;
 
+pub use agent::{
+    AgentConfig, AgentError, AgentHandle, AgentMetrics, AgentTenant, FollowStats, Line, LineMapper,
+    LogFollower, LogFormat, MalformedLine, Position, SkipReason, WarmConfig, spawn_agent,
+};
 pub use cache::{Entry, L1Cache, Lookup, Storability, classify, origin_age, xfetch_due};
 pub use config::{
     CacheConfig, Config, ConfigError, FlightConfig, KafkaConfig, OffsetReset, OriginConfig,
@@ -70,7 +78,7 @@ pub use limits::{FillClass, FillLimiter, FillSlot, retry_after_secs};
 pub use metrics::Metrics;
 pub use models::Priority;
 pub use origin::{OriginClient, Tenant};
-pub use prewarm::{PrewarmConsumer, handle_prewarm};
+pub use prewarm::{PrewarmConsumer, check_prewarm, handle_prewarm};
 pub use proxy::{Node, PrewarmError, PrewarmOutcome, admin_app, app, normalise_key};
 pub use publisher::EventPublisher;
 pub use run::{NodeHandle, NodeOptions, StartError, spawn_node, spawn_node_with};
