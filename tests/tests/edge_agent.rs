@@ -3,7 +3,8 @@
 //! broker: user traffic reaches `edge-events` with each request's outcome; a pre-warm
 //! command makes exactly one origin fill through the real cache and the next user
 //! request is a hit; a rename rotation mid-run loses no line; forged, expired,
-//! foreign and unknown-tenant commands reach no origin.
+//! foreign and unknown-tenant commands reach no origin; a restarted agent resumes at
+//! its saved read position.
 //!
 //! nginx, varnishd and varnishncsa must be installed (`scripts/install-deps`): a test
 //! without them fails, it is never skipped. Servers run as child processes on
@@ -540,9 +541,21 @@ async fn edge_feeds_pulse_and_takes_prewarms(kind: &str) {
     )
     .await;
 
-    // Nothing twice, nothing unexpected: every event is one of the requests above.
+    // A graceful stop saves the read position; a restart resumes there: the next
+    // request is the only line it publishes.
     let position = agent.shutdown().await;
     assert!(position.offset > 0);
+    let agent = start_agent(dir.path(), &edge, &kafka, &events_topic, &prewarm_topic).await;
+    get(HOST, "/after-restart".into()).await;
+    assert_eq!(events.wait_for("/after-restart", 1).await, [Outcome::Miss]);
+    assert_eq!(
+        agent.agent_metrics().events_queued.get(),
+        1,
+        "the restarted agent read only the new line"
+    );
+    agent.shutdown().await;
+
+    // Nothing twice, nothing unexpected: every event is one of the requests above.
     let mut per_key: BTreeMap<String, usize> = BTreeMap::new();
     for event in events.all() {
         assert_eq!(event.tenant.as_str(), TENANT);
@@ -553,6 +566,7 @@ async fn edge_feeds_pulse_and_takes_prewarms(kind: &str) {
     expected.insert("/a".into(), 2);
     expected.insert("/b?a=2&z=1".into(), 1);
     expected.insert("/warm".into(), 2);
+    expected.insert("/after-restart".into(), 1);
     for i in 0..20 {
         expected.insert(format!("/r/{i}"), 1);
     }

@@ -31,6 +31,7 @@ use serde::Deserialize;
 /// The log format the agent follows.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, serde::Serialize, clap::ValueEnum)]
 #[serde(rename_all = "snake_case")]
+#[value(rename_all = "snake_case")]
 pub enum LogFormat {
     /// nginx `log_format edge_pulse escape=json` (`deploy/nginx/edge.conf`).
     NginxJson,

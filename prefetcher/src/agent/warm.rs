@@ -370,6 +370,82 @@ mod tests {
         encode(&command)
     }
 
+    /// A local cache that records what it was asked and answers `status`.
+    async fn cache_answering(
+        status: u16,
+    ) -> (String, Arc<std::sync::Mutex<Vec<(String, String, String)>>>) {
+        let seen = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let record = Arc::clone(&seen);
+        let app = axum::Router::new().fallback(move |request: axum::extract::Request| {
+            let record = Arc::clone(&record);
+            async move {
+                let header = |name: &str| {
+                    request
+                        .headers()
+                        .get(name)
+                        .and_then(|v| v.to_str().ok())
+                        .unwrap_or("")
+                        .to_owned()
+                };
+                record.lock().unwrap().push((
+                    request.uri().to_string(),
+                    header("host"),
+                    header("x-edge-pulse-prewarm"),
+                ));
+                http::StatusCode::from_u16(status).unwrap()
+            }
+        });
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}", listener.local_addr().unwrap());
+        tokio::spawn(async move { axum::serve(listener, app).await });
+        (url, seen)
+    }
+
+    fn warmer(cache_url: String) -> (Warmer, Arc<AgentMetrics>) {
+        let mut config = config();
+        config.cache_url = cache_url;
+        let agent = Arc::new(AgentMetrics::new());
+        let warmer = Warmer::new(&config, Arc::clone(&agent), Arc::new(Metrics::new()));
+        (warmer, agent)
+    }
+
+    #[tokio::test]
+    async fn a_pre_warm_asks_the_local_cache_with_the_tenants_host_and_the_marker() {
+        let (url, seen) = cache_answering(200).await;
+        let (warmer, agent) = warmer(url);
+        let request = WarmRequest {
+            host: "acme.example".into(),
+            key: CacheKey::new("/a?b=1").unwrap(),
+        };
+        assert!(warmer.warm(request).await);
+        assert_eq!(
+            *seen.lock().unwrap(),
+            [(
+                "/a?b=1".to_owned(),
+                "acme.example".to_owned(),
+                "1".to_owned()
+            )]
+        );
+        assert_eq!(agent.warms_ok.get(), 1);
+        assert_eq!(warmer.limit(), 8, "a healthy node keeps the limit");
+    }
+
+    #[tokio::test]
+    async fn a_failing_node_shrinks_the_limit_of_concurrent_pre_warms() {
+        let (url, _) = cache_answering(503).await;
+        let (warmer, agent) = warmer(url);
+        let before = warmer.limit();
+        for _ in 0..3 {
+            let request = WarmRequest {
+                host: "acme.example".into(),
+                key: CacheKey::new("/a").unwrap(),
+            };
+            assert!(!warmer.warm(request).await);
+        }
+        assert_eq!(agent.warms_failed.get(), 3);
+        assert!(warmer.limit() < before, "{} < {before}", warmer.limit());
+    }
+
     #[test]
     fn a_good_command_becomes_a_request_with_the_tenants_host_and_a_sorted_key() {
         let targets = WarmTargets::new(&config());
