@@ -2,9 +2,9 @@
 //! configs (`prefetcher/deploy/`) in front of a counting synthetic origin, and a real
 //! broker: user traffic reaches `edge-events` with each request's outcome; a pre-warm
 //! command makes exactly one origin fill through the real cache and the next user
-//! request is a hit; a rename rotation mid-run loses no line; forged, expired,
-//! foreign and unknown-tenant commands reach no origin; a restarted agent resumes at
-//! its saved read position.
+//! request is a hit; a rename rotation and a copy-truncate mid-run lose no line;
+//! forged, expired, foreign and unknown-tenant commands reach no origin; a restarted
+//! agent resumes at its saved read position.
 //!
 //! nginx, varnishd and varnishncsa must be installed (`scripts/install-deps`): a test
 //! without them fails, it is never skipped. Servers run as child processes on
@@ -186,6 +186,18 @@ impl Edge {
         std::fs::rename(&self.log, self.log.with_extension("json.1")).unwrap();
         self.logger().signal(self.reopen_signal);
     }
+
+    /// Copies the log away and truncates it in place (logrotate's `copytruncate`):
+    /// the writer keeps its file, appending from 0 again.
+    fn copy_truncate(&self) {
+        std::fs::copy(&self.log, self.log.with_extension("json.2")).unwrap();
+        std::fs::OpenOptions::new()
+            .write(true)
+            .open(&self.log)
+            .unwrap()
+            .set_len(0)
+            .unwrap();
+    }
 }
 
 async fn start_nginx(dir: &Path, origin: SocketAddr) -> Edge {
@@ -264,7 +276,8 @@ async fn start_varnish(dir: &Path, origin: SocketAddr) -> Edge {
         dir,
     );
     wait_for_port(port, "varnishd").await;
-    // Daemon mode (-D): only then does varnishncsa reopen its file on SIGHUP.
+    // Daemon mode (-D): only then does varnishncsa reopen its file on SIGHUP; append
+    // (-a), so a copy-truncate leaves no hole where it wrote before.
     let pid_file = dir.join("varnishncsa.pid");
     let ncsa = Running::daemon(
         "varnishncsa",
@@ -274,6 +287,7 @@ async fn start_varnish(dir: &Path, origin: SocketAddr) -> Edge {
             .arg("-D")
             .arg("-P")
             .arg(&pid_file)
+            .arg("-a")
             .arg("-j")
             .arg("-f")
             .arg(deploy("varnish/varnishncsa.format"))
@@ -541,6 +555,24 @@ async fn edge_feeds_pulse_and_takes_prewarms(kind: &str) {
     )
     .await;
 
+    // A copy-truncate: the agent notices the shorter file and reads it from 0.
+    edge.copy_truncate();
+    wait_until(
+        || agent.agent_metrics().truncations.get() >= 1,
+        "the agent to notice the truncation",
+    )
+    .await;
+    for i in 0..5 {
+        get(HOST, format!("/t/{i}")).await;
+    }
+    for i in 0..5 {
+        assert_eq!(
+            events.wait_for(&format!("/t/{i}"), 1).await,
+            [Outcome::Miss],
+            "/t/{i}"
+        );
+    }
+
     // A graceful stop saves the read position; a restart resumes there: the next
     // request is the only line it publishes.
     let position = agent.shutdown().await;
@@ -569,6 +601,9 @@ async fn edge_feeds_pulse_and_takes_prewarms(kind: &str) {
     expected.insert("/after-restart".into(), 1);
     for i in 0..20 {
         expected.insert(format!("/r/{i}"), 1);
+    }
+    for i in 0..5 {
+        expected.insert(format!("/t/{i}"), 1);
     }
     assert_eq!(per_key, expected);
     drop(edge);

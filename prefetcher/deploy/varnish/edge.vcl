@@ -2,9 +2,10 @@
 # edge agent (`edge-agent --log-format varnishncsa_json`), and which takes the agent's
 # pre-warm requests. Run with
 #   varnishd -f /etc/varnish/edge.vcl -a 127.0.0.1:8082 ...
-#   varnishncsa -D -P /run/varnishncsa-edge.pid -j -f /etc/varnish/varnishncsa.format \
+#   varnishncsa -D -P /run/varnishncsa-edge.pid -a -j -f /etc/varnish/varnishncsa.format \
 #       -w /var/log/varnish/edge-pulse.json
-# (-D: only a daemonised varnishncsa reopens its file on SIGHUP, for log rotation).
+# (-D: only a daemonised varnishncsa reopens its file on SIGHUP, for rename rotation;
+# -a: it appends, so a copy-truncate leaves no hole where it wrote before).
 # Change the backend marked "site:".
 #
 # Request collapsing is Varnish's waiting list, on by default: concurrent misses of
