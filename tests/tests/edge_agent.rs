@@ -573,6 +573,26 @@ async fn edge_feeds_pulse_and_takes_prewarms(kind: &str) {
         );
     }
 
+    // The admin listener: both registries, and health.
+    let admin = agent.admin_addr().expect("admin listener");
+    let metrics_text = client.get(admin, "localhost", "/metrics").await.unwrap();
+    let metrics_text = String::from_utf8_lossy(metrics_text.body.as_ref().unwrap()).into_owned();
+    for series in [
+        "prefetcher_events_published_total",
+        "prefetcher_prefetches_rejected_total{reason=\"unknown_tenant\"} 1",
+        "edge_agent_lines_read_total",
+        "edge_agent_lines_skipped_total{reason=\"unknown_host\"}",
+        "edge_agent_truncations_total 1",
+    ] {
+        assert!(
+            metrics_text.contains(series),
+            "/metrics lacks {series}:\n{metrics_text}"
+        );
+    }
+    assert_eq!(metrics_text.matches("# EOF").count(), 1, "one exposition");
+    let health = client.get(admin, "localhost", "/healthz").await.unwrap();
+    assert_eq!(health.status, 200);
+
     // A graceful stop saves the read position; a restart resumes there: the next
     // request is the only line it publishes.
     let position = agent.shutdown().await;
