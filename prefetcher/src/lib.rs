@@ -35,14 +35,18 @@
 //!   TLS) and [`serve`] (a router): HTTP/1.1 + h2c (h2 by ALPN over TLS), graceful
 //!   shutdown.
 //! - `testing` (feature `testing`): a synthetic origin, test clients, a node runner.
+//! - `agent`: the edge agent beside an nginx or Varnish node ([`spawn_agent`]): its
+//!   access log to access events, pre-warm commands to requests to the local cache.
 //!
 //! Modules depend on each other without a cycle, and no production module names
 //! `testing` (checked by `tests/tests/module_graph.rs`). `status`, `config`, `events` and `flight`
 //! depend on no other module; `tls` on `config`; `limits`, `cache`, `metrics`,
 //! `origin` and `faults` on those; `publisher` on `config`, `events`, `metrics`; `proxy` on everything so far
 //! but `publisher`; `server` on `proxy`; `prewarm` on `proxy`, `publisher` and below;
-//! `run` on all but `testing`, which is on top.
+//! `run` on all but `testing`, which is on top; `agent` on `publisher`, `prewarm`,
+//! `limits`, `proxy` (key normalisation) and below, and nothing on it.
 
+mod agent;
 mod cache;
 mod config;
 mod events;
@@ -62,6 +66,10 @@ mod status;
 pub mod testing;
 mod tls;
 
+pub use agent::{
+    AgentConfig, AgentError, AgentHandle, AgentMetrics, AgentTenant, FollowStats, Line, LineMapper,
+    LogFollower, LogFormat, MalformedLine, Position, SkipReason, WarmConfig, spawn_agent,
+};
 pub use cache::{Entry, L1Cache, Lookup, Storability, classify, origin_age, xfetch_due};
 pub use config::{
     CacheConfig, Config, ConfigError, FlightConfig, KafkaConfig, OffsetReset, OriginConfig,
@@ -75,7 +83,7 @@ pub use limits::{FillClass, FillLimiter, FillSlot, retry_after_secs};
 pub use metrics::Metrics;
 pub use models::Priority;
 pub use origin::{OriginClient, Tenant};
-pub use prewarm::{PrewarmConsumer, handle_prewarm};
+pub use prewarm::{PrewarmConsumer, check_prewarm, handle_prewarm};
 pub use proxy::{Node, PrewarmError, PrewarmOutcome, admin_app, app, normalise_key};
 pub use publisher::EventPublisher;
 pub use run::{NodeHandle, NodeOptions, StartError, spawn_node, spawn_node_with};

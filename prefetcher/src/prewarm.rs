@@ -35,8 +35,8 @@ use crate::proxy::{Node, PrewarmOutcome};
 use crate::publisher::client_config;
 use crate::status::RejectReason;
 
-/// Logs rebalances and commits.
-struct LoggingContext;
+/// Logs rebalances and commits (the edge agent's pre-warm consumer uses it too).
+pub(crate) struct LoggingContext;
 
 impl ClientContext for LoggingContext {}
 
@@ -65,6 +65,19 @@ pub fn handle_prewarm(
     payload: Option<&[u8]>,
     now_ms: u64,
 ) -> Result<PrewarmOutcome, RejectReason> {
+    let command = check_prewarm(region, payload, now_ms)?;
+    node.prewarm(&command.tenant, command.key)
+        .map_err(|e| e.reason())
+}
+
+/// Checks 1 to 3 of the list above (codec, `expired`, `other_region`) on one message
+/// payload for a node in `region`: every consumer of `prewarm` (the node's, the edge
+/// agent's) runs these same checks, then its own `unknown_tenant` lookup.
+pub fn check_prewarm(
+    region: &RegionId,
+    payload: Option<&[u8]>,
+    now_ms: u64,
+) -> Result<PrewarmCommand, RejectReason> {
     let command: PrewarmCommand =
         decode(payload.unwrap_or_default()).map_err(|e| RejectReason::from(&e))?;
     if command.is_expired(now_ms) {
@@ -73,8 +86,7 @@ pub fn handle_prewarm(
     if !command.regions.includes(region) {
         return Err(RejectReason::OtherRegion);
     }
-    node.prewarm(&command.tenant, command.key)
-        .map_err(|e| e.reason())
+    Ok(command)
 }
 
 /// A node's pre-warm consumer.

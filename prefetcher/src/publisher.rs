@@ -80,12 +80,23 @@ impl EventPublisher {
     /// A publisher for a validated `config` with Kafka on (`region` and `node` set),
     /// counting into `metrics`. It creates the producer; nothing is sent yet.
     pub fn new(config: &Config, metrics: &Metrics) -> Result<EventPublisher, KafkaError> {
-        let kafka = &config.kafka;
         let (Some(region), Some(node)) = (config.region.clone(), config.node.clone()) else {
             return Err(KafkaError::ClientCreation(
                 "the event publisher needs `region` and `node` in the config".into(),
             ));
         };
+        EventPublisher::with_ids(&config.kafka, region, node, metrics)
+    }
+
+    /// A publisher from the narrower parts [`EventPublisher::new`] reads from a node's
+    /// config: the Kafka settings and the ids events are stamped with (the edge agent
+    /// has no node config).
+    pub fn with_ids(
+        kafka: &KafkaConfig,
+        region: RegionId,
+        node: NodeId,
+        metrics: &Metrics,
+    ) -> Result<EventPublisher, KafkaError> {
         let context = DeliveryCounter {
             published: metrics.events_published.clone(),
             dropped: metrics.events_dropped.clone(),
