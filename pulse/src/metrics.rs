@@ -258,7 +258,9 @@ mod tests {
                 "invalid_field",
                 "unsupported_version",
                 "too_old",
-                "tenant_limit"
+                "from_future",
+                "unknown_tenant",
+                "memory_budget"
             ]
         );
         for reason in rejects {
