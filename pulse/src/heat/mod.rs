@@ -120,6 +120,10 @@ pub struct ConfigError {
     pub reason: String,
 }
 
+/// Seconds of event time between full recounts of the memory estimate (each new
+/// tenant and each promotion raise it at once; trackers grow in between).
+const RECOUNT_EVERY_S: u64 = 10;
+
 /// Most summaries of evicted tenants kept (the oldest go first).
 pub const MAX_EVICTED_SUMMARIES: usize = 10_000;
 
@@ -526,6 +530,7 @@ impl HeatMap {
             .filter(|(_, t)| t.last_event_ms.saturating_add(IDLE_EVICT_MS) <= now_ms)
             .map(|(name, _)| name.clone())
             .collect();
+        let evicted_any = !idle.is_empty();
         for name in idle {
             let Some(tenant) = self.tenants.remove(&name) else {
                 continue;
@@ -541,6 +546,9 @@ impl HeatMap {
                 );
             }
         }
+        if evicted_any || self.maintained_s % RECOUNT_EVERY_S == 0 {
+            self.bytes = self.reserved_bytes();
+        }
         if self.evicted.len() > MAX_EVICTED_SUMMARIES {
             let mut oldest: Vec<(u64, String)> = self
                 .evicted
@@ -553,7 +561,6 @@ impl HeatMap {
                 self.evicted.remove(&name);
             }
         }
-        self.bytes = self.reserved_bytes();
     }
 
     /// What the budget is checked against: [`HeatMap::memory_bytes`] with the shared

@@ -100,21 +100,19 @@ impl Ring {
                     }
                     (None, sketch) => *sketch = None,
                 }
-                // Full trackers are kept and cleared (their allocation is reused every
-                // second); small ones are dropped, so an idle bucket holds nothing.
+                // A tracker of the ring's kind is kept and cleared (its allocation is
+                // reused every second); one of the other kind (the tenant was promoted
+                // or demoted) is dropped and made again on first use.
+                let keep = |t: &Tracker| t.is_small() != full_tops;
                 match &mut bucket.top {
-                    Some(top) if full_tops && !top.is_small() => top.clear(),
+                    Some(top) if keep(top) => top.clear(),
                     top => *top = None,
                 }
-                if full_tops {
-                    for top in bucket.region_tops.iter_mut() {
-                        match top {
-                            Some(t) if !t.is_small() => t.clear(),
-                            t => *t = None,
-                        }
+                for top in bucket.region_tops.iter_mut() {
+                    match top {
+                        Some(t) if keep(t) => t.clear(),
+                        t => *t = None,
                     }
-                } else {
-                    bucket.region_tops = Vec::new();
                 }
             }
         }

@@ -21,6 +21,10 @@ pub(super) const REGION_TOP_SKETCH: (usize, usize) = (64, 2);
 /// truth and the top keys of a skewed stream stay in).
 pub(super) const SMALL_TOP_K: usize = 8;
 
+/// Bytes a tracked key is assumed to hold (its `Arc<String>`): the memory estimate
+/// does not walk every tracker's keys.
+const ASSUMED_KEY_BYTES: usize = 48;
+
 pub(super) fn new_top(k: usize, dims: (usize, usize)) -> Tracker {
     Tracker::new(k, dims)
 }
@@ -105,17 +109,17 @@ impl Tracker {
         }
     }
 
-    /// Approximate bytes held (for the memory budget).
+    /// Approximate bytes held (for the memory budget), without walking the entries:
+    /// a full tracker is counted as if full, keys at [`ASSUMED_KEY_BYTES`].
     pub(super) fn bytes(&self) -> usize {
-        let keys: usize = self.iter().map(|(k, _)| 48 + k.key.capacity()).sum();
+        let entry = 64 + ASSUMED_KEY_BYTES;
         match &self.top {
             Kind::Full(_) => {
                 std::mem::size_of::<Top<TopKey, usize>>()
                     + self.dims.0 * self.dims.1 * std::mem::size_of::<usize>()
-                    + self.k * 64
-                    + keys
+                    + self.k * entry
             }
-            Kind::Small(list) => list.capacity() * std::mem::size_of::<(TopKey, usize)>() + keys,
+            Kind::Small(list) => list.capacity() * (std::mem::size_of::<(TopKey, usize)>() + entry),
         }
     }
 }
