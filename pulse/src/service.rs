@@ -598,3 +598,59 @@ pub async fn shutdown_signal() {
         () = term => {}
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn with_checkpoint(path: &std::path::Path) -> PulseConfig {
+        PulseConfig {
+            checkpoint: Some(path.to_owned()),
+            ..PulseConfig::default()
+        }
+    }
+
+    /// A checkpoint of an older format (version 3, before the shared sketch) or of
+    /// garbage: pulse starts with an empty heat map (and a warning), never fails.
+    #[test]
+    fn an_old_or_unreadable_checkpoint_starts_empty() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("pulse.ckpt");
+        for text in [
+            r#"{"version":3,"heat":{"config":{"max_tenants":64},"watermark_ms":5,"tenants":{}}}"#,
+            "{ not json",
+        ] {
+            std::fs::write(&path, text).unwrap();
+            let heat = restore(&with_checkpoint(&path)).expect("an empty heat map");
+            assert_eq!((heat.tenants_len(), heat.now_ms()), (0, 0));
+        }
+    }
+
+    /// The allow-list joins `tenants` and the file's lines (comments and blanks
+    /// skipped); an invalid name in the file is refused naming its line.
+    #[test]
+    fn the_allow_list_joins_the_flag_and_the_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("tenants.txt");
+        std::fs::write(&path, "# customers\nacme\n\nglobex  # since May\n").unwrap();
+        let config = PulseConfig {
+            tenants: vec!["initech".into()],
+            tenants_file: Some(path.clone()),
+            ..PulseConfig::default()
+        };
+        let allowed = allowed_tenants(&config).unwrap().unwrap();
+        let mut names: Vec<&str> = allowed.iter().map(String::as_str).collect();
+        names.sort_unstable();
+        assert_eq!(names, ["acme", "globex", "initech"]);
+        assert!(allowed_tenants(&PulseConfig::default()).unwrap().is_none());
+
+        std::fs::write(&path, "acme\nnot a tenant!\n").unwrap();
+        let error = allowed_tenants(&config).unwrap_err().to_string();
+        assert!(error.contains("line 2"), "{error}");
+        let bad = PulseConfig {
+            tenants: vec!["no spaces allowed".into()],
+            ..PulseConfig::default()
+        };
+        assert_eq!(bad.validate().unwrap_err().field, "tenants");
+    }
+}

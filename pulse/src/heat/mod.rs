@@ -632,6 +632,12 @@ impl HeatMap {
         out
     }
 
+    /// The tenants tracked, unsorted: [`HeatMap::tenants`] without the summaries and
+    /// their error bounds, for callers that visit every tenant often (the predictor).
+    pub fn tenant_ids(&self) -> impl Iterator<Item = &str> {
+        self.tenants.keys().map(String::as_str)
+    }
+
     /// How many tenants are tracked.
     pub fn tenants_len(&self) -> usize {
         self.tenants.len()
