@@ -465,6 +465,11 @@ impl Worker {
                 }
                 self.metrics.sketch_bytes.set(heat.memory_bytes() as i64);
                 self.metrics.tenants.set(heat.tenants_len() as i64);
+                let evicted = heat.evictions();
+                let counted = self.metrics.tenants_evicted.get();
+                if evicted > counted {
+                    self.metrics.tenants_evicted.inc_by(evicted - counted);
+                }
             }
             for reason in refused {
                 self.metrics.reject(reason);

@@ -195,6 +195,7 @@ async fn a_tenant_flood_that_went_quiet_leaves_room_for_a_new_tenant() {
     let (_, body) = get(&app, "/api/tenants").await;
     assert_eq!(body["tenants"].as_array().unwrap().len(), 1, "{body}");
     assert_eq!(body["evicted"].as_array().unwrap().len() as u64, held);
+    assert_eq!(metrics.tenants_evicted.get(), held);
     let (status, _) = get(&app, "/api/heatmap?tenant=flood-0").await;
     assert_eq!(status, StatusCode::NOT_FOUND);
     pulse.shutdown().await;

@@ -365,6 +365,9 @@ pub struct HeatMap {
     evicted: HashMap<String, EvictedTenant>,
     /// The coarse bucket the last eviction pass ran in.
     maintained_s: u64,
+    /// Tenants evicted since this heat map was made (or restored).
+    #[serde(skip)]
+    evictions: u64,
     /// The clock's last reading; `None`: event time is the clock (replays).
     #[serde(skip)]
     clock_ms: Option<u64>,
@@ -401,6 +404,7 @@ impl HeatMap {
             shared,
             evicted: HashMap::new(),
             maintained_s: 0,
+            evictions: 0,
             clock_ms: None,
             allowed: None,
             bytes: 0,
@@ -531,6 +535,7 @@ impl HeatMap {
             .map(|(name, _)| name.clone())
             .collect();
         let evicted_any = !idle.is_empty();
+        self.evictions += idle.len() as u64;
         for name in idle {
             let Some(tenant) = self.tenants.remove(&name) else {
                 continue;
@@ -636,6 +641,11 @@ impl HeatMap {
     /// their error bounds, for callers that visit every tenant often (the predictor).
     pub fn tenant_ids(&self) -> impl Iterator<Item = &str> {
         self.tenants.keys().map(String::as_str)
+    }
+
+    /// Tenants evicted since this heat map was made or restored.
+    pub fn evictions(&self) -> u64 {
+        self.evictions
     }
 
     /// How many tenants are tracked.
