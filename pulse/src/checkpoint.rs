@@ -14,10 +14,11 @@ use serde::{Deserialize, Serialize};
 
 use crate::heat::HeatMap;
 
-/// The checkpoint format this build writes and reads. Version 3: the sketches place
-/// keys by their own row hashes (no longer streaming_algorithms'), so an older
-/// checkpoint would answer wrongly and is refused.
-pub const CHECKPOINT_VERSION: u32 = 3;
+/// The checkpoint format this build writes and reads. Version 4: small tenants share
+/// one sketch, buckets and trackers are made on first use, evicted tenants keep a
+/// summary. An older checkpoint is refused with a [`CheckpointError::Format`] naming
+/// both versions, and `start` then begins empty with a warning.
+pub const CHECKPOINT_VERSION: u32 = 4;
 
 /// Why a checkpoint could not be written or read.
 #[derive(Debug, thiserror::Error)]
@@ -50,6 +51,12 @@ struct CheckpointRef<'a> {
 struct CheckpointOwned {
     version: u32,
     heat: HeatMap,
+}
+
+/// Read first, so an older version is named as such rather than as a shape error.
+#[derive(Deserialize)]
+struct VersionOnly {
+    version: u32,
 }
 
 fn io(path: &Path) -> impl FnOnce(std::io::Error) -> CheckpointError + '_ {
@@ -101,15 +108,28 @@ pub fn load(path: &Path) -> Result<Option<HeatMap>, CheckpointError> {
         path: path.display().to_string(),
         reason,
     };
-    let owned: CheckpointOwned =
-        serde_json::from_reader(BufReader::new(file)).map_err(|e| format(e.to_string()))?;
-    if owned.version != CHECKPOINT_VERSION {
-        return Err(format(format!(
+    match serde_json::from_reader::<_, CheckpointOwned>(BufReader::new(file)) {
+        Ok(owned) if owned.version == CHECKPOINT_VERSION => Ok(Some(owned.heat)),
+        Ok(owned) => Err(format(format!(
             "version {} (this build reads {CHECKPOINT_VERSION})",
             owned.version
-        )));
+        ))),
+        Err(e) => {
+            // An older version has another shape: read the file again for its version
+            // alone (the rest skipped), so the refusal names it.
+            let version = fs::File::open(path).ok().and_then(|f| {
+                serde_json::from_reader::<_, VersionOnly>(BufReader::new(f))
+                    .ok()
+                    .map(|v| v.version)
+            });
+            Err(format(match version {
+                Some(v) if v != CHECKPOINT_VERSION => {
+                    format!("version {v} (this build reads {CHECKPOINT_VERSION})")
+                }
+                _ => e.to_string(),
+            }))
+        }
     }
-    Ok(Some(owned.heat))
 }
 
 #[cfg(test)]
@@ -167,5 +187,23 @@ mod tests {
         assert!(matches!(load(&path), Err(CheckpointError::Format { .. })));
         fs::write(&path, b"{\"version\":99,\"heat\":null}").unwrap();
         assert!(load(&path).is_err());
+    }
+
+    /// A checkpoint of the previous format (version 3: every tenant its own rings, no
+    /// shared sketch) is refused naming both versions, never misread.
+    #[test]
+    fn an_older_version_is_refused_by_name() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("old.ckpt");
+        fs::write(
+            &path,
+            br#"{"version":3,"heat":{"config":{"error":0.005,"confidence":0.99,"top_k":64,"region_top_k":16,"max_tenants":64},"watermark_ms":5,"tenants":{}}}"#,
+        )
+        .unwrap();
+        let error = match load(&path) {
+            Err(e) => e.to_string(),
+            Ok(_) => panic!("a version 3 checkpoint was read"),
+        };
+        assert!(error.contains("version 3 (this build reads 4)"), "{error}");
     }
 }

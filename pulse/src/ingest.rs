@@ -48,6 +48,26 @@ pub trait BatchObserver: Send + 'static {
 /// Most messages applied under one write lock.
 const BATCH: usize = 4_096;
 
+/// Where ingest reads "now" from: the bound on how far ahead of it an event may be
+/// stamped ([`HeatMap::set_clock`]). The wall clock in service; tests may set their own.
+/// Replays and backtests have none: the trace's event time is their clock.
+pub trait Clock: std::fmt::Debug + Send + Sync + 'static {
+    /// Milliseconds since the Unix epoch.
+    fn now_ms(&self) -> u64;
+}
+
+/// The system's wall clock.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct WallClock;
+
+impl Clock for WallClock {
+    fn now_ms(&self) -> u64 {
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_millis() as u64)
+    }
+}
+
 /// Where and how to consume.
 #[derive(Debug, Clone)]
 pub struct IngestConfig {
@@ -66,11 +86,13 @@ pub struct IngestConfig {
     pub checkpoint_interval: Duration,
     /// How often to commit when there is no checkpoint file.
     pub commit_interval: Duration,
+    /// The clock events are checked against (set on the heat map before each batch).
+    pub clock: Arc<dyn Clock>,
 }
 
 impl IngestConfig {
     /// Defaults for `brokers`: topic `edge-events`, group `pulse`, no dead-letter
-    /// topic, no checkpoint, checkpoint every 10 s, commit every 2 s.
+    /// topic, no checkpoint, checkpoint every 10 s, commit every 2 s, the wall clock.
     pub fn new(brokers: impl Into<String>) -> Self {
         IngestConfig {
             brokers: brokers.into(),
@@ -80,6 +102,7 @@ impl IngestConfig {
             checkpoint: None,
             checkpoint_interval: Duration::from_secs(10),
             commit_interval: Duration::from_secs(2),
+            clock: Arc::new(WallClock),
         }
     }
 }
@@ -379,6 +402,7 @@ impl Worker {
             let mut refused = Vec::new();
             {
                 let mut heat = self.heat.write().unwrap_or_else(|e| e.into_inner());
+                heat.set_clock(self.config.clock.now_ms());
                 for event in batch {
                     match heat.apply_ref(event) {
                         Ok(()) => {
@@ -393,6 +417,11 @@ impl Worker {
                 }
                 self.metrics.sketch_bytes.set(heat.memory_bytes() as i64);
                 self.metrics.tenants.set(heat.tenants_len() as i64);
+                let evicted = heat.evictions();
+                let counted = self.metrics.tenants_evicted.get();
+                if evicted > counted {
+                    self.metrics.tenants_evicted.inc_by(evicted - counted);
+                }
             }
             for reason in refused {
                 self.metrics.reject(reason);

@@ -8,9 +8,11 @@
 //!
 //! # Layout
 //! - `service`: the assembly: [`PulseConfig`], [`start`], [`PulseHandle`], [`shutdown_signal`].
-//! - `ingest`: [`Ingest`], the consumer-group member that feeds the heat map and commits.
+//! - `ingest`: [`Ingest`], the consumer-group member that feeds the heat map and commits;
+//!   the [`Clock`] it reads.
+//! - `heat`: [`HeatMap`], Count-Min sketches (own or shared) and Top-K per tenant on event
+//!   time, idle tenants evicted, the clock-skew bound.
 //! - `reject`: [`RejectReason`], why ingest refuses a message (metric and dead-letter label).
-//! - `heat`: [`HeatMap`], per-tenant Count-Min sketches and Top-K on event time.
 //! - `checkpoint`: [`save_checkpoint`] / [`load_checkpoint`], the heat map on disk.
 //! - `predict`: [`Predictor`], [`Features`], the [`ScoringModel`], decisions, retraining.
 //! - `prewarm`: [`PrewarmLoop`], [`PrewarmPublisher`] and the [`Retrainer`] thread.
@@ -52,11 +54,14 @@ pub use checkpoint::{
     CHECKPOINT_VERSION, CheckpointError, load as load_checkpoint, save as save_checkpoint,
 };
 pub use heat::{
-    ApplyError, COARSE_BUCKETS, COARSE_MS, ConfigError, FINE_BUCKETS, FINE_MS, HeatConfig, HeatMap,
-    HotKey, KeyStats, MAX_REGIONS, OutcomeCounts, QueryError, RegionCount, TenantHeat,
-    TenantSummary, Trend, Velocities, Window, WindowStats,
+    ApplyError, COARSE_BUCKETS, COARSE_MS, ConfigError, EvictedTenant, FINE_BUCKETS, FINE_MS,
+    HeatConfig, HeatMap, HotKey, IDLE_EVICT_MS, KeyStats, MAX_EVICTED_SUMMARIES, MAX_REGIONS,
+    OutcomeCounts, QueryError, RegionCount, SketchKind, TenantHeat, TenantSummary, Trend,
+    Velocities, Window, WindowStats,
 };
-pub use ingest::{BatchObserver, Ingest, IngestConfig, IngestError, SharedHeatMap};
+pub use ingest::{
+    BatchObserver, Clock, Ingest, IngestConfig, IngestError, SharedHeatMap, WallClock,
+};
 pub use metrics::{Metrics, ReasonLabel, RouteLabel};
 pub use offline::{
     EventSource, OfflineError, backtest_table, load_events, train_model, train_summary,

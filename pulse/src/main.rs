@@ -150,9 +150,24 @@ struct ServeArgs {
     /// Keys tracked per region per second.
     #[arg(long, env = "PULSE_REGION_TOP_K", default_value_t = HeatConfig::default().region_top_k)]
     region_top_k: usize,
-    /// Tenants tracked; events of further tenants are rejected.
-    #[arg(long, env = "PULSE_MAX_TENANTS", default_value_t = HeatConfig::default().max_tenants)]
-    max_tenants: usize,
+    /// Memory the heat map may hold, MiB; a new tenant past it is rejected.
+    #[arg(long, env = "PULSE_MEMORY_BUDGET_MIB", default_value_t = HeatConfig::default().memory_budget_bytes >> 20)]
+    memory_budget_mib: u64,
+    /// Tenants with fewer events per 60 s share one sketch (0: each its own).
+    #[arg(long, env = "PULSE_SHARED_SKETCH_BELOW", default_value_t = HeatConfig::default().shared_sketch_below)]
+    shared_sketch_below: u64,
+    /// Error of the shared sketch, as a fraction of all small tenants' events.
+    #[arg(long, env = "PULSE_SHARED_SKETCH_ERROR", default_value_t = HeatConfig::default().shared_error)]
+    shared_sketch_error: f64,
+    /// Events stamped further ahead of the wall clock are rejected (`from_future`).
+    #[arg(long, env = "PULSE_MAX_CLOCK_SKEW_MS", default_value_t = HeatConfig::default().max_clock_skew_ms)]
+    max_clock_skew_ms: u64,
+    /// Only these tenants (comma-separated); others are rejected (`unknown_tenant`).
+    #[arg(long, env = "PULSE_TENANTS", value_delimiter = ',')]
+    tenants: Vec<String>,
+    /// A file of allowed tenants, one per line (`#` comments); joins `--tenants`.
+    #[arg(long, env = "PULSE_TENANTS_FILE")]
+    tenants_file: Option<PathBuf>,
     /// Do not predict or send pre-warm commands: heat map and API only.
     #[arg(long, env = "PULSE_NO_PREWARM")]
     no_prewarm: bool,
@@ -204,8 +219,13 @@ impl ServeArgs {
                 confidence: self.sketch_confidence,
                 top_k: self.top_k,
                 region_top_k: self.region_top_k,
-                max_tenants: self.max_tenants,
+                shared_sketch_below: self.shared_sketch_below,
+                shared_error: self.shared_sketch_error,
+                memory_budget_bytes: self.memory_budget_mib.saturating_mul(1 << 20),
+                max_clock_skew_ms: self.max_clock_skew_ms,
             },
+            tenants: self.tenants,
+            tenants_file: self.tenants_file,
             prewarm: !self.no_prewarm,
             prewarm_topic: self.prewarm_topic,
             model: self.model,
@@ -232,7 +252,11 @@ impl ServeArgs {
                 "heat.confidence" => "--sketch-confidence (PULSE_SKETCH_CONFIDENCE)",
                 "heat.top_k" => "--top-k (PULSE_TOP_K)",
                 "heat.region_top_k" => "--region-top-k (PULSE_REGION_TOP_K)",
-                "heat.max_tenants" => "--max-tenants (PULSE_MAX_TENANTS)",
+                "heat.shared_sketch_below" => "--shared-sketch-below (PULSE_SHARED_SKETCH_BELOW)",
+                "heat.shared_error" => "--shared-sketch-error (PULSE_SHARED_SKETCH_ERROR)",
+                "heat.memory_budget_bytes" => "--memory-budget-mib (PULSE_MEMORY_BUDGET_MIB)",
+                "heat.max_clock_skew_ms" => "--max-clock-skew-ms (PULSE_MAX_CLOCK_SKEW_MS)",
+                "tenants" => "--tenants (PULSE_TENANTS)",
                 "threshold" => "--threshold (PULSE_THRESHOLD)",
                 "command_ttl_ms" => "--command-ttl-secs (PULSE_COMMAND_TTL_SECS)",
                 "tenant_rate_per_s" => "--tenant-rate (PULSE_TENANT_RATE)",

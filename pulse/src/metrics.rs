@@ -44,6 +44,8 @@ pub struct Metrics {
     pub sketch_bytes: Gauge,
     /// Tenants tracked.
     pub tenants: Gauge,
+    /// Tenants evicted after a window without events (`pulse_tenants_evicted_total`).
+    pub tenants_evicted: Counter,
     /// Checkpoints written.
     pub checkpoints: Counter,
     /// Offset commits requested.
@@ -86,6 +88,7 @@ impl Metrics {
             consumer_lag: Gauge::default(),
             sketch_bytes: Gauge::default(),
             tenants: Gauge::default(),
+            tenants_evicted: Counter::default(),
             checkpoints: Counter::default(),
             commits: Counter::default(),
             request_seconds: Family::new_with_constructor(|| {
@@ -127,6 +130,11 @@ impl Metrics {
             m.sketch_bytes.clone(),
         );
         registry.register("tenants", "Tenants tracked", m.tenants.clone());
+        registry.register(
+            "tenants_evicted",
+            "Tenants evicted after a window without events",
+            m.tenants_evicted.clone(),
+        );
         registry.register("checkpoints", "Checkpoints written", m.checkpoints.clone());
         registry.register(
             "offset_commits",
@@ -259,7 +267,9 @@ mod tests {
                 "invalid_field",
                 "unsupported_version",
                 "too_old",
-                "tenant_limit"
+                "from_future",
+                "unknown_tenant",
+                "memory_budget"
             ]
         );
         for reason in rejects {

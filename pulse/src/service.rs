@@ -7,7 +7,8 @@
 //! 1. validates the config (the error names the field);
 //! 2. without `brokers`, starts an [`EmbeddedBroker`] and creates the topics on it;
 //! 3. restores the heat map from the checkpoint file, if there is one with the same
-//!    sketch settings;
+//!    sketch settings (an unreadable or older one: a warning, and an empty heat map),
+//!    and sets the tenant allow-list;
 //! 4. with `prewarm` on, loads the model and starts the predictor with its pre-warm
 //!    publisher (run on the ingest thread after each batch) and, with a retrain
 //!    interval, the retrainer;
@@ -30,12 +31,14 @@
 //! # Ok(()) }
 //! ```
 
+use std::collections::HashSet;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
 use axum::Router;
+use models::TenantId;
 use rdkafka::error::KafkaError;
 use serde::{Deserialize, Serialize};
 use tokio::net::TcpListener;
@@ -46,7 +49,7 @@ use crate::api::{AppState, app, require_api_token};
 use crate::broker::{BrokerError, EmbeddedBroker};
 use crate::checkpoint::{self, CheckpointError};
 use crate::heat::{HeatConfig, HeatMap};
-use crate::ingest::{BatchObserver, Ingest, IngestConfig, IngestError, SharedHeatMap};
+use crate::ingest::{BatchObserver, Ingest, IngestConfig, IngestError, SharedHeatMap, WallClock};
 use crate::metrics::Metrics;
 use crate::predict::{
     DecisionPolicy, ModelError, Predictor, PredictorConfig, ScoringModel, default_model,
@@ -78,6 +81,11 @@ pub struct PulseConfig {
     pub dead_letter_topic: Option<String>,
     /// Sketch sizes and limits.
     pub heat: HeatConfig,
+    /// Tenants allowed (with those of `tenants_file`); both empty: every tenant.
+    /// Events of others are rejected (`unknown_tenant`).
+    pub tenants: Vec<String>,
+    /// A file of allowed tenants, one per line; blank lines and `#` comments skipped.
+    pub tenants_file: Option<PathBuf>,
     /// Predict and send pre-warm commands; off: heat map and API only.
     pub prewarm: bool,
     /// The topic pre-warm commands go to.
@@ -115,6 +123,8 @@ impl Default for PulseConfig {
             commit_interval_secs: 2,
             dead_letter_topic: None,
             heat: HeatConfig::default(),
+            tenants: Vec::new(),
+            tenants_file: None,
             prewarm: true,
             prewarm_topic: PREWARM_TOPIC.to_owned(),
             model: None,
@@ -184,9 +194,19 @@ impl PulseConfig {
                 "confidence" => "heat.confidence",
                 "top_k" => "heat.top_k",
                 "region_top_k" => "heat.region_top_k",
-                _ => "heat.max_tenants",
+                "shared_sketch_below" => "heat.shared_sketch_below",
+                "shared_error" => "heat.shared_error",
+                "max_clock_skew_ms" => "heat.max_clock_skew_ms",
+                _ => "heat.memory_budget_bytes",
             };
             return refuse(field, e.reason);
+        }
+        if let Some(bad) = self
+            .tenants
+            .iter()
+            .find(|t| TenantId::new(t.as_str()).is_err())
+        {
+            return refuse("tenants", format!("{bad:?} is not a valid tenant id"));
         }
         if !(0.0..=1.0).contains(&self.threshold) {
             return refuse("threshold", format!("{} is outside [0, 1]", self.threshold));
@@ -231,9 +251,17 @@ pub enum StartError {
     /// The embedded broker could not start or create a topic.
     #[error(transparent)]
     Broker(#[from] BrokerError),
-    /// The checkpoint file exists but cannot be read.
+    /// The checkpoint file exists but the file system refuses to read it.
     #[error("checkpoint: {0}")]
     Checkpoint(#[from] CheckpointError),
+    /// The tenants file cannot be read or names an invalid tenant.
+    #[error("tenants_file: {path}: {reason}")]
+    TenantsFile {
+        /// The file.
+        path: PathBuf,
+        /// What is wrong with it.
+        reason: String,
+    },
     /// The model file cannot be read.
     #[error("model: {path}: {source}")]
     ModelFile {
@@ -302,7 +330,13 @@ pub async fn start(config: PulseConfig) -> Result<PulseHandle, StartError> {
         }
     };
 
-    let heat = Arc::new(RwLock::new(restore(&config)?));
+    let mut restored = restore(&config)?;
+    let allowed = allowed_tenants(&config)?;
+    if let Some(allowed) = &allowed {
+        tracing::info!(tenants = allowed.len(), "tenant allow-list on");
+    }
+    restored.set_allowed_tenants(allowed);
+    let heat = Arc::new(RwLock::new(restored));
     let metrics = Arc::new(Metrics::new());
     // Prediction runs on the ingest thread after each batch; the retrainer beside it.
     let mut observer: Option<Box<dyn BatchObserver>> = None;
@@ -344,6 +378,7 @@ pub async fn start(config: PulseConfig) -> Result<PulseHandle, StartError> {
             checkpoint: config.checkpoint.clone(),
             checkpoint_interval: Duration::from_secs(config.checkpoint_interval_secs),
             commit_interval: Duration::from_secs(config.commit_interval_secs),
+            clock: Arc::new(WallClock),
         },
         heat.clone(),
         metrics.clone(),
@@ -393,23 +428,59 @@ pub async fn start(config: PulseConfig) -> Result<PulseHandle, StartError> {
     })
 }
 
-/// The heat map from the checkpoint when it has the configured sketch settings; an
-/// empty one otherwise.
+/// The heat map from the checkpoint when it has the configured sketch settings (the
+/// configured limits apply to it); an empty one, with a warning, when the checkpoint
+/// has other settings or a format this build does not read (an older version). Only
+/// a file the file system refuses to read stops the start.
 fn restore(config: &PulseConfig) -> Result<HeatMap, StartError> {
     let Some(path) = &config.checkpoint else {
         return Ok(HeatMap::new(config.heat.clone()));
     };
-    Ok(match checkpoint::load(path)? {
-        Some(heat) if *heat.config() == config.heat => {
-            tracing::info!(path = %path.display(), tenants = heat.tenants_len(), "restored checkpoint");
-            heat
+    let loaded = match checkpoint::load(path) {
+        Ok(loaded) => loaded,
+        Err(e @ CheckpointError::Format { .. }) => {
+            tracing::warn!(error = %e, "checkpoint not restored; starting empty (it is replaced at the next checkpoint)");
+            None
         }
-        Some(_) => {
-            tracing::warn!(path = %path.display(), "checkpoint has other sketch settings; starting empty");
-            HeatMap::new(config.heat.clone())
+        Err(e) => return Err(e.into()),
+    };
+    Ok(match loaded {
+        Some(mut heat) => {
+            if heat.adopt_limits(&config.heat) {
+                tracing::info!(path = %path.display(), tenants = heat.tenants_len(), "restored checkpoint");
+                heat
+            } else {
+                tracing::warn!(path = %path.display(), "checkpoint has other sketch settings; starting empty");
+                HeatMap::new(config.heat.clone())
+            }
         }
         None => HeatMap::new(config.heat.clone()),
     })
+}
+
+/// The allow-list: `tenants` and the lines of `tenants_file`; `None` when both are
+/// empty (every tenant allowed).
+fn allowed_tenants(config: &PulseConfig) -> Result<Option<HashSet<String>>, StartError> {
+    let mut allowed: HashSet<String> = config.tenants.iter().cloned().collect();
+    if let Some(path) = &config.tenants_file {
+        let bad = |reason: String| StartError::TenantsFile {
+            path: path.clone(),
+            reason,
+        };
+        let text = std::fs::read_to_string(path).map_err(|e| bad(e.to_string()))?;
+        for (n, line) in text.lines().enumerate() {
+            let line = line.split('#').next().unwrap_or_default().trim();
+            if line.is_empty() {
+                continue;
+            }
+            TenantId::new(line).map_err(|e| bad(format!("line {}: {line:?}: {e}", n + 1)))?;
+            allowed.insert(line.to_owned());
+        }
+        if allowed.is_empty() {
+            return Err(bad("names no tenant".to_owned()));
+        }
+    }
+    Ok((!allowed.is_empty()).then_some(allowed))
 }
 
 fn load_model(config: &PulseConfig) -> Result<ScoringModel, StartError> {
@@ -525,5 +596,61 @@ pub async fn shutdown_signal() {
     tokio::select! {
         () = ctrl_c => {}
         () = term => {}
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn with_checkpoint(path: &std::path::Path) -> PulseConfig {
+        PulseConfig {
+            checkpoint: Some(path.to_owned()),
+            ..PulseConfig::default()
+        }
+    }
+
+    /// A checkpoint of an older format (version 3, before the shared sketch) or of
+    /// garbage: pulse starts with an empty heat map (and a warning), never fails.
+    #[test]
+    fn an_old_or_unreadable_checkpoint_starts_empty() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("pulse.ckpt");
+        for text in [
+            r#"{"version":3,"heat":{"config":{"max_tenants":64},"watermark_ms":5,"tenants":{}}}"#,
+            "{ not json",
+        ] {
+            std::fs::write(&path, text).unwrap();
+            let heat = restore(&with_checkpoint(&path)).expect("an empty heat map");
+            assert_eq!((heat.tenants_len(), heat.now_ms()), (0, 0));
+        }
+    }
+
+    /// The allow-list joins `tenants` and the file's lines (comments and blanks
+    /// skipped); an invalid name in the file is refused naming its line.
+    #[test]
+    fn the_allow_list_joins_the_flag_and_the_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("tenants.txt");
+        std::fs::write(&path, "# customers\nacme\n\nglobex  # since May\n").unwrap();
+        let config = PulseConfig {
+            tenants: vec!["initech".into()],
+            tenants_file: Some(path.clone()),
+            ..PulseConfig::default()
+        };
+        let allowed = allowed_tenants(&config).unwrap().unwrap();
+        let mut names: Vec<&str> = allowed.iter().map(String::as_str).collect();
+        names.sort_unstable();
+        assert_eq!(names, ["acme", "globex", "initech"]);
+        assert!(allowed_tenants(&PulseConfig::default()).unwrap().is_none());
+
+        std::fs::write(&path, "acme\nnot a tenant!\n").unwrap();
+        let error = allowed_tenants(&config).unwrap_err().to_string();
+        assert!(error.contains("line 2"), "{error}");
+        let bad = PulseConfig {
+            tenants: vec!["no spaces allowed".into()],
+            ..PulseConfig::default()
+        };
+        assert_eq!(bad.validate().unwrap_err().field, "tenants");
     }
 }

@@ -31,8 +31,8 @@ use serde::{Deserialize, Serialize};
 use utoipa::{IntoParams, OpenApi, ToSchema};
 
 use crate::heat::{
-    HotKey, KeyStats, OutcomeCounts, QueryError, RegionCount, TenantSummary, Trend, Velocities,
-    Window, WindowStats,
+    EvictedTenant, HotKey, KeyStats, OutcomeCounts, QueryError, RegionCount, SketchKind,
+    TenantSummary, Trend, Velocities, Window, WindowStats,
 };
 use crate::ingest::SharedHeatMap;
 use crate::metrics::{Metrics, RouteLabel};
@@ -156,14 +156,23 @@ fn count_param(
 pub struct TenantsResponse {
     /// The watermark: newest event time applied, ms since the Unix epoch.
     pub now_ms: u64,
-    /// Additive error of an estimate, as a fraction of the window's events.
+    /// Additive error of an estimate from a tenant's own sketches, as a fraction of
+    /// the tenant's events in the window.
     pub error_bound: f64,
+    /// Additive error of an estimate from the shared sketch, as a fraction of the
+    /// events of *every* tenant in it in the window.
+    pub shared_error_bound: f64,
     /// Probability that an estimate exceeds the error bound.
     pub failure_probability: f64,
-    /// Approximate bytes held by all tenants' sketches.
+    /// Approximate bytes held by the sketches, trackers and keys.
     pub memory_bytes: u64,
-    /// Tenants, by name.
+    /// The limit on `memory_bytes`: a new tenant past it is rejected.
+    pub memory_budget_bytes: u64,
+    /// Tenants, by name, each with its own error bound.
     pub tenants: Vec<TenantSummary>,
+    /// Tenants evicted after a minute without events, newest first (at most
+    /// 10 000 summaries are kept).
+    pub evicted: Vec<EvictedTenant>,
 }
 
 /// Query of `GET /api/heatmap`.
@@ -193,6 +202,11 @@ pub struct HeatmapResponse {
     pub window: Window,
     /// Event time the window ends at.
     pub now_ms: u64,
+    /// Where the tenant's counts are now: its own sketches or the shared one.
+    pub sketch: SketchKind,
+    /// The additive error bound of each whole-tenant count in the window, in events
+    /// (see `TenantSummary::error_bound_events_60s`).
+    pub error_bound_events: u64,
     /// Hottest first.
     pub keys: Vec<HotKey>,
 }
@@ -237,6 +251,8 @@ pub struct Health {
         HeatmapResponse,
         Health,
         TenantSummary,
+        SketchKind,
+        EvictedTenant,
         HotKey,
         KeyStats,
         WindowStats,
@@ -304,9 +320,12 @@ async fn tenants(State(state): State<AppState>) -> Json<TenantsResponse> {
     Json(TenantsResponse {
         now_ms: heat.now_ms(),
         error_bound: heat.config().error_bound(),
+        shared_error_bound: heat.config().shared_error_bound(),
         failure_probability: heat.config().failure_probability(),
         memory_bytes: heat.memory_bytes() as u64,
+        memory_budget_bytes: heat.config().memory_budget_bytes,
         tenants: heat.tenants(),
+        evicted: heat.evicted(),
     })
 }
 
@@ -343,11 +362,18 @@ async fn heatmap(
     let heat = state.heat.read().unwrap_or_else(|e| e.into_inner());
     let now_ms = q.now_ms.unwrap_or_else(|| heat.now_ms());
     let keys = heat.hot_keys(&tenant, region.as_ref(), window, n, now_ms)?;
+    let error_bound_events = heat.error_bound_events(&tenant, window, now_ms)?;
+    let sketch = match heat.tenant(&tenant) {
+        Some(t) if t.has_own_sketch() => SketchKind::Own,
+        _ => SketchKind::Shared,
+    };
     Ok(Json(HeatmapResponse {
         tenant: tenant.to_string(),
         region: region.map(|r| r.to_string()),
         window,
         now_ms,
+        sketch,
+        error_bound_events,
         keys,
     }))
 }

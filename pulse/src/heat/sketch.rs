@@ -5,6 +5,7 @@
 use models::Outcome;
 use serde::{Deserialize, Serialize};
 
+#[cfg(test)]
 use super::HeatConfig;
 
 /// Counters per cell: one per outcome.
@@ -24,7 +25,7 @@ pub(super) struct Tally {
     pub(super) region_bit: u64,
 }
 
-/// Most rows a sketch may have ([`HeatConfig::validate`] caps the depth at 16).
+/// Most rows a sketch may have ([`super::HeatConfig::validate`] caps the depth at 16).
 const MAX_DEPTH: usize = 16;
 
 /// Where one key lands in a sketch: one cell index per row. Computed once per event
@@ -110,13 +111,29 @@ impl TryFrom<SketchRepr> for Sketch {
 }
 
 impl Sketch {
+    #[cfg(test)]
     pub(super) fn new(config: &HeatConfig) -> Self {
-        let (width, depth) = (config.width(), config.depth().min(MAX_DEPTH));
+        Self::with_dims(config.width(), config.depth())
+    }
+
+    /// An empty sketch of `depth` rows of `width` cells (a power of two).
+    pub(super) fn with_dims(width: usize, depth: usize) -> Self {
+        let depth = depth.clamp(1, MAX_DEPTH);
         Sketch {
             width,
             depth,
             cells: vec![Cell::default(); width * depth],
         }
+    }
+
+    /// (width, depth).
+    pub(super) fn dims(&self) -> (usize, usize) {
+        (self.width, self.depth)
+    }
+
+    /// Bytes of the cells.
+    pub(super) fn bytes(&self) -> usize {
+        self.cells.len() * std::mem::size_of::<Cell>()
     }
 
     pub(super) fn columns(&self, hash: u64) -> Columns {

@@ -1,5 +1,8 @@
 //! One tenant's state: its regions, its fine and coarse rings, and the queries
 //! answered from them (window sums, acceleration, hot keys, candidates).
+//!
+//! A tenant's counts are in its own sketches or in the heat map's [`SharedSketch`],
+//! bucket by bucket (see `rings`): a query reads each bucket where it was written.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -7,13 +10,74 @@ use std::sync::Arc;
 use models::{AccessEventRef, CacheKey, RegionId, TenantId};
 use serde::{Deserialize, Serialize};
 
-use super::rings::Ring;
-use super::sketch::{OUTCOMES, Tally, key_hash, outcome_index};
-use super::top::{REGION_TOP_SKETCH, TopKey, new_top};
+use super::rings::{Bucket, Ring};
+use super::sketch::{Cell, Columns, OUTCOMES, Tally, key_hash, outcome_index};
+use super::top::{REGION_TOP_SKETCH, TopKey, new_small_top, new_top};
 use super::{
     ApplyError, COARSE_BUCKETS, COARSE_MS, FINE_BUCKETS, FINE_MS, HeatConfig, HotKey, KeyStats,
     MAX_REGIONS, OutcomeCounts, RegionCount, Trend, Velocities, Window, WindowStats,
 };
+
+/// The sketch small tenants share: one fine and one coarse ring of sketches keyed by
+/// (tenant, key), without trackers (each tenant keeps its own small ones).
+#[derive(Clone, Serialize, Deserialize)]
+pub(super) struct SharedSketch {
+    pub(super) fine: Ring,
+    pub(super) coarse: Ring,
+}
+
+impl SharedSketch {
+    pub(super) fn new(config: &HeatConfig) -> Self {
+        let dims = Some((config.shared_width(), config.depth()));
+        SharedSketch {
+            fine: Ring::new(FINE_MS, FINE_BUCKETS, dims, false),
+            coarse: Ring::new(COARSE_MS, COARSE_BUCKETS, dims, false),
+        }
+    }
+
+    pub(super) fn bytes(&self) -> usize {
+        self.fine.bytes() + self.coarse.bytes()
+    }
+}
+
+/// Where a key of a tenant lands in the shared sketch: the key hash mixed with the
+/// tenant's, so equal keys of two tenants are different counters.
+fn shared_hash(tenant_hash: u64, hash: u64) -> u64 {
+    hash ^ tenant_hash
+        .rotate_left(29)
+        .wrapping_mul(0x9e37_79b9_7f4a_7c15)
+}
+
+/// One event's columns, computed at most once per sketch shape (the own fine and
+/// coarse sketches share one, the shared ones another).
+struct EventColumns {
+    hash: u64,
+    shared_hash: u64,
+    own: Option<((usize, usize), Columns)>,
+    shared: Option<((usize, usize), Columns)>,
+}
+
+impl EventColumns {
+    fn push(&mut self, bucket: &mut Bucket, shared: Option<&mut Bucket>, tally: &Tally) {
+        bucket.events += 1;
+        let (sketch, hash, cache) = match (&mut bucket.sketch, shared) {
+            (Some(sketch), _) => (sketch, self.hash, &mut self.own),
+            (None, Some(shared)) => match &mut shared.sketch {
+                Some(sketch) => {
+                    shared.events += 1;
+                    (sketch, self.shared_hash, &mut self.shared)
+                }
+                None => return,
+            },
+            (None, None) => return,
+        };
+        let columns = match cache {
+            Some((dims, columns)) if *dims == sketch.dims() => columns,
+            cache => &mut cache.insert((sketch.dims(), sketch.columns(hash))).1,
+        };
+        sketch.push(columns, tally);
+    }
+}
 
 /// One tenant's windows.
 #[derive(Clone, Serialize, Deserialize)]
@@ -23,33 +87,87 @@ pub struct TenantHeat {
     pub(super) last_event_ms: u64,
     pub(super) fine: Ring,
     pub(super) coarse: Ring,
+    /// The tenant name's hash: its keys' place in the shared sketch.
+    pub(super) tenant_hash: u64,
     /// The key text handed to the Top-K trackers, refilled per event (see `apply`).
     #[serde(skip)]
     spare_key: Arc<String>,
 }
 
 impl TenantHeat {
-    pub(super) fn new(config: &HeatConfig) -> Self {
+    /// A tenant with its own sketches (`own`) or in the shared one.
+    pub(super) fn new(config: &HeatConfig, tenant: &str, own: bool) -> Self {
+        let dims = own.then(|| (config.width(), config.depth()));
         TenantHeat {
             regions: Vec::new(),
             events: 0,
             last_event_ms: 0,
-            fine: Ring::new(config, FINE_MS, FINE_BUCKETS, false),
-            coarse: Ring::new(config, COARSE_MS, COARSE_BUCKETS, true),
+            fine: Ring::new(FINE_MS, FINE_BUCKETS, dims, own),
+            coarse: Ring::new(COARSE_MS, COARSE_BUCKETS, dims, own),
+            tenant_hash: key_hash(tenant),
             spare_key: Arc::default(),
         }
     }
 
+    /// Whether new buckets get the tenant's own sketches.
+    pub(super) fn is_own(&self) -> bool {
+        self.coarse.has_own_sketch()
+    }
+
+    /// Gives the tenant its own sketches (`own`) or puts it back in the shared one,
+    /// from each bucket's next recycling on.
+    pub(super) fn set_own(&mut self, config: &HeatConfig, own: bool) {
+        let dims = own.then(|| (config.width(), config.depth()));
+        self.fine.set_mode(dims, own);
+        self.coarse.set_mode(dims, own);
+    }
+
+    /// Bytes the tenant holds (the memory budget's view).
+    pub(super) fn bytes(&self) -> usize {
+        std::mem::size_of::<Self>()
+            + self.fine.bytes()
+            + self.coarse.bytes()
+            + self
+                .regions
+                .iter()
+                .map(|r| 24 + r.as_str().len())
+                .sum::<usize>()
+    }
+
+    /// [`TenantHeat::bytes`] with its own sketches counted as if every bucket were in
+    /// use, plus room for its first trackers: what the memory budget reserves.
+    pub(super) fn reserved_bytes(&self, config: &HeatConfig) -> usize {
+        let sketches = self.fine.sketch_bytes() + self.coarse.sketch_bytes();
+        let own = if self.is_own() {
+            config.own_tenant_bytes().saturating_sub(sketches)
+        } else {
+            0
+        };
+        self.bytes() + own + 1_024
+    }
+
+    /// Events of the tenant in the coarse buckets up to and including `last`'s 60.
+    pub(super) fn events_60s(&self, now_ms: u64) -> u64 {
+        let last = now_ms / COARSE_MS;
+        self.coarse
+            .events((last + 1).saturating_sub(COARSE_BUCKETS as u64), last)
+    }
+
+    /// Applies one event; `Ok(true)` when it opened a new coarse bucket of this tenant
+    /// (the heat map then reconsiders the tenant's sketch: once per tenant per second).
     pub(super) fn apply(
         &mut self,
         config: &HeatConfig,
+        shared: &mut SharedSketch,
         event: &AccessEventRef<'_>,
         watermark_ms: u64,
-    ) -> Result<(), ApplyError> {
+    ) -> Result<bool, ApplyError> {
         let ts = event.ts_ms;
+        let full_tops = self.coarse.full_tops();
         let Some(coarse) = self.coarse.slot(ts / COARSE_MS, watermark_ms / COARSE_MS) else {
             return Err(ApplyError::TooOld);
         };
+        let opened = coarse.events == 0;
         let key = event.key.as_str();
         let region = match self.regions.iter().position(|r| event.region == *r) {
             Some(i) => Some(i),
@@ -68,9 +186,17 @@ impl TenantHeat {
             },
             region_bit: region.map_or(0, |i| 1 << i),
         };
-        let columns = coarse.sketch.columns(hash);
-        coarse.events += 1;
-        coarse.sketch.push(&columns, &tally);
+        let mut columns = EventColumns {
+            hash,
+            shared_hash: shared_hash(self.tenant_hash, hash),
+            own: None,
+            shared: None,
+        };
+        let shared_coarse = match coarse.sketch {
+            Some(_) => None,
+            None => shared.coarse.slot(ts / COARSE_MS, watermark_ms / COARSE_MS),
+        };
+        columns.push(coarse, shared_coarse, &tally);
 
         // The Top-Ks rank what clients want: a pre-warm fill is no request.
         if event.outcome.is_demand() {
@@ -96,35 +222,84 @@ impl TenantHeat {
                     coarse.region_tops.resize_with(i + 1, || None);
                 }
                 coarse.region_tops[i]
-                    .get_or_insert_with(|| new_top(config.region_top_k, REGION_TOP_SKETCH))
+                    .get_or_insert_with(|| {
+                        if full_tops {
+                            new_top(config.region_top_k, REGION_TOP_SKETCH)
+                        } else {
+                            new_small_top()
+                        }
+                    })
                     .push(top_key.clone());
             }
-            if let Some(top) = &mut coarse.top {
-                top.push(top_key);
-            }
+            coarse
+                .top
+                .get_or_insert_with(|| {
+                    if full_tops {
+                        new_top(config.top_k, config.top_sketch())
+                    } else {
+                        new_small_top()
+                    }
+                })
+                .push(top_key);
             if Arc::strong_count(&self.spare_key) > 1 {
                 self.spare_key = Arc::default();
             }
         }
 
         if let Some(fine) = self.fine.slot(ts / FINE_MS, watermark_ms / FINE_MS) {
-            fine.events += 1;
-            fine.sketch.push(&columns, &tally);
+            let shared_fine = match fine.sketch {
+                Some(_) => None,
+                None => shared.fine.slot(ts / FINE_MS, watermark_ms / FINE_MS),
+            };
+            columns.push(fine, shared_fine, &tally);
         }
         self.events += 1;
         self.last_event_ms = self.last_event_ms.max(ts);
-        Ok(())
+        Ok(opened)
+    }
+
+    /// The cell of a key in one bucket: from the bucket's own sketch, or from the
+    /// shared ring's bucket of the same number.
+    fn cell(
+        &self,
+        bucket: &Bucket,
+        shared_ring: &Ring,
+        hash: u64,
+        own: &mut Option<Columns>,
+        shared: &mut Option<Columns>,
+    ) -> Option<Cell> {
+        match &bucket.sketch {
+            Some(sketch) => {
+                let columns = own.get_or_insert_with(|| sketch.columns(hash));
+                Some(sketch.get(columns))
+            }
+            None => {
+                let other = shared_ring.get(bucket.index?)?;
+                let sketch = other.sketch.as_ref()?;
+                let columns = shared
+                    .get_or_insert_with(|| sketch.columns(shared_hash(self.tenant_hash, hash)));
+                Some(sketch.get(columns))
+            }
+        }
     }
 
     /// Sum of a key's cells over the `n` buckets of `ring` ending at `end_ms`.
     /// Counts per outcome, and the bitsets of regions that missed and that asked.
-    fn sum(ring: &Ring, hash: u64, end_ms: u64, n: u64) -> ([u64; OUTCOMES], u64, u64) {
+    fn sum(
+        &self,
+        ring: &Ring,
+        shared_ring: &Ring,
+        hash: u64,
+        end_ms: u64,
+        n: u64,
+    ) -> ([u64; OUTCOMES], u64, u64) {
         let mut counts = [0u64; OUTCOMES];
         let (mut missed, mut asked) = (0u64, 0u64);
-        let mut columns = None;
+        let (mut own, mut shared) = (None, None);
         for bucket in ring.last_n(end_ms, n) {
-            let columns = columns.get_or_insert_with(|| bucket.sketch.columns(hash));
-            let cell = bucket.sketch.get(columns);
+            let Some(cell) = self.cell(bucket, shared_ring, hash, &mut own, &mut shared) else {
+                continue;
+            };
             for (c, v) in counts.iter_mut().zip(cell.0) {
                 *c += u64::from(v);
             }
@@ -134,12 +309,62 @@ impl TenantHeat {
         (counts, missed, asked)
     }
 
-    fn window_sum(&self, hash: u64, window: Window, end_ms: u64) -> ([u64; OUTCOMES], u64, u64) {
+    fn window_sum(
+        &self,
+        shared: &SharedSketch,
+        hash: u64,
+        window: Window,
+        end_ms: u64,
+    ) -> ([u64; OUTCOMES], u64, u64) {
         if window.is_fine() {
-            Self::sum(&self.fine, hash, end_ms, window.millis() / FINE_MS)
+            self.sum(
+                &self.fine,
+                &shared.fine,
+                hash,
+                end_ms,
+                window.millis() / FINE_MS,
+            )
         } else {
-            Self::sum(&self.coarse, hash, end_ms, window.millis() / COARSE_MS)
+            self.sum(
+                &self.coarse,
+                &shared.coarse,
+                hash,
+                end_ms,
+                window.millis() / COARSE_MS,
+            )
         }
+    }
+
+    /// The additive error bound, in events, of an estimate over `window` ending at
+    /// `end_ms`: per bucket, the own sketch's ε times the tenant's events in it, or
+    /// the shared sketch's ε times the whole shared stream's events in it.
+    pub(super) fn error_bound_events(
+        &self,
+        config: &HeatConfig,
+        shared: &SharedSketch,
+        window: Window,
+        end_ms: u64,
+    ) -> u64 {
+        let (ring, shared_ring, width) = if window.is_fine() {
+            (&self.fine, &shared.fine, FINE_MS)
+        } else {
+            (&self.coarse, &shared.coarse, COARSE_MS)
+        };
+        let mut bound = 0.0;
+        for bucket in ring.last_n(end_ms, window.millis() / width) {
+            bound += match &bucket.sketch {
+                Some(_) => config.error_bound() * bucket.events as f64,
+                None => {
+                    let n = bucket
+                        .index
+                        .and_then(|i| shared_ring.get(i))
+                        .map_or(0, |b| b.events);
+                    config.shared_error_bound() * n as f64
+                }
+            };
+        }
+        debug_assert_eq!(ring.width_ms(), width);
+        bound.ceil() as u64
     }
 
     fn region_names(&self, bits: u64) -> Vec<RegionId> {
@@ -151,8 +376,14 @@ impl TenantHeat {
             .collect()
     }
 
-    pub(super) fn window_stats(&self, hash: u64, window: Window, now_ms: u64) -> WindowStats {
-        let (counts, missed, asked) = self.window_sum(hash, window, now_ms);
+    pub(super) fn window_stats(
+        &self,
+        shared: &SharedSketch,
+        hash: u64,
+        window: Window,
+        now_ms: u64,
+    ) -> WindowStats {
+        let (counts, missed, asked) = self.window_sum(shared, hash, window, now_ms);
         let counts = OutcomeCounts::from_array(counts);
         let total = counts.total();
         let demand = counts.demand();
@@ -171,15 +402,15 @@ impl TenantHeat {
     }
 
     /// Demand in `window` ending at `end_ms`.
-    fn demand(&self, hash: u64, window: Window, end_ms: u64) -> u64 {
-        OutcomeCounts::from_array(self.window_sum(hash, window, end_ms).0).demand()
+    fn demand(&self, shared: &SharedSketch, hash: u64, window: Window, end_ms: u64) -> u64 {
+        OutcomeCounts::from_array(self.window_sum(shared, hash, window, end_ms).0).demand()
     }
 
     /// Velocity (demand) change between the window ending now and the one before it.
-    fn acceleration(&self, hash: u64, window: Window, now_ms: u64) -> f64 {
-        let now = self.demand(hash, window, now_ms);
+    fn acceleration(&self, shared: &SharedSketch, hash: u64, window: Window, now_ms: u64) -> f64 {
+        let now = self.demand(shared, hash, window, now_ms);
         let before = match now_ms.checked_sub(window.millis()) {
-            Some(end) => self.demand(hash, window, end),
+            Some(end) => self.demand(shared, hash, window, end),
             None => 0,
         };
         (now as f64 - before as f64) / window.seconds() / window.seconds()
@@ -224,13 +455,19 @@ impl TenantHeat {
         regions
     }
 
-    pub(super) fn stats(&self, tenant: &TenantId, key: &CacheKey, now_ms: u64) -> KeyStats {
+    pub(super) fn stats(
+        &self,
+        shared: &SharedSketch,
+        tenant: &TenantId,
+        key: &CacheKey,
+        now_ms: u64,
+    ) -> KeyStats {
         let hash = key_hash(key.as_str());
         let windows: Vec<WindowStats> = Window::ALL
             .iter()
-            .map(|w| self.window_stats(hash, *w, now_ms))
+            .map(|w| self.window_stats(shared, hash, *w, now_ms))
             .collect();
-        let acceleration_1s = self.acceleration(hash, Window::S1, now_ms);
+        let acceleration_1s = self.acceleration(shared, hash, Window::S1, now_ms);
         let now_1s = windows[1].demand as f64;
         let trend = if acceleration_1s.abs() <= (0.1 * now_1s).max(1.0) {
             Trend::Steady
@@ -246,7 +483,7 @@ impl TenantHeat {
             key: key.clone(),
             now_ms,
             windows,
-            acceleration_200ms: self.acceleration(hash, Window::Ms200, now_ms),
+            acceleration_200ms: self.acceleration(shared, hash, Window::Ms200, now_ms),
             acceleration_1s,
             trend,
             regions: self.region_breakdown(counts.get(&hash)),
@@ -255,6 +492,7 @@ impl TenantHeat {
 
     pub(super) fn hot_keys(
         &self,
+        shared: &SharedSketch,
         region: Option<usize>,
         window: Window,
         n: usize,
@@ -277,7 +515,7 @@ impl TenantHeat {
             .into_iter()
             .map(|(hash, key)| {
                 let count = match region {
-                    None => self.demand(hash, window, now_ms),
+                    None => self.demand(shared, hash, window, now_ms),
                     Some(i) => region_counts.get(&hash).map_or(0, |row| row[i]),
                 };
                 (count, hash, key)
@@ -289,7 +527,7 @@ impl TenantHeat {
         rows.into_iter()
             .filter_map(|(count, hash, key)| {
                 let key = CacheKey::new(key.as_str()).ok()?;
-                let v = |w| self.window_stats(hash, w, now_ms);
+                let v = |w| self.window_stats(shared, hash, w, now_ms);
                 let short = v(Window::Ms200);
                 let this = v(window);
                 Some(HotKey {
@@ -302,7 +540,7 @@ impl TenantHeat {
                         s10: v(Window::S10).velocity,
                         s60: v(Window::S60).velocity,
                     },
-                    acceleration: self.acceleration(hash, Window::S1, now_ms),
+                    acceleration: self.acceleration(shared, hash, Window::S1, now_ms),
                     miss_regions: short.miss_regions,
                     regions: self.region_breakdown(region_counts.get(&hash)),
                 })
@@ -329,6 +567,11 @@ impl TenantHeat {
 }
 
 impl TenantHeat {
+    /// Whether the tenant's new counts go to its own sketches (else the shared one).
+    pub fn has_own_sketch(&self) -> bool {
+        self.is_own()
+    }
+
     /// Regions seen, in order of first appearance.
     pub fn regions(&self) -> &[RegionId] {
         &self.regions

@@ -270,4 +270,27 @@ pub struct TenantSummary {
     /// Regions seen, in order of first appearance.
     #[schema(value_type = Vec<String>)]
     pub regions: Vec<RegionId>,
+    /// Where its new counts go: its own sketches or the shared one.
+    pub sketch: SketchKind,
+    /// Additive error of an estimate as a fraction: of the tenant's own events in the
+    /// window (`own`), or of the *whole shared stream's* events in the window
+    /// (`shared`).
+    pub error_bound: f64,
+    /// The tenant's events in the last 60 s.
+    pub events_60s: u64,
+    /// The additive error bound of its 60 s estimates, in events: for each 1 s bucket,
+    /// the own sketch's bound times the tenant's events in it, or the shared sketch's
+    /// bound times the shared stream's events in it. An estimate exceeds the truth by
+    /// more with probability at most the failure probability.
+    pub error_bound_events_60s: u64,
+}
+
+/// Where a tenant's counts are.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum SketchKind {
+    /// Its own sketches: the bound is a fraction of its own events.
+    Own,
+    /// The sketch small tenants share: the bound is a fraction of all their events.
+    Shared,
 }
