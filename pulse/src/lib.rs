@@ -42,8 +42,9 @@ pub use api::{
     openapi, require_api_token,
 };
 pub use backtest::{
-    BacktestRow, EventFile, Replay, ReplayOptions, Replayer, backtest, percentile, read_events,
-    read_topic, replay, score as score_replay, write_events,
+    BacktestRow, CommandScore, EventFile, HonestOptions, HonestScore, Replay, ReplayOptions,
+    Replayer, backtest, percentile, read_events, read_topic, replay, score as score_replay,
+    score_commands, write_commands, write_events,
 };
 pub use broker::{BrokerError, EmbeddedBroker};
 pub use checkpoint::{
@@ -57,8 +58,8 @@ pub use heat::{
 pub use ingest::{BatchObserver, Ingest, IngestConfig, IngestError, RejectReason, SharedHeatMap};
 pub use metrics::{Metrics, ReasonLabel, RouteLabel};
 pub use offline::{
-    EventSource, OfflineError, backtest_table, load_events, train_model, train_summary,
-    training_samples, write_trace,
+    EventSource, OfflineError, backtest_commands, backtest_table, load_events, train_model,
+    train_summary, training_samples, write_trace,
 };
 pub use predict::{
     Calibration, Decider, Decision, DecisionCounts, DecisionPolicy, Evaluation, FEATURE_COUNT,

@@ -108,6 +108,13 @@ struct BacktestArgs {
         default_value = "0.5,0.6,0.7,0.8,0.85,0.9,0.95"
     )]
     thresholds: Vec<f64>,
+    /// Write every command the replay sends at `--threshold` to this file (JSON lines,
+    /// the `prewarm` topic's wire format), to score them another way.
+    #[arg(long)]
+    commands: Option<PathBuf>,
+    /// The threshold whose commands `--commands` writes.
+    #[arg(long, default_value_t = DecisionPolicy::default().threshold)]
+    threshold: f64,
 }
 
 #[derive(Args, Debug)]
@@ -358,6 +365,18 @@ fn backtest(args: BacktestArgs) -> anyhow::Result<()> {
             .with_context(|| format!("--model: {}", path.display()))?,
         None => pulse::default_model(),
     };
+    if let Some(path) = &args.commands {
+        let commands = pulse::backtest_commands(&events, model.clone(), args.threshold)
+            .context("--threshold")?;
+        pulse::write_commands(path, &commands)
+            .with_context(|| format!("--commands: writing {}", path.display()))?;
+        println!(
+            "{} commands at {:.2} -> {}",
+            commands.len(),
+            args.threshold,
+            path.display()
+        );
+    }
     print!(
         "{}",
         pulse::backtest_table(&events, truth.as_deref(), model, &args.thresholds)?

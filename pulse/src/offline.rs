@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use models::AccessEvent;
+use models::{AccessEvent, PrewarmCommand};
 
 use crate::backtest::{BacktestRow, ReplayOptions, backtest, read_events, read_topic, replay};
 use crate::predict::{Features, ModelError, ScoringModel, TrainOptions};
@@ -175,10 +175,7 @@ pub fn backtest_table(
         return Err(OfflineError::Threshold(*t));
     }
     let mut out = format!("model {}, {} events\n", model.name, events.len());
-    out.push_str(
-        "| threshold | commands | precision | recall | median lead | useful | wasted | decision p99 |\n",
-    );
-    out.push_str("|---:|---:|---:|---:|---:|---:|---:|---:|\n");
+    out.push_str(TABLE_HEADER);
     let model = Arc::new(model);
     for threshold in thresholds {
         let row = &backtest(
@@ -193,22 +190,40 @@ pub fn backtest_table(
     Ok(out)
 }
 
+const TABLE_HEADER: &str = "| threshold | commands | precision | region precision | recall | median lead | useful | wasted | wasted fills | decision p99 |\n|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n";
+
 fn table_row(row: &BacktestRow) -> String {
     format!(
-        "| {:.2} | {} | {:.3} | {} | {} | {} | {} | {} |\n",
+        "| {:.2} | {} | {:.3} | {:.3} | {} | {} | {} | {} | {:.1} % | {} |\n",
         row.threshold,
         row.commands,
         row.precision,
+        row.region_precision,
         row.recall.map_or("n/a".into(), |r| format!("{r:.3}")),
         row.median_lead_ms
             .map_or("n/a".into(), |ms| format!("{:.1} s", ms as f64 / 1000.0)),
         row.useful,
         row.wasted,
+        row.wasted_share * 100.0,
         row.decision_p99.map_or("n/a".into(), |d| format!(
             "{:.2} ms",
             d.as_secs_f64() * 1000.0
         ))
     )
+}
+
+/// The commands a replay of `events` with `model` sends at `threshold`, in order.
+pub fn backtest_commands(
+    events: &[AccessEvent],
+    model: ScoringModel,
+    threshold: f64,
+) -> Result<Vec<PrewarmCommand>, OfflineError> {
+    if !(0.0..=1.0).contains(&threshold) {
+        return Err(OfflineError::Threshold(threshold));
+    }
+    let mut options = ReplayOptions::default();
+    options.predictor.policy.threshold = threshold;
+    Ok(replay(events, Some(Arc::new(model)), &options).commands)
 }
 
 /// Writes a generated trace's events (JSON lines) and, if asked, its truth (JSON).
