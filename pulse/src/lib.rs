@@ -58,8 +58,9 @@ pub use heat::{
 pub use ingest::{BatchObserver, Ingest, IngestConfig, IngestError, RejectReason, SharedHeatMap};
 pub use metrics::{Metrics, ReasonLabel, RouteLabel};
 pub use offline::{
-    EventSource, OfflineError, backtest_commands, backtest_table, load_events, train_model,
-    train_summary, training_samples, write_trace,
+    EventSource, FamilyRow, OfflineError, backtest_commands, backtest_table, family_rows,
+    family_table, load_events, train_model, train_on_families, train_summary, training_samples,
+    write_trace,
 };
 pub use predict::{
     Calibration, Decider, Decision, DecisionCounts, DecisionPolicy, Evaluation, FEATURE_COUNT,
@@ -69,7 +70,10 @@ pub use predict::{
 };
 pub use prewarm::{PrewarmLoop, PrewarmPublisher, Retrainer, SharedPredictor, retrain_once};
 pub use service::{PulseConfig, PulseConfigError, PulseHandle, StartError, shutdown_signal, start};
-pub use trace::{Burst, BurstKind, Trace, TraceSpec, generate as generate_trace};
+pub use trace::{
+    Burst, BurstKind, FAMILIES, Family, Trace, TraceSpec, ViralReferrers,
+    generate as generate_trace,
+};
 
 /// Topic that edge nodes publish [`models::AccessEvent`]s to.
 pub const EVENTS_TOPIC: &str = "edge-events";

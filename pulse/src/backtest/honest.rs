@@ -395,7 +395,7 @@ mod tests {
         ];
         // Names US and SA but not AP; expires at 41 s.
         let commands = [command(11_000, "/v", &[US, "sa"])];
-        let s = score(&commands, &events, Some(&[viral.clone()]));
+        let s = score(&commands, &events, Some(std::slice::from_ref(&viral)));
         assert_eq!(s.viral_later_regions, 3);
         assert_eq!(s.viral_regions_warmed, 1);
         assert_eq!(s.viral_leads_ms, vec![2_000]);

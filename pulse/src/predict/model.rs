@@ -142,6 +142,10 @@ pub struct TrainingMetrics {
     pub train: Evaluation,
     /// Decisions at the default threshold on held-out samples, when there were any.
     pub held_out: Option<Evaluation>,
+    /// The traffic families (`pulse trace --family`) it was trained on, if it was
+    /// trained on generated families: every other family is held out.
+    #[serde(default)]
+    pub families: Vec<String>,
 }
 
 /// A confidence with its explanation.
@@ -300,6 +304,7 @@ impl ScoringModel {
             r2: 1.0 - ss_res / ss_tot,
             train: model.evaluate(samples, options.threshold),
             held_out: (!held_out.is_empty()).then(|| model.evaluate(held_out, options.threshold)),
+            families: Vec::new(),
         };
         Ok(model)
     }
