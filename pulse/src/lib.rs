@@ -38,8 +38,8 @@ mod trace;
 pub use api::{
     ApiError, AppState, ContributionView, DecisionTotals, DecisionView, ErrorBody, EvaluationView,
     Health, HeatmapQuery, HeatmapResponse, LeadTime, MAX_HEATMAP_ROWS, MAX_PREDICTIONS,
-    ModelFeature, ModelResponse, PredictionsQuery, PredictionsResponse, TenantsResponse, app,
-    openapi, require_api_token,
+    ModelFeature, ModelResponse, PredictionsQuery, PredictionsResponse, ReliabilityView,
+    TenantsResponse, app, openapi, require_api_token,
 };
 pub use backtest::{
     BacktestRow, CommandScore, EventFile, HonestOptions, HonestScore, Replay, ReplayOptions,
@@ -65,8 +65,8 @@ pub use offline::{
 pub use predict::{
     Calibration, Decider, Decision, DecisionCounts, DecisionPolicy, Evaluation, FEATURE_COUNT,
     FEATURE_NAMES, Features, MAX_Z, MIN_REGION_DEMAND, MODEL_FORMAT, ModelError, Predictor,
-    PredictorConfig, RetrainOutcome, Sample, Score, ScoringModel, Skip, TrainOptions,
-    TrainingMetrics, Transform, Verdict, default_model, retrain,
+    PredictorConfig, ReliabilityBin, RetrainOutcome, Sample, Score, ScoringModel, Skip,
+    TrainOptions, TrainingMetrics, Transform, Verdict, default_model, reliability, retrain,
 };
 pub use prewarm::{PrewarmLoop, PrewarmPublisher, Retrainer, SharedPredictor, retrain_once};
 pub use service::{PulseConfig, PulseConfigError, PulseHandle, StartError, shutdown_signal, start};

@@ -10,8 +10,11 @@ use std::time::Duration;
 
 use models::{AccessEvent, PrewarmCommand};
 
-use crate::backtest::{BacktestRow, ReplayOptions, backtest, read_events, read_topic, replay};
-use crate::predict::{Features, ModelError, ScoringModel, TrainOptions};
+use crate::backtest::{
+    BacktestRow, HonestOptions, ReplayOptions, backtest, read_events, read_topic, replay,
+    score as score_replay, score_commands,
+};
+use crate::predict::{Features, ModelError, ScoringModel, TrainOptions, reliability};
 use crate::trace::{Burst, Family, Trace, generate as generate_trace};
 
 /// Where events are read from: a JSON-lines file, or a Kafka topic read from its
@@ -176,6 +179,8 @@ pub struct FamilyRow {
     pub regions: usize,
     /// The honest figures.
     pub row: BacktestRow,
+    /// Each judged command's confidence and whether it proved useful.
+    pub judged: Vec<(f64, bool)>,
 }
 
 /// Replays each family's trace at `seed` with `model` at `threshold` and scores it.
@@ -194,19 +199,29 @@ pub fn family_rows(
         .map(|family| {
             let spec = family.spec(seed);
             let trace = generate_trace(&spec);
-            let row = backtest(
+            let mut options = ReplayOptions::default();
+            options.predictor.policy.threshold = threshold;
+            let run = replay(&trace.events, Some(model.clone()), &options);
+            let row = score_replay(&run, &trace.events, threshold, Some(&trace.bursts));
+            let (_, per_command) = score_commands(
+                &run.commands,
                 &trace.events,
                 Some(&trace.bursts),
-                model.clone(),
-                &[threshold],
-                &ReplayOptions::default(),
-            )
-            .remove(0);
+                &HonestOptions::default(),
+            );
+            let judged = run
+                .commands
+                .iter()
+                .zip(&per_command)
+                .filter(|(_, s)| s.judged)
+                .map(|(c, s)| (c.confidence, !s.warmed.is_empty()))
+                .collect();
             FamilyRow {
                 family: family.name,
                 trained_on: model.metrics.families.iter().any(|f| f == family.name),
                 regions: spec.regions,
                 row,
+                judged,
             }
         })
         .collect())
@@ -235,6 +250,21 @@ pub fn family_table(model: &ScoringModel, rows: &[FamilyRow], seed: u64) -> Stri
             lead(row.median_lead_ms),
             row.wasted_share * 100.0,
             p99(row.decision_p99),
+        ));
+    }
+    let held_out: Vec<(f64, bool)> = rows
+        .iter()
+        .filter(|r| !r.trained_on)
+        .flat_map(|r| r.judged.iter().copied())
+        .collect();
+    out.push_str("\nreliability of the held-out families' commands (useful = a named region asked in time)\n");
+    out.push_str(
+        "| confidence | commands | mean confidence | useful share |\n|---|---:|---:|---:|\n",
+    );
+    for bin in reliability(&held_out) {
+        out.push_str(&format!(
+            "| {:.1}–{:.1} | {} | {:.3} | {:.3} |\n",
+            bin.lower, bin.upper, bin.samples, bin.mean_confidence, bin.viral_share
         ));
     }
     out

@@ -36,8 +36,8 @@ pub use decide::{Decider, Decision, DecisionCounts, DecisionPolicy, Skip, Verdic
 pub use features::{FEATURE_COUNT, FEATURE_NAMES, Features};
 pub use labels::{MIN_REGION_DEMAND, Sample};
 pub use model::{
-    Calibration, Evaluation, MAX_Z, MODEL_FORMAT, ModelError, Score, ScoringModel, TrainOptions,
-    TrainingMetrics, Transform, default_model,
+    Calibration, Evaluation, MAX_Z, MODEL_FORMAT, ModelError, ReliabilityBin, Score, ScoringModel,
+    TrainOptions, TrainingMetrics, Transform, default_model, reliability,
 };
 pub use retrain::{RetrainOutcome, retrain};
 
