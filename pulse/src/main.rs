@@ -141,9 +141,16 @@ struct BacktestArgs {
     /// the `prewarm` topic's wire format), to score them another way.
     #[arg(long)]
     commands: Option<PathBuf>,
-    /// The threshold whose commands `--commands` writes.
+    /// The threshold whose commands `--commands` writes, and of `--families`' rows.
     #[arg(long, default_value_t = DecisionPolicy::default().threshold)]
     threshold: f64,
+    /// With `--families`: regions that must have asked for a key before it can get a
+    /// command (2: wait for spread evidence).
+    #[arg(long, default_value_t = DecisionPolicy::default().min_regions_reached)]
+    min_regions_reached: usize,
+    /// With `--families`: consecutive scorings at the threshold before a command.
+    #[arg(long, default_value_t = DecisionPolicy::default().confirmations)]
+    confirmations: u32,
 }
 
 #[derive(Args, Debug)]
@@ -424,7 +431,13 @@ fn backtest(args: BacktestArgs) -> anyhow::Result<()> {
     };
     let Some(source) = &args.events else {
         let families = families(&args.families, "--families")?;
-        let rows = pulse::family_rows(&model, &families, args.seed, args.threshold)?;
+        let policy = DecisionPolicy {
+            threshold: args.threshold,
+            min_regions_reached: args.min_regions_reached,
+            confirmations: args.confirmations,
+            ..DecisionPolicy::default()
+        };
+        let rows = pulse::family_rows(&model, &families, args.seed, &policy)?;
         print!("{}", pulse::family_table(&model, &rows, args.seed));
         return Ok(());
     };

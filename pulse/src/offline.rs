@@ -14,7 +14,9 @@ use crate::backtest::{
     BacktestRow, HonestOptions, ReplayOptions, backtest, read_events, read_topic, replay,
     score as score_replay, score_commands,
 };
-use crate::predict::{Features, ModelError, ScoringModel, TrainOptions, reliability};
+use crate::predict::{
+    DecisionPolicy, Features, ModelError, ScoringModel, TrainOptions, reliability,
+};
 use crate::trace::{Burst, Family, Trace, generate as generate_trace};
 
 /// Where events are read from: a JSON-lines file, or a Kafka topic read from its
@@ -183,13 +185,14 @@ pub struct FamilyRow {
     pub judged: Vec<(f64, bool)>,
 }
 
-/// Replays each family's trace at `seed` with `model` at `threshold` and scores it.
+/// Replays each family's trace at `seed` with `model` under `policy` and scores it.
 pub fn family_rows(
     model: &ScoringModel,
     families: &[&'static Family],
     seed: u64,
-    threshold: f64,
+    policy: &DecisionPolicy,
 ) -> Result<Vec<FamilyRow>, OfflineError> {
+    let threshold = policy.threshold;
     if !(0.0..=1.0).contains(&threshold) {
         return Err(OfflineError::Threshold(threshold));
     }
@@ -200,7 +203,10 @@ pub fn family_rows(
             let spec = family.spec(seed);
             let trace = generate_trace(&spec);
             let mut options = ReplayOptions::default();
-            options.predictor.policy.threshold = threshold;
+            options.predictor.policy = DecisionPolicy {
+                history: options.predictor.policy.history,
+                ..policy.clone()
+            };
             let run = replay(&trace.events, Some(model.clone()), &options);
             let row = score_replay(&run, &trace.events, threshold, Some(&trace.bursts));
             let (_, per_command) = score_commands(

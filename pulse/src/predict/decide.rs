@@ -29,6 +29,10 @@ pub struct DecisionPolicy {
     /// A key needs this many consecutive scorings (ticks) at or above the threshold
     /// before it gets a command: one noisy crossing is not enough.
     pub confirmations: u32,
+    /// A key is scored for a command only once this many of the tenant's regions asked
+    /// for it in the last minute: 2 waits for spread evidence (a one-region crowd never
+    /// gets a command) at the cost of the second region's warm-up.
+    pub min_regions_reached: usize,
 }
 
 impl Default for DecisionPolicy {
@@ -40,7 +44,10 @@ impl Default for DecisionPolicy {
             tenant_rate_per_s: 2.0,
             tenant_burst: 20.0,
             history: 500,
-            confirmations: 2,
+            // 2 would need a second scoring within a second: a backlog read in big
+            // batches scores a key once per burst, so live pulse keeps 1 (see README).
+            confirmations: 1,
+            min_regions_reached: 1,
         }
     }
 }
@@ -366,7 +373,10 @@ mod tests {
 
     #[test]
     fn one_crossing_is_not_enough() {
-        let mut d = Decider::new(DecisionPolicy::default());
+        let mut d = Decider::new(DecisionPolicy {
+            confirmations: 2,
+            ..DecisionPolicy::default()
+        });
         let (t, k) = ids("acme", "/a");
         let eu = || regions(&["eu"]);
         assert_eq!(

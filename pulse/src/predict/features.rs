@@ -119,6 +119,8 @@ pub(crate) struct Extracted {
     pub(crate) unseen: Vec<RegionId>,
     /// The same regions as tracker ids, with their request counts so far.
     pub(crate) unseen_counts: Vec<(usize, u32)>,
+    /// The tenant's regions that asked for the key in the last minute.
+    pub(crate) reached: usize,
     pub(crate) bursting: bool,
 }
 
@@ -185,6 +187,7 @@ pub(crate) fn extract(
     };
     Some(Extracted {
         features,
+        reached: tenant_regions - unseen.len(),
         unseen,
         unseen_counts,
         bursting,

@@ -157,6 +157,9 @@ impl Predictor {
                 let Some(model) = &self.model else {
                     continue;
                 };
+                if x.reached < self.decider.policy().min_regions_reached {
+                    continue;
+                }
                 self.scored += 1;
                 let score = model.score(&x.features);
                 if let Ok(command) = self
