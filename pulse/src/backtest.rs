@@ -423,6 +423,36 @@ mod tests {
         assert!(row.median_lead_ms.unwrap() >= 1_000, "{row:?}");
     }
 
+    /// `--commands` writes the wire format: every line decodes back to the command,
+    /// and the honest scorer gives the same figures from the file as from the replay.
+    #[test]
+    fn commands_file_is_the_wire_format_and_scores_the_same() {
+        let model = train(21);
+        let trace = generate_trace(&TraceSpec {
+            duration_ms: 90_000,
+            virals: 2,
+            noise: 2,
+            crons: 0,
+            ..spec(23)
+        });
+        let run = replay(&trace.events, Some(model), &ReplayOptions::default());
+        assert!(!run.commands.is_empty());
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("commands.jsonl");
+        write_commands(&path, &run.commands).unwrap();
+        let read: Vec<PrewarmCommand> = std::fs::read_to_string(&path)
+            .unwrap()
+            .lines()
+            .map(|line| decode(line.as_bytes()).unwrap())
+            .collect();
+        assert_eq!(read, run.commands);
+        let options = HonestOptions::default();
+        assert_eq!(
+            score_commands(&read, &trace.events, Some(&trace.bursts), &options),
+            score_commands(&run.commands, &trace.events, Some(&trace.bursts), &options)
+        );
+    }
+
     #[test]
     fn event_files_round_trip_and_count_bad_lines() {
         let trace = generate_trace(&TraceSpec {
