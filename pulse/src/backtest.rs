@@ -18,9 +18,12 @@ use serde::Serialize;
 use crate::heat::{HeatConfig, HeatMap};
 use crate::predict::{
     Decision, DecisionCounts, DecisionPolicy, Predictor, PredictorConfig, Sample, ScoringModel,
-    Verdict,
 };
-use crate::trace::{Burst, BurstKind};
+use crate::trace::Burst;
+
+mod honest;
+
+pub use honest::{CommandScore, HonestOptions, HonestScore, score_commands};
 
 /// How to replay.
 #[derive(Debug, Clone)]
@@ -162,101 +165,55 @@ pub fn replay(
     }
 }
 
-/// One row of the backtest table.
+/// One row of the backtest table: the honest scorer's figures ([`honest`]) for one
+/// replay.
 #[derive(Debug, Clone, Serialize)]
 pub struct BacktestRow {
     /// The confidence threshold.
     pub threshold: f64,
     /// Commands sent.
     pub commands: usize,
-    /// With a truth file, the share of commands sent for a viral or cron burst while it
-    /// was still reaching regions (noise bursts and background keys are false alarms);
-    /// without one, the share that proved useful.
+    /// Useful judged commands / judged commands: a command is useful when a region it
+    /// names asks for the key after it is issued (by at least the fill time) and before
+    /// it expires; cron commands with nothing left to warm are not judged.
     pub precision: f64,
-    /// Share of viral events that got a command before reaching their last region
-    /// (needs a truth file).
+    /// Regions warmed in time / regions named, over judged commands.
+    pub region_precision: f64,
+    /// Share of the regions viral bursts reached after their first one that were
+    /// warmed in time (needs a truth file).
     pub recall: Option<f64>,
-    /// Median time from a command to the first request in each region it warmed, over
-    /// the commands for viral bursts (with a truth file) or all useful commands.
+    /// Median lead over the viral regions warmed in time: ms from the command to the
+    /// region's first request.
     pub median_lead_ms: Option<u64>,
-    /// Commands requested in at least one warmed region before expiry.
+    /// Judged commands that warmed at least one region in time.
     pub useful: usize,
-    /// Commands that expired with no request in any warmed region.
+    /// Judged commands that warmed none.
     pub wasted: usize,
+    /// Share of the fills commands caused that nobody asked for in time.
+    pub wasted_share: f64,
     /// 99th percentile of the decision latency (last event applied → commands sent).
     pub decision_p99: Option<Duration>,
 }
 
-/// Scores one replay against the trace's truth (if any).
-pub fn score(replay: &Replay, threshold: f64, truth: Option<&[Burst]>) -> BacktestRow {
-    let useful = replay
-        .decisions
-        .iter()
-        .filter(|d| d.verdict == Verdict::Useful)
-        .count();
-    let wasted = replay
-        .decisions
-        .iter()
-        .filter(|d| d.verdict == Verdict::Wasted)
-        .count();
-    let bursts = truth.unwrap_or_default();
-    let virals: Vec<&Burst> = bursts
-        .iter()
-        .filter(|b| b.kind == BurstKind::Viral)
-        .collect();
-    // A command is in time for a burst while regions it has not reached remain.
-    let spreading = |b: &Burst, c: &PrewarmCommand| {
-        let last_region = b
-            .regions
-            .iter()
-            .map(|(_, t)| *t)
-            .max()
-            .unwrap_or(b.start_ms);
-        b.tenant == c.tenant
-            && b.key == c.key
-            && (b.start_ms..=last_region).contains(&c.issued_at_ms)
-    };
-    // Cron bursts are real demand too; only noise and background keys are false alarms.
-    let right = |c: &PrewarmCommand| {
-        bursts
-            .iter()
-            .any(|b| b.kind != BurstKind::Noise && spreading(b, c))
-    };
-    let for_viral = |c: &PrewarmCommand| virals.iter().any(|b| spreading(b, c));
-    let commands = replay.decisions.len();
-    let precision = match truth {
-        Some(_) => ratio(
-            replay
-                .decisions
-                .iter()
-                .filter(|d| right(&d.command))
-                .count(),
-            commands,
-        ),
-        None => ratio(useful, commands),
-    };
-    let recall = truth.map(|_| {
-        let caught = virals
-            .iter()
-            .filter(|b| replay.decisions.iter().any(|d| spreading(b, &d.command)))
-            .count();
-        ratio(caught, virals.len())
-    });
-    let mut leads: Vec<u64> = replay
-        .decisions
-        .iter()
-        .filter(|d| truth.is_none() || for_viral(&d.command))
-        .flat_map(|d| d.lead_times_ms.iter().map(|(_, ms)| *ms))
-        .collect();
-    leads.sort_unstable();
+/// Scores one replay of `events` with the honest scorer, against the trace's truth (if
+/// any).
+pub fn score(
+    replay: &Replay,
+    events: &[AccessEvent],
+    threshold: f64,
+    truth: Option<&[Burst]>,
+) -> BacktestRow {
+    let (s, _) = score_commands(&replay.commands, events, truth, &HonestOptions::default());
     BacktestRow {
         threshold,
-        commands,
-        precision,
-        recall,
-        median_lead_ms: leads.get(leads.len() / 2).copied(),
-        useful,
-        wasted,
+        commands: s.commands,
+        precision: s.precision(),
+        region_precision: s.region_precision(),
+        recall: s.recall(),
+        median_lead_ms: s.median_lead_ms(),
+        useful: s.useful,
+        wasted: s.judged - s.useful,
+        wasted_share: s.wasted_share(),
         decision_p99: percentile(&replay.decision_times, 0.99),
     }
 }
@@ -267,14 +224,6 @@ pub fn percentile(times: &[Duration], q: f64) -> Option<Duration> {
     sorted.sort_unstable();
     let rank = ((sorted.len() as f64 * q).ceil() as usize).clamp(1, sorted.len().max(1));
     sorted.get(rank - 1).copied()
-}
-
-fn ratio(part: usize, whole: usize) -> f64 {
-    if whole == 0 {
-        1.0
-    } else {
-        part as f64 / whole as f64
-    }
 }
 
 /// Replays once per threshold with `model` and scores each run.
@@ -291,7 +240,7 @@ pub fn backtest(
             let mut options = options.clone();
             options.predictor.policy.threshold = *threshold;
             let run = replay(events, Some(model.clone()), &options);
-            score(&run, *threshold, truth)
+            score(&run, events, *threshold, truth)
         })
         .collect()
 }
@@ -382,6 +331,16 @@ pub fn read_topic(brokers: &str, topic: &str, timeout: Duration) -> Result<Event
     Ok(events.sorted())
 }
 
+/// Writes commands as JSON lines (the `prewarm` topic's wire format).
+pub fn write_commands(path: &Path, commands: &[PrewarmCommand]) -> std::io::Result<()> {
+    let mut out = BufWriter::new(std::fs::File::create(path)?);
+    for command in commands {
+        out.write_all(&encode(command))?;
+        out.write_all(b"\n")?;
+    }
+    out.flush()
+}
+
 /// Writes events as JSON lines.
 pub fn write_events(path: &Path, events: &[AccessEvent]) -> std::io::Result<()> {
     let mut out = BufWriter::new(std::fs::File::create(path)?);
@@ -396,6 +355,7 @@ pub fn write_events(path: &Path, events: &[AccessEvent]) -> std::io::Result<()> 
 mod tests {
     use super::*;
     use crate::predict::TrainOptions;
+    use crate::trace::BurstKind;
     use crate::trace::{TraceSpec, generate as generate_trace};
 
     fn spec(seed: u64) -> TraceSpec {
@@ -461,6 +421,36 @@ mod tests {
         assert!(row.recall.unwrap() >= 0.8, "{row:?}");
         assert!(row.precision >= 0.8, "{row:?}");
         assert!(row.median_lead_ms.unwrap() >= 1_000, "{row:?}");
+    }
+
+    /// `--commands` writes the wire format: every line decodes back to the command,
+    /// and the honest scorer gives the same figures from the file as from the replay.
+    #[test]
+    fn commands_file_is_the_wire_format_and_scores_the_same() {
+        let model = train(21);
+        let trace = generate_trace(&TraceSpec {
+            duration_ms: 90_000,
+            virals: 2,
+            noise: 2,
+            crons: 0,
+            ..spec(23)
+        });
+        let run = replay(&trace.events, Some(model), &ReplayOptions::default());
+        assert!(!run.commands.is_empty());
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("commands.jsonl");
+        write_commands(&path, &run.commands).unwrap();
+        let read: Vec<PrewarmCommand> = std::fs::read_to_string(&path)
+            .unwrap()
+            .lines()
+            .map(|line| decode(line.as_bytes()).unwrap())
+            .collect();
+        assert_eq!(read, run.commands);
+        let options = HonestOptions::default();
+        assert_eq!(
+            score_commands(&read, &trace.events, Some(&trace.bursts), &options),
+            score_commands(&run.commands, &trace.events, Some(&trace.bursts), &options)
+        );
     }
 
     #[test]

@@ -42,12 +42,13 @@ mod trace;
 pub use api::{
     ApiError, AppState, ContributionView, DecisionTotals, DecisionView, ErrorBody, EvaluationView,
     Health, HeatmapQuery, HeatmapResponse, LeadTime, MAX_HEATMAP_ROWS, MAX_PREDICTIONS,
-    ModelFeature, ModelResponse, PredictionsQuery, PredictionsResponse, TenantsResponse, app,
-    openapi, require_api_token,
+    ModelFeature, ModelResponse, PredictionsQuery, PredictionsResponse, ReliabilityView,
+    TenantsResponse, app, openapi, require_api_token,
 };
 pub use backtest::{
-    BacktestRow, EventFile, Replay, ReplayOptions, Replayer, backtest, percentile, read_events,
-    read_topic, replay, score as score_replay, write_events,
+    BacktestRow, CommandScore, EventFile, HonestOptions, HonestScore, Replay, ReplayOptions,
+    Replayer, backtest, percentile, read_events, read_topic, replay, score as score_replay,
+    score_commands, write_commands, write_events,
 };
 pub use broker::{BrokerError, EmbeddedBroker};
 pub use checkpoint::{
@@ -64,19 +65,23 @@ pub use ingest::{
 };
 pub use metrics::{Metrics, ReasonLabel, RouteLabel};
 pub use offline::{
-    EventSource, OfflineError, backtest_table, load_events, train_model, train_summary,
-    training_samples, write_trace,
+    EventSource, FamilyRow, OfflineError, backtest_commands, backtest_table, family_rows,
+    family_table, load_events, train_model, train_on_families, train_summary, training_samples,
+    write_trace,
 };
 pub use predict::{
     Calibration, Decider, Decision, DecisionCounts, DecisionPolicy, Evaluation, FEATURE_COUNT,
     FEATURE_NAMES, Features, MAX_Z, MIN_REGION_DEMAND, MODEL_FORMAT, ModelError, Predictor,
-    PredictorConfig, RetrainOutcome, Sample, Score, ScoringModel, Skip, TrainOptions,
-    TrainingMetrics, Transform, Verdict, default_model, retrain,
+    PredictorConfig, ReliabilityBin, RetrainOutcome, Sample, Score, ScoringModel, Skip,
+    TrainOptions, TrainingMetrics, Transform, Verdict, default_model, reliability, retrain,
 };
 pub use prewarm::{PrewarmLoop, PrewarmPublisher, Retrainer, SharedPredictor, retrain_once};
 pub use reject::RejectReason;
 pub use service::{PulseConfig, PulseConfigError, PulseHandle, StartError, shutdown_signal, start};
-pub use trace::{Burst, BurstKind, Trace, TraceSpec, generate as generate_trace};
+pub use trace::{
+    Burst, BurstKind, FAMILIES, Family, Trace, TraceSpec, ViralReferrers,
+    generate as generate_trace,
+};
 
 /// Topic that edge nodes publish [`models::AccessEvent`]s to.
 pub const EVENTS_TOPIC: &str = "edge-events";

@@ -6,8 +6,8 @@ use std::path::PathBuf;
 use anyhow::{Context, bail};
 use clap::{Args, Parser, Subcommand};
 use pulse::{
-    DecisionPolicy, EVENTS_TOPIC, EmbeddedBroker, EventSource, HeatConfig, PREWARM_TOPIC,
-    PulseConfig, ScoringModel, TraceSpec, TrainOptions,
+    DecisionPolicy, EVENTS_TOPIC, EmbeddedBroker, EventSource, FAMILIES, Family, HeatConfig,
+    PREWARM_TOPIC, PulseConfig, ScoringModel, TraceSpec, TrainOptions,
 };
 
 /// Pulse watches edge access events and pre-warms hot keys across regions.
@@ -42,14 +42,21 @@ enum Command {
 #[derive(Args, Debug)]
 struct TraceArgs {
     /// Where to write the events (JSON lines, the Kafka message format).
-    #[arg(long)]
-    out: PathBuf,
+    #[arg(long, required_unless_present = "list_families")]
+    out: Option<PathBuf>,
     /// Where to write the truth about the injected bursts (JSON), for `backtest --truth`.
     #[arg(long)]
     truth: Option<PathBuf>,
     /// A JSON file of generator settings (see `TraceSpec`); flags below override it.
-    #[arg(long)]
+    #[arg(long, conflicts_with = "family")]
     spec: Option<PathBuf>,
+    /// A traffic family's settings (`pulse trace --list-families`); flags below
+    /// override them.
+    #[arg(long)]
+    family: Option<String>,
+    /// List the families and exit.
+    #[arg(long)]
+    list_families: bool,
     /// Random seed: the same seed gives the same trace.
     #[arg(long)]
     seed: Option<u64>,
@@ -72,8 +79,19 @@ struct TraceArgs {
 struct TrainArgs {
     /// The events to learn from: a JSON-lines file, or a topic read from its beginning
     /// to its end as `kafka://HOST:PORT/TOPIC`; repeat the flag for several.
-    #[arg(long, required = true)]
+    #[arg(
+        long,
+        required_unless_present = "families",
+        conflicts_with = "families"
+    )]
     events: Vec<EventSource>,
+    /// Train on generated traffic families instead (comma-separated names, or `train`
+    /// for every family marked for training), one trace per `--seeds` value each.
+    #[arg(long, value_delimiter = ',')]
+    families: Vec<String>,
+    /// Seeds of the family traces.
+    #[arg(long, value_delimiter = ',', default_value = "1,2")]
+    seeds: Vec<u64>,
     /// Events from another period (file or topic), only to measure the model on.
     #[arg(long)]
     held_out: Option<EventSource>,
@@ -92,8 +110,19 @@ struct TrainArgs {
 struct BacktestArgs {
     /// The events to replay: a JSON-lines file, or `kafka://HOST:PORT/TOPIC` (read from
     /// its beginning to its end).
-    #[arg(long)]
-    events: EventSource,
+    #[arg(
+        long,
+        required_unless_present = "families",
+        conflicts_with = "families"
+    )]
+    events: Option<EventSource>,
+    /// Instead of `--events`: generate each of these traffic families (names, `all`,
+    /// `train` or `held-out`) at `--seed` and print one row per family at `--threshold`.
+    #[arg(long, value_delimiter = ',')]
+    families: Vec<String>,
+    /// The seed of the family traces (training uses 1 and 2).
+    #[arg(long, default_value_t = 1000)]
+    seed: u64,
     /// The truth file written by `pulse trace --truth`; without it, precision is the
     /// share of useful commands and recall is not known.
     #[arg(long)]
@@ -108,6 +137,20 @@ struct BacktestArgs {
         default_value = "0.5,0.6,0.7,0.8,0.85,0.9,0.95"
     )]
     thresholds: Vec<f64>,
+    /// Write every command the replay sends at `--threshold` to this file (JSON lines,
+    /// the `prewarm` topic's wire format), to score them another way.
+    #[arg(long)]
+    commands: Option<PathBuf>,
+    /// The threshold whose commands `--commands` writes, and of `--families`' rows.
+    #[arg(long, default_value_t = DecisionPolicy::default().threshold)]
+    threshold: f64,
+    /// With `--families`: regions that must have asked for a key before it can get a
+    /// command (2: wait for spread evidence).
+    #[arg(long, default_value_t = DecisionPolicy::default().min_regions_reached)]
+    min_regions_reached: usize,
+    /// With `--families`: consecutive scorings at the threshold before a command.
+    #[arg(long, default_value_t = DecisionPolicy::default().confirmations)]
+    confirmations: u32,
 }
 
 #[derive(Args, Debug)]
@@ -312,13 +355,32 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
+fn family(name: &str, flag: &str) -> anyhow::Result<&'static Family> {
+    Family::named(name).with_context(|| {
+        let names: Vec<_> = FAMILIES.iter().map(|f| f.name).collect();
+        format!(
+            "{flag}: no family {name:?} (families: {})",
+            names.join(", ")
+        )
+    })
+}
+
 fn trace(args: TraceArgs) -> anyhow::Result<()> {
-    let mut spec: TraceSpec = match &args.spec {
-        Some(path) => serde_json::from_str(&std::fs::read_to_string(path)?)
+    if args.list_families {
+        for f in &FAMILIES {
+            let split = if f.train { "train" } else { "held out" };
+            println!("{:<16} {:<9} {}", f.name, split, f.about);
+        }
+        return Ok(());
+    }
+    let out = args.out.clone().context("--out is required")?;
+    let mut spec: TraceSpec = match (&args.spec, &args.family) {
+        (Some(path), _) => serde_json::from_str(&std::fs::read_to_string(path)?)
             .with_context(|| format!("--spec: {}", path.display()))?,
-        None => TraceSpec::default(),
+        (None, Some(name)) => family(name, "--family")?.spec(args.seed.unwrap_or(1)),
+        (None, None) => TraceSpec::default(),
     };
-    if let Some(seed) = args.seed {
+    if let (Some(seed), None) = (args.seed, &args.family) {
         spec.seed = seed;
     }
     if let Some(start) = args.start_ms {
@@ -336,28 +398,45 @@ fn trace(args: TraceArgs) -> anyhow::Result<()> {
     spec.validate()
         .map_err(|e| anyhow::anyhow!("trace settings: {e}"))?;
     let trace = pulse::generate_trace(&spec);
-    pulse::write_trace(&trace, &args.out, args.truth.as_deref())
-        .with_context(|| format!("--out/--truth: writing {}", args.out.display()))?;
+    pulse::write_trace(&trace, &out, args.truth.as_deref())
+        .with_context(|| format!("--out/--truth: writing {}", out.display()))?;
     println!(
         "{} events, {} bursts -> {}",
         trace.events.len(),
         trace.bursts.len(),
-        args.out.display()
+        out.display()
     );
     Ok(())
 }
 
+/// Family names from a flag: `train` (families marked for training), `held-out`
+/// (the others), `all`, or names.
+fn families(names: &[String], flag: &str) -> anyhow::Result<Vec<&'static Family>> {
+    let mut out = Vec::new();
+    for name in names {
+        match name.as_str() {
+            "all" => out.extend(FAMILIES.iter()),
+            "train" => out.extend(FAMILIES.iter().filter(|f| f.train)),
+            "held-out" => out.extend(FAMILIES.iter().filter(|f| !f.train)),
+            name => out.push(family(name, flag)?),
+        }
+    }
+    Ok(out)
+}
+
 fn train(args: TrainArgs) -> anyhow::Result<()> {
-    let model = pulse::train_model(
-        &args.events,
-        args.held_out.as_ref(),
-        &TrainOptions {
-            name: args.name,
-            trained_at_ms: now_ms(),
-            ridge: args.ridge,
-            ..TrainOptions::default()
-        },
-    )?;
+    let options = TrainOptions {
+        name: args.name,
+        trained_at_ms: now_ms(),
+        ridge: args.ridge,
+        ..TrainOptions::default()
+    };
+    let model = if args.families.is_empty() {
+        pulse::train_model(&args.events, args.held_out.as_ref(), &options)?
+    } else {
+        let families = families(&args.families, "--families")?;
+        pulse::train_on_families(&families, &args.seeds, args.held_out.as_ref(), &options)?
+    };
     std::fs::write(&args.out, model.to_json())
         .with_context(|| format!("--out: writing {}", args.out.display()))?;
     println!("{}", pulse::train_summary(&model));
@@ -369,7 +448,24 @@ fn backtest(args: BacktestArgs) -> anyhow::Result<()> {
     if let Some(t) = args.thresholds.iter().find(|t| !(0.0..=1.0).contains(*t)) {
         bail!("--thresholds: {t} is outside [0, 1]");
     }
-    let events = pulse::load_events(&args.events, "--events")?;
+    let model = match &args.model {
+        Some(path) => ScoringModel::from_json(&std::fs::read_to_string(path)?)
+            .with_context(|| format!("--model: {}", path.display()))?,
+        None => pulse::default_model(),
+    };
+    let Some(source) = &args.events else {
+        let families = families(&args.families, "--families")?;
+        let policy = DecisionPolicy {
+            threshold: args.threshold,
+            min_regions_reached: args.min_regions_reached,
+            confirmations: args.confirmations,
+            ..DecisionPolicy::default()
+        };
+        let rows = pulse::family_rows(&model, &families, args.seed, &policy)?;
+        print!("{}", pulse::family_table(&model, &rows, args.seed));
+        return Ok(());
+    };
+    let events = pulse::load_events(source, "--events")?;
     let truth: Option<Vec<pulse::Burst>> = match &args.truth {
         Some(path) => Some(
             serde_json::from_str(&std::fs::read_to_string(path)?)
@@ -377,11 +473,18 @@ fn backtest(args: BacktestArgs) -> anyhow::Result<()> {
         ),
         None => None,
     };
-    let model = match &args.model {
-        Some(path) => ScoringModel::from_json(&std::fs::read_to_string(path)?)
-            .with_context(|| format!("--model: {}", path.display()))?,
-        None => pulse::default_model(),
-    };
+    if let Some(path) = &args.commands {
+        let commands = pulse::backtest_commands(&events, model.clone(), args.threshold)
+            .context("--threshold")?;
+        pulse::write_commands(path, &commands)
+            .with_context(|| format!("--commands: writing {}", path.display()))?;
+        println!(
+            "{} commands at {:.2} -> {}",
+            commands.len(),
+            args.threshold,
+            path.display()
+        );
+    }
     print!(
         "{}",
         pulse::backtest_table(&events, truth.as_deref(), model, &args.thresholds)?

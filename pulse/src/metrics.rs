@@ -281,6 +281,7 @@ mod tests {
             skips,
             [
                 "below_threshold",
+                "unconfirmed",
                 "nothing_to_warm",
                 "cooldown",
                 "over_budget"

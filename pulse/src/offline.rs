@@ -8,11 +8,16 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use models::AccessEvent;
+use models::{AccessEvent, PrewarmCommand};
 
-use crate::backtest::{BacktestRow, ReplayOptions, backtest, read_events, read_topic, replay};
-use crate::predict::{Features, ModelError, ScoringModel, TrainOptions};
-use crate::trace::{Burst, Trace};
+use crate::backtest::{
+    BacktestRow, HonestOptions, ReplayOptions, backtest, read_events, read_topic, replay,
+    score as score_replay, score_commands,
+};
+use crate::predict::{
+    DecisionPolicy, Features, ModelError, ScoringModel, TrainOptions, reliability,
+};
+use crate::trace::{Burst, Family, Trace, generate as generate_trace};
 
 /// Where events are read from: a JSON-lines file, or a Kafka topic read from its
 /// beginning to its end (`kafka://HOST:PORT[,HOST:PORT…]/TOPIC`).
@@ -140,6 +145,147 @@ pub fn train_model(
     Ok(ScoringModel::train(&samples, &held_out, options)?)
 }
 
+/// Fits a model on the samples of each family's trace at each seed (see
+/// [`Family::spec`]) and measures it on those of `held_out`; the model card lists the
+/// families.
+pub fn train_on_families(
+    families: &[&Family],
+    seeds: &[u64],
+    held_out: Option<&EventSource>,
+    options: &TrainOptions,
+) -> Result<ScoringModel, OfflineError> {
+    let mut samples = Vec::new();
+    for family in families {
+        for seed in seeds {
+            let trace = generate_trace(&family.spec(*seed));
+            samples.extend(training_samples(&trace.events));
+        }
+    }
+    let held_out = match held_out {
+        Some(source) => training_samples(&load_events(source, "held_out")?),
+        None => Vec::new(),
+    };
+    let mut model = ScoringModel::train(&samples, &held_out, options)?;
+    model.metrics.families = families.iter().map(|f| f.name.to_owned()).collect();
+    Ok(model)
+}
+
+/// One family's row of the per-family backtest.
+#[derive(Debug, Clone)]
+pub struct FamilyRow {
+    /// The family.
+    pub family: &'static str,
+    /// Whether the model was trained on it.
+    pub trained_on: bool,
+    /// Regions of its fleet.
+    pub regions: usize,
+    /// The honest figures.
+    pub row: BacktestRow,
+    /// Each judged command's confidence and whether it proved useful.
+    pub judged: Vec<(f64, bool)>,
+}
+
+/// Replays each family's trace at `seed` with `model` under `policy` and scores it.
+pub fn family_rows(
+    model: &ScoringModel,
+    families: &[&'static Family],
+    seed: u64,
+    policy: &DecisionPolicy,
+) -> Result<Vec<FamilyRow>, OfflineError> {
+    let threshold = policy.threshold;
+    if !(0.0..=1.0).contains(&threshold) {
+        return Err(OfflineError::Threshold(threshold));
+    }
+    let model = Arc::new(model.clone());
+    Ok(families
+        .iter()
+        .map(|family| {
+            let spec = family.spec(seed);
+            let trace = generate_trace(&spec);
+            let mut options = ReplayOptions::default();
+            options.predictor.policy = DecisionPolicy {
+                history: options.predictor.policy.history,
+                ..policy.clone()
+            };
+            let run = replay(&trace.events, Some(model.clone()), &options);
+            let row = score_replay(&run, &trace.events, threshold, Some(&trace.bursts));
+            let (_, per_command) = score_commands(
+                &run.commands,
+                &trace.events,
+                Some(&trace.bursts),
+                &HonestOptions::default(),
+            );
+            let judged = run
+                .commands
+                .iter()
+                .zip(&per_command)
+                .filter(|(_, s)| s.judged)
+                .map(|(c, s)| (c.confidence, !s.warmed.is_empty()))
+                .collect();
+            FamilyRow {
+                family: family.name,
+                trained_on: model.metrics.families.iter().any(|f| f == family.name),
+                regions: spec.regions,
+                row,
+                judged,
+            }
+        })
+        .collect())
+}
+
+/// The per-family Markdown table `pulse backtest --families` prints.
+pub fn family_table(model: &ScoringModel, rows: &[FamilyRow], seed: u64) -> String {
+    let mut out = format!(
+        "model {}, family traces at seed {seed}, threshold {:.2}\n",
+        model.name,
+        rows.first().map_or(0.0, |r| r.row.threshold)
+    );
+    out.push_str("| family | split | regions | commands | precision | region precision | recall | median lead | wasted fills | decision p99 |\n");
+    out.push_str("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|\n");
+    for r in rows {
+        let row = &r.row;
+        out.push_str(&format!(
+            "| {} | {} | {} | {} | {:.3} | {:.3} | {} | {} | {:.1} % | {} |\n",
+            r.family,
+            if r.trained_on { "train" } else { "held out" },
+            r.regions,
+            row.commands,
+            row.precision,
+            row.region_precision,
+            row.recall.map_or("n/a".into(), |x| format!("{x:.3}")),
+            lead(row.median_lead_ms),
+            row.wasted_share * 100.0,
+            p99(row.decision_p99),
+        ));
+    }
+    let held_out: Vec<(f64, bool)> = rows
+        .iter()
+        .filter(|r| !r.trained_on)
+        .flat_map(|r| r.judged.iter().copied())
+        .collect();
+    out.push_str("\nreliability of the held-out families' commands (useful = a named region asked in time)\n");
+    out.push_str(
+        "| confidence | commands | mean confidence | useful share |\n|---|---:|---:|---:|\n",
+    );
+    for bin in reliability(&held_out) {
+        out.push_str(&format!(
+            "| {:.1}–{:.1} | {} | {:.3} | {:.3} |\n",
+            bin.lower, bin.upper, bin.samples, bin.mean_confidence, bin.viral_share
+        ));
+    }
+    out
+}
+
+fn lead(ms: Option<u64>) -> String {
+    ms.map_or("n/a".into(), |ms| format!("{:.1} s", ms as f64 / 1000.0))
+}
+
+fn p99(d: Option<Duration>) -> String {
+    d.map_or("n/a".into(), |d| {
+        format!("{:.2} ms", d.as_secs_f64() * 1000.0)
+    })
+}
+
 /// The lines `pulse train` prints about a fitted model.
 pub fn train_summary(model: &ScoringModel) -> String {
     let m = &model.metrics;
@@ -175,10 +321,7 @@ pub fn backtest_table(
         return Err(OfflineError::Threshold(*t));
     }
     let mut out = format!("model {}, {} events\n", model.name, events.len());
-    out.push_str(
-        "| threshold | commands | precision | recall | median lead | useful | wasted | decision p99 |\n",
-    );
-    out.push_str("|---:|---:|---:|---:|---:|---:|---:|---:|\n");
+    out.push_str(TABLE_HEADER);
     let model = Arc::new(model);
     for threshold in thresholds {
         let row = &backtest(
@@ -193,22 +336,36 @@ pub fn backtest_table(
     Ok(out)
 }
 
+const TABLE_HEADER: &str = "| threshold | commands | precision | region precision | recall | median lead | useful | wasted | wasted fills | decision p99 |\n|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n";
+
 fn table_row(row: &BacktestRow) -> String {
     format!(
-        "| {:.2} | {} | {:.3} | {} | {} | {} | {} | {} |\n",
+        "| {:.2} | {} | {:.3} | {:.3} | {} | {} | {} | {} | {:.1} % | {} |\n",
         row.threshold,
         row.commands,
         row.precision,
+        row.region_precision,
         row.recall.map_or("n/a".into(), |r| format!("{r:.3}")),
-        row.median_lead_ms
-            .map_or("n/a".into(), |ms| format!("{:.1} s", ms as f64 / 1000.0)),
+        lead(row.median_lead_ms),
         row.useful,
         row.wasted,
-        row.decision_p99.map_or("n/a".into(), |d| format!(
-            "{:.2} ms",
-            d.as_secs_f64() * 1000.0
-        ))
+        row.wasted_share * 100.0,
+        p99(row.decision_p99),
     )
+}
+
+/// The commands a replay of `events` with `model` sends at `threshold`, in order.
+pub fn backtest_commands(
+    events: &[AccessEvent],
+    model: ScoringModel,
+    threshold: f64,
+) -> Result<Vec<PrewarmCommand>, OfflineError> {
+    if !(0.0..=1.0).contains(&threshold) {
+        return Err(OfflineError::Threshold(threshold));
+    }
+    let mut options = ReplayOptions::default();
+    options.predictor.policy.threshold = threshold;
+    Ok(replay(events, Some(Arc::new(model)), &options).commands)
 }
 
 /// Writes a generated trace's events (JSON lines) and, if asked, its truth (JSON).

@@ -45,6 +45,40 @@ pub struct TraceSpec {
     pub fill_ms: u64,
     /// How long a node keeps a filled key.
     pub node_ttl_ms: u64,
+    /// Where viral events' visitors come from.
+    pub viral_referrers: ViralReferrers,
+    /// Least and most time between a viral reaching one region and the next, ms.
+    pub spread_ms: (u64, u64),
+    /// How long a viral takes to reach its peak rate in a region, ms.
+    pub ramp_ms: u64,
+    /// Share of the fleet a viral reaches (at least two regions).
+    pub spread_share: f64,
+    /// One-region flash crowds to inject: many nodes, social referrers, never spread.
+    pub flash_crowds: usize,
+    /// Single-node hammers to inject: one node asks for one key, fast, for seconds.
+    pub hammers: usize,
+    /// Crawlers to inject: one node walks many keys once each, a minute long.
+    pub crawlers: usize,
+    /// Crons fire at this second of their minute; at :00 without it.
+    pub cron_second: Option<u64>,
+    /// Amplitude of the background's load cycle over the trace (0: flat, 0.8: the rate
+    /// swings ±80 %).
+    pub diurnal: f64,
+    /// Tenant sizes: tenant `i` gets a share ∝ 1 / (i + 1)^skew of the background (0:
+    /// all the same).
+    pub tenant_skew: f64,
+}
+
+/// Where a viral event's visitors come from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ViralReferrers {
+    /// 75 % of virals come with a social or news referrer spike.
+    Social,
+    /// No referrer at all (apps, copied links).
+    None,
+    /// A newsletter's link: one non-social domain.
+    Newsletter,
 }
 
 impl Default for TraceSpec {
@@ -64,6 +98,16 @@ impl Default for TraceSpec {
             noise: 36,
             fill_ms: 50,
             node_ttl_ms: 60_000,
+            viral_referrers: ViralReferrers::Social,
+            spread_ms: (2_000, 4_000),
+            ramp_ms: 1_000,
+            spread_share: 1.0,
+            flash_crowds: 0,
+            hammers: 0,
+            crawlers: 0,
+            cron_second: None,
+            diurnal: 0.0,
+            tenant_skew: 0.0,
         }
     }
 }
@@ -83,6 +127,27 @@ impl TraceSpec {
         if let Some((field, _)) = positive.iter().find(|(_, v)| !(*v > 0.0 && v.is_finite())) {
             return Err(format!("{field}: must be positive"));
         }
+        if !(self.spread_share > 0.0 && self.spread_share <= 1.0) {
+            return Err("spread_share: must be in (0, 1]".into());
+        }
+        if self.spread_ms.0 >= self.spread_ms.1 {
+            return Err("spread_ms: the least must be below the most".into());
+        }
+        if self.ramp_ms == 0 {
+            return Err("ramp_ms: must be positive".into());
+        }
+        if !(0.0..1.0).contains(&self.diurnal) {
+            return Err("diurnal: must be in [0, 1)".into());
+        }
+        if !(self.tenant_skew >= 0.0 && self.tenant_skew.is_finite()) {
+            return Err("tenant_skew: must be 0 or more".into());
+        }
+        if self.cron_second.is_some_and(|s| s >= 55) {
+            return Err("cron_second: must be below 55".into());
+        }
+        if self.regions < 2 {
+            return Err("regions: at least 2 (a viral spreads)".into());
+        }
         if self.regions > 64 {
             return Err("regions: at most 64".into());
         }
@@ -91,6 +156,186 @@ impl TraceSpec {
         }
         Ok(())
     }
+}
+
+/// A family of traffic: a way to set the generator, trained on or held out. Each
+/// family is the default mix changed in one direction, so a model's score on a family
+/// it never saw says how it copes with that kind of traffic.
+#[derive(Debug, Clone, Copy)]
+pub struct Family {
+    /// The name `pulse trace --family` and `pulse backtest --families` take.
+    pub name: &'static str,
+    /// What is different about it.
+    pub about: &'static str,
+    /// Whether `scripts/train-default-model` trains on it.
+    pub train: bool,
+    tweak: fn(&mut TraceSpec),
+}
+
+/// Every family, training ones first.
+pub const FAMILIES: [Family; 17] = [
+    Family {
+        name: "mixed-4",
+        about: "the default mix on 4 regions",
+        train: true,
+        tweak: |s| s.regions = 4,
+    },
+    Family {
+        name: "mixed-8",
+        about: "the default mix on 8 regions",
+        train: true,
+        tweak: |s| s.regions = 8,
+    },
+    Family {
+        name: "mixed-5-quiet",
+        about: "5 regions, 100 events/s, spread 1-6 s",
+        train: true,
+        tweak: |s| {
+            s.regions = 5;
+            s.background_rps = 100.0;
+            s.spread_ms = (1_000, 6_000);
+        },
+    },
+    Family {
+        name: "fleet-3",
+        about: "the default mix on 3 regions",
+        train: false,
+        tweak: |s| s.regions = 3,
+    },
+    Family {
+        name: "fleet-6",
+        about: "the default mix on 6 regions",
+        train: false,
+        tweak: |s| s.regions = 6,
+    },
+    Family {
+        name: "fleet-12",
+        about: "the default mix on 12 regions",
+        train: false,
+        tweak: |s| s.regions = 12,
+    },
+    Family {
+        name: "referrerless",
+        about: "virals with no referrer at all",
+        train: false,
+        tweak: |s| s.viral_referrers = ViralReferrers::None,
+    },
+    Family {
+        name: "newsletter",
+        about: "virals from one newsletter's (non-social) link",
+        train: false,
+        tweak: |s| s.viral_referrers = ViralReferrers::Newsletter,
+    },
+    Family {
+        name: "slow-ramp",
+        about: "virals take 8 s to peak in each region",
+        train: false,
+        tweak: |s| s.ramp_ms = 8_000,
+    },
+    Family {
+        name: "fast-spread",
+        about: "virals reach the next region every 0.3-1 s",
+        train: false,
+        tweak: |s| s.spread_ms = (300, 1_000),
+    },
+    Family {
+        name: "slow-spread",
+        about: "virals reach the next region every 6-12 s",
+        train: false,
+        tweak: |s| s.spread_ms = (6_000, 12_000),
+    },
+    Family {
+        name: "partial-spread",
+        about: "virals reach 2 to half of 8 regions",
+        train: false,
+        tweak: |s| {
+            s.regions = 8;
+            s.spread_share = 0.5;
+        },
+    },
+    Family {
+        name: "flash-crowds",
+        about: "12 one-region crowds (many nodes, social referrers, 20 s) beside 6 virals",
+        train: false,
+        tweak: |s| {
+            s.virals = 6;
+            s.noise = 12;
+            s.flash_crowds = 12;
+        },
+    },
+    Family {
+        name: "hammers",
+        about: "12 single-node hammers (30-150 requests/s, 10-30 s) beside 6 virals",
+        train: false,
+        tweak: |s| {
+            s.virals = 6;
+            s.noise = 12;
+            s.hammers = 12;
+        },
+    },
+    Family {
+        name: "crawlers",
+        about: "6 crawlers walking pages from one node, and crons at :17",
+        train: false,
+        tweak: |s| {
+            s.crawlers = 6;
+            s.crons = 8;
+            s.cron_second = Some(17);
+        },
+    },
+    Family {
+        name: "heavy-load",
+        about: "one tenant at 2 400 events/s (and two small ones)",
+        train: false,
+        tweak: |s| {
+            s.background_rps = 2_400.0;
+            s.tenant_skew = 3.0;
+            s.duration_ms = 300_000;
+            s.virals = 8;
+            s.noise = 16;
+        },
+    },
+    Family {
+        name: "many-tenants",
+        about: "12 tenants of very different sizes, a load cycle of ±60 %",
+        train: false,
+        tweak: |s| {
+            s.tenants = 12;
+            s.tenant_skew = 1.2;
+            s.diurnal = 0.6;
+        },
+    },
+];
+
+impl Family {
+    /// The family by name.
+    pub fn named(name: &str) -> Option<&'static Family> {
+        FAMILIES.iter().find(|f| f.name == name)
+    }
+
+    /// The family's generator settings for `seed`. The start time moves with the seed
+    /// (hour of the week and minute of the hour), so no calendar feature can tell one
+    /// family or split from another.
+    pub fn spec(&self, seed: u64) -> TraceSpec {
+        const WEEK_START_MS: u64 = 1_764_547_200_000; // Monday 2025-12-01 00:00 UTC
+        let mut spec = TraceSpec {
+            seed,
+            start_ms: WEEK_START_MS
+                + (seed.wrapping_mul(37) % 168) * 3_600_000
+                + (seed.wrapping_mul(13) % 60) * 60_000,
+            ..TraceSpec::default()
+        };
+        (self.tweak)(&mut spec);
+        // One family, one stream: the same seed in two families gives other traces.
+        spec.seed = seed ^ fnv(self.name);
+        spec
+    }
+}
+
+fn fnv(name: &str) -> u64 {
+    name.bytes().fold(0xcbf2_9ce4_8422_2325, |h, b| {
+        (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3)
+    })
 }
 
 /// The kind of an injected burst.
@@ -103,6 +348,10 @@ pub enum BurstKind {
     Cron,
     /// A short spike in one region that goes nowhere: must not trigger.
     Noise,
+    /// A crowd in one region, on many nodes, for many seconds, that never spreads.
+    Flash,
+    /// One node asking for one key over and over (a retry loop, a bot).
+    Hammer,
 }
 
 /// One injected burst and where and when it reached each region.
@@ -146,6 +395,19 @@ const ORDINARY: [&str; 4] = [
     "intranet.example",
 ];
 
+/// A newsletter's link domain: not social, one domain for the whole wave.
+const NEWSLETTER: &str = "newsletter.example";
+
+/// The referrers of a burst's requests.
+#[derive(Debug, Clone, Copy)]
+enum Referrers {
+    /// This domain for 60 % of them (if any), ordinary search referrers for 30 % of
+    /// the rest.
+    Ordinary(Option<&'static str>),
+    /// None at all.
+    Nothing,
+}
+
 /// One stream of requests before outcomes are assigned.
 struct Request {
     ts_ms: u64,
@@ -175,19 +437,45 @@ pub fn generate(spec: &TraceSpec) -> Trace {
     let end_ms = spec.start_ms + spec.duration_ms;
     let mut requests = Vec::new();
 
-    // Background: a Poisson stream, Zipf over keys, uniform over tenants and nodes.
-    let gap = Exp::new(spec.background_rps / 1000.0).expect("positive rate");
+    // Background: a Poisson stream (thinned to a load cycle when `diurnal` > 0), Zipf
+    // over keys, tenants by size, uniform over nodes.
+    let peak_rps = spec.background_rps * (1.0 + spec.diurnal);
+    let gap = Exp::new(peak_rps / 1000.0).expect("positive rate");
     let zipf = Zipf::new(spec.keys_per_tenant as f64, spec.zipf_exponent).expect("valid zipf");
+    let tenant_weights: Vec<f64> = (0..spec.tenants)
+        .map(|i| 1.0 / ((i + 1) as f64).powf(spec.tenant_skew))
+        .collect();
+    let weight_total: f64 = tenant_weights.iter().sum();
     let mut t = spec.start_ms as f64;
     loop {
         t += gap.sample(&mut rng);
         if t >= end_ms as f64 {
             break;
         }
+        if spec.diurnal > 0.0 {
+            let phase =
+                (t - spec.start_ms as f64) / spec.duration_ms as f64 * std::f64::consts::TAU;
+            let keep = (1.0 + spec.diurnal * phase.sin()) / (1.0 + spec.diurnal);
+            if !rng.random_bool(keep.clamp(0.0, 1.0)) {
+                continue;
+            }
+        }
         let rank = zipf.sample(&mut rng) as usize;
+        let tenant = if spec.tenant_skew == 0.0 {
+            rng.random_range(0..spec.tenants)
+        } else {
+            let mut pick = rng.random::<f64>() * weight_total;
+            tenant_weights
+                .iter()
+                .position(|w| {
+                    pick -= w;
+                    pick < 0.0
+                })
+                .unwrap_or(spec.tenants - 1)
+        };
         requests.push(Request {
             ts_ms: t as u64,
-            tenant: rng.random_range(0..spec.tenants),
+            tenant,
             key: id(format!("/assets/{rank}.js")),
             region: rng.random_range(0..spec.regions),
             node: rng.random_range(0..spec.nodes_per_region),
@@ -200,8 +488,11 @@ pub fn generate(spec: &TraceSpec) -> Trace {
     let mut bursts = Vec::new();
     // Burst starts are spread over the middle of the trace, apart from each other.
     let kinds = std::iter::repeat_n(BurstKind::Viral, spec.virals)
-        .chain(std::iter::repeat_n(BurstKind::Noise, spec.noise));
-    let mut slots: Vec<usize> = (0..spec.virals + spec.noise).collect();
+        .chain(std::iter::repeat_n(BurstKind::Noise, spec.noise))
+        .chain(std::iter::repeat_n(BurstKind::Flash, spec.flash_crowds))
+        .chain(std::iter::repeat_n(BurstKind::Hammer, spec.hammers));
+    let mut slots: Vec<usize> =
+        (0..spec.virals + spec.noise + spec.flash_crowds + spec.hammers).collect();
     slots.shuffle(&mut rng);
     let usable = spec.duration_ms.saturating_sub(60_000).max(1);
     let slot_ms = usable / (slots.len().max(1) as u64);
@@ -213,35 +504,88 @@ pub fn generate(spec: &TraceSpec) -> Trace {
         let tenant = rng.random_range(0..spec.tenants);
         let key: CacheKey = match kind {
             BurstKind::Viral => id(format!("/live/story-{n}.json")),
+            BurstKind::Flash => id(format!("/local/news-{n}.html")),
+            BurstKind::Hammer => id(format!("/api/poll-{n}.json")),
             _ => id(format!("/promo/spike-{n}.png")),
         };
         let mut order: Vec<usize> = (0..spec.regions).collect();
         order.shuffle(&mut rng);
         let (reached, burst_end) = match kind {
             BurstKind::Viral => {
-                // Spreads region by region, 2-4 s apart, each ramping up over 1 s.
-                let social = rng
-                    .random_bool(0.75)
-                    .then(|| SOCIAL[rng.random_range(0..SOCIAL.len())]);
+                // Spreads region by region, `spread_ms` apart, each ramping up over
+                // `ramp_ms`, to `spread_share` of the fleet.
+                let referrer = match spec.viral_referrers {
+                    ViralReferrers::Social => Referrers::Ordinary(
+                        rng.random_bool(0.75)
+                            .then(|| SOCIAL[rng.random_range(0..SOCIAL.len())]),
+                    ),
+                    ViralReferrers::Newsletter => Referrers::Ordinary(Some(NEWSLETTER)),
+                    ViralReferrers::None => Referrers::Nothing,
+                };
                 let peak_rps = rng.random_range(60.0..200.0);
+                let most = ((spec.regions as f64 * spec.spread_share).round() as usize)
+                    .clamp(2, spec.regions);
+                let reach = if most == spec.regions {
+                    most
+                } else {
+                    rng.random_range(2..=most)
+                };
                 let mut region_start = start;
                 let mut reached = Vec::new();
-                for &region in &order {
+                for &region in order.iter().take(reach) {
                     viral_requests(
                         &mut rng,
                         &mut requests,
                         spec,
                         tenant,
                         &key,
-                        region,
+                        (region, None),
                         region_start,
                         peak_rps,
-                        social,
+                        referrer,
                     );
                     reached.push((regions[region].clone(), region_start));
-                    region_start += rng.random_range(2_000..4_000);
+                    region_start += rng.random_range(spec.spread_ms.0..spec.spread_ms.1);
                 }
                 (reached, region_start + 20_000)
+            }
+            BurstKind::Flash => {
+                // One region's crowd, on every node, with a social referrer, 10-20 s.
+                let region = order[0];
+                let peak_rps = rng.random_range(60.0..200.0);
+                let referrer = Referrers::Ordinary(Some(SOCIAL[rng.random_range(0..SOCIAL.len())]));
+                viral_requests(
+                    &mut rng,
+                    &mut requests,
+                    spec,
+                    tenant,
+                    &key,
+                    (region, None),
+                    start,
+                    peak_rps,
+                    referrer,
+                );
+                (vec![(regions[region].clone(), start)], start + 20_000)
+            }
+            BurstKind::Hammer => {
+                // One node, one key, a steady fast loop for 10-30 s, no referrer.
+                let region = order[0];
+                let node = rng.random_range(0..spec.nodes_per_region);
+                let length = rng.random_range(10_000..30_000);
+                let every = 1000.0 / rng.random_range(30.0..150.0);
+                let mut t = start as f64;
+                while t < (start + length) as f64 {
+                    requests.push(Request {
+                        ts_ms: t as u64,
+                        tenant,
+                        key: key.clone(),
+                        region,
+                        node,
+                        referrer: None,
+                    });
+                    t += every * rng.random_range(0.8..1.2);
+                }
+                (vec![(regions[region].clone(), start)], start + length)
             }
             _ => {
                 // One region, one node's clients, a sharp spike for 1-2 s.
@@ -277,11 +621,13 @@ pub fn generate(spec: &TraceSpec) -> Trace {
         });
     }
 
-    // Cron bursts: every region at once, at second :00 of a minute, several times.
+    // Cron bursts: every region at once, at second :00 (or `cron_second`) of a
+    // minute, several times.
     for c in 0..spec.crons {
         let tenant = rng.random_range(0..spec.tenants);
         let key: CacheKey = id(format!("/reports/daily-{c}.csv"));
-        let first_minute = spec.start_ms.div_ceil(60_000) * 60_000;
+        let second_ms = spec.cron_second.unwrap_or(0) * 1_000;
+        let first_minute = spec.start_ms.div_ceil(60_000) * 60_000 + second_ms;
         let mut minute = first_minute + 60_000 * rng.random_range(0..2);
         while minute + 5_000 < end_ms {
             let mut reached = Vec::new();
@@ -313,6 +659,30 @@ pub fn generate(spec: &TraceSpec) -> Trace {
         }
     }
 
+    // Crawlers: one node walks keys once each, 20-50 a second, for a minute.
+    for c in 0..spec.crawlers {
+        let tenant = rng.random_range(0..spec.tenants);
+        let region = rng.random_range(0..spec.regions);
+        let node = rng.random_range(0..spec.nodes_per_region);
+        let begin =
+            spec.start_ms + rng.random_range(0..spec.duration_ms.saturating_sub(60_000).max(1));
+        let every = 1000.0 / rng.random_range(20.0..50.0);
+        let mut t = begin as f64;
+        let mut page = 0;
+        while t < (begin + 60_000) as f64 {
+            requests.push(Request {
+                ts_ms: t as u64,
+                tenant,
+                key: id(format!("/catalog/item-{c}-{page}.html")),
+                region,
+                node,
+                referrer: None,
+            });
+            page += 1;
+            t += every;
+        }
+    }
+
     requests.retain(|r| r.ts_ms < end_ms);
     requests.sort_by_key(|r| r.ts_ms);
     let events = assign_outcomes(spec, &tenants, &regions, requests);
@@ -331,28 +701,29 @@ fn viral_requests(
     spec: &TraceSpec,
     tenant: usize,
     key: &CacheKey,
-    region: usize,
+    (region, node): (usize, Option<usize>),
     region_start: u64,
     peak_rps: f64,
-    social: Option<&'static str>,
+    referrer: Referrers,
 ) {
-    let ramp_ms = 1_000.0;
+    let ramp_ms = spec.ramp_ms as f64;
     let last = region_start as f64 + 20_000.0;
     let mut t = region_start as f64;
     while t < last {
         let rps = peak_rps * ((t - region_start as f64 + 50.0) / ramp_ms).min(1.0);
-        let referrer = match social {
-            Some(domain) if rng.random_bool(0.6) => Some(domain),
-            _ => rng
+        let referrer = match referrer {
+            Referrers::Ordinary(Some(domain)) if rng.random_bool(0.6) => Some(domain),
+            Referrers::Ordinary(_) => rng
                 .random_bool(0.3)
                 .then(|| ORDINARY[rng.random_range(0..ORDINARY.len())]),
+            Referrers::Nothing => None,
         };
         requests.push(Request {
             ts_ms: t as u64,
             tenant,
             key: key.clone(),
             region,
-            node: rng.random_range(0..spec.nodes_per_region),
+            node: node.unwrap_or_else(|| rng.random_range(0..spec.nodes_per_region)),
             referrer,
         });
         t += Exp::new(rps / 1000.0).expect("positive rate").sample(rng);
@@ -462,9 +833,71 @@ mod tests {
                 BurstKind::Viral | BurstKind::Cron => {
                     assert_eq!(regions_seen.len(), 6, "{burst:?}")
                 }
-                BurstKind::Noise => assert_eq!(regions_seen.len(), 1, "{burst:?}"),
+                _ => assert_eq!(regions_seen.len(), 1, "{burst:?}"),
             }
         }
+    }
+
+    #[test]
+    fn every_family_is_valid_and_named_once() {
+        for family in &FAMILIES {
+            family
+                .spec(1)
+                .validate()
+                .unwrap_or_else(|e| panic!("{}: {e}", family.name));
+            assert_eq!(Family::named(family.name).unwrap().name, family.name);
+        }
+        let names: std::collections::HashSet<_> = FAMILIES.iter().map(|f| f.name).collect();
+        assert_eq!(names.len(), FAMILIES.len());
+        assert_ne!(
+            Family::named("fleet-3").unwrap().spec(1).start_ms,
+            Family::named("fleet-3").unwrap().spec(2).start_ms
+        );
+    }
+
+    #[test]
+    fn families_make_what_they_say() {
+        let short = |name: &str| {
+            let mut spec = Family::named(name).unwrap().spec(3);
+            spec.duration_ms = 120_000;
+            spec.background_rps = 50.0;
+            generate(&spec)
+        };
+        let kinds = |t: &Trace, kind| t.bursts.iter().filter(|b| b.kind == kind).count();
+        let hammers = short("hammers");
+        assert_eq!(kinds(&hammers, BurstKind::Hammer), 12);
+        for b in hammers
+            .bursts
+            .iter()
+            .filter(|b| b.kind == BurstKind::Hammer)
+        {
+            let nodes: std::collections::HashSet<_> = hammers
+                .events
+                .iter()
+                .filter(|e| e.key == b.key)
+                .map(|e| e.node.clone())
+                .collect();
+            assert_eq!(nodes.len(), 1, "{b:?}");
+        }
+        let partial = short("partial-spread");
+        for b in partial.bursts.iter().filter(|b| b.kind == BurstKind::Viral) {
+            assert!((2..=4).contains(&b.regions.len()), "{b:?}");
+        }
+        let fleet = short("fleet-12");
+        assert_eq!(fleet.regions.len(), 12);
+        let plain = short("referrerless");
+        let viral = plain
+            .bursts
+            .iter()
+            .find(|b| b.kind == BurstKind::Viral)
+            .unwrap();
+        assert!(
+            plain
+                .events
+                .iter()
+                .filter(|e| e.key == viral.key)
+                .all(|e| e.referrer.is_none())
+        );
     }
 
     #[test]

@@ -13,7 +13,7 @@ pub use auth::require_api_token;
 
 pub use predictions::{
     ContributionView, DecisionTotals, DecisionView, EvaluationView, LeadTime, MAX_PREDICTIONS,
-    ModelFeature, ModelResponse, PredictionsQuery, PredictionsResponse,
+    ModelFeature, ModelResponse, PredictionsQuery, PredictionsResponse, ReliabilityView,
 };
 
 use std::sync::Arc;
@@ -244,6 +244,7 @@ pub struct Health {
         ModelResponse,
         ModelFeature,
         EvaluationView,
+        ReliabilityView,
         rates::RatesResponse,
         rates::RatePoint,
         ErrorBody,

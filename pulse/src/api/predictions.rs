@@ -235,6 +235,21 @@ impl From<&Evaluation> for EvaluationView {
     }
 }
 
+/// One row of the model card's reliability table.
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+pub struct ReliabilityView {
+    /// Lowest confidence of the bin.
+    pub lower: f64,
+    /// Upper bound of the bin.
+    pub upper: f64,
+    /// Samples scored in the bin.
+    pub samples: usize,
+    /// Their mean confidence.
+    pub mean_confidence: f64,
+    /// The share that went viral.
+    pub viral_share: f64,
+}
+
 /// `GET /api/model`: the model card and the decision rules in force.
 #[derive(Debug, Serialize, Deserialize, ToSchema)]
 pub struct ModelResponse {
@@ -262,6 +277,11 @@ pub struct ModelResponse {
     pub train: EvaluationView,
     /// Decisions on held-out samples, if any.
     pub held_out: Option<EvaluationView>,
+    /// The traffic families it was trained on (generated traces), if any.
+    pub families: Vec<String>,
+    /// Reliability: per tenth of the confidence range, the samples scored there and the
+    /// share that went viral.
+    pub reliability: Vec<ReliabilityView>,
     /// The confidence threshold in force.
     pub threshold: f64,
     /// Per-key cooldown, ms.
@@ -302,6 +322,18 @@ impl ModelResponse {
             r2: m.r2,
             train: (&m.train).into(),
             held_out: m.held_out.as_ref().map(Into::into),
+            families: m.families.clone(),
+            reliability: m
+                .reliability
+                .iter()
+                .map(|b| ReliabilityView {
+                    lower: b.lower,
+                    upper: b.upper,
+                    samples: b.samples,
+                    mean_confidence: b.mean_confidence,
+                    viral_share: b.viral_share,
+                })
+                .collect(),
             threshold: policy.threshold,
             cooldown_ms: policy.cooldown_ms,
             command_ttl_ms: policy.command_ttl_ms,
@@ -459,5 +491,9 @@ mod tests {
         assert_eq!(properties(&doc, "ModelResponse"), keys(&card));
         assert_eq!(properties(&doc, "ModelFeature"), keys(&card["features"][0]));
         assert_eq!(properties(&doc, "EvaluationView"), keys(&card["train"]));
+        assert_eq!(
+            properties(&doc, "ReliabilityView"),
+            keys(&card["reliability"][0])
+        );
     }
 }

@@ -26,6 +26,13 @@ pub struct DecisionPolicy {
     pub tenant_burst: f64,
     /// How many recent decisions to keep for the API.
     pub history: usize,
+    /// A key needs this many consecutive scorings (ticks) at or above the threshold
+    /// before it gets a command: one noisy crossing is not enough.
+    pub confirmations: u32,
+    /// A key is scored for a command only once this many of the tenant's regions asked
+    /// for it in the last minute: 2 waits for spread evidence (a one-region crowd never
+    /// gets a command) at the cost of the second region's warm-up.
+    pub min_regions_reached: usize,
 }
 
 impl Default for DecisionPolicy {
@@ -37,6 +44,10 @@ impl Default for DecisionPolicy {
             tenant_rate_per_s: 2.0,
             tenant_burst: 20.0,
             history: 500,
+            // 2 would need a second scoring within a second: a backlog read in big
+            // batches scores a key once per burst, so live pulse keeps 1 (see README).
+            confirmations: 1,
+            min_regions_reached: 1,
         }
     }
 }
@@ -46,6 +57,9 @@ impl Default for DecisionPolicy {
 pub enum Skip {
     /// Confidence below the threshold.
     BelowThreshold,
+    /// At the threshold, but not yet for [`DecisionPolicy::confirmations`] scorings in
+    /// a row.
+    Unconfirmed,
     /// Every region has already seen the key: nothing to warm.
     NothingToWarm,
     /// The key had a command within the cooldown.
@@ -57,8 +71,9 @@ pub enum Skip {
 impl Skip {
     /// Every reason, in declaration order: `Skip as usize` indexes
     /// [`DecisionCounts::skipped`].
-    pub const ALL: [Skip; 4] = [
+    pub const ALL: [Skip; 5] = [
         Skip::BelowThreshold,
+        Skip::Unconfirmed,
         Skip::NothingToWarm,
         Skip::Cooldown,
         Skip::OverBudget,
@@ -68,6 +83,7 @@ impl Skip {
     pub fn as_str(self) -> &'static str {
         match self {
             Skip::BelowThreshold => "below_threshold",
+            Skip::Unconfirmed => "unconfirmed",
             Skip::NothingToWarm => "nothing_to_warm",
             Skip::Cooldown => "cooldown",
             Skip::OverBudget => "over_budget",
@@ -98,6 +114,9 @@ pub struct Decision {
     /// command to that region's first request.
     pub lead_times_ms: Vec<(RegionId, u64)>,
 }
+
+/// Two scorings of a key further apart than this are not consecutive.
+const STREAK_GAP_MS: u64 = 1_000;
 
 /// A token bucket: `rate` tokens a second up to `burst`.
 #[derive(Debug, Clone)]
@@ -144,6 +163,8 @@ impl DecisionCounts {
 pub struct Decider {
     policy: DecisionPolicy,
     last_command_ms: HashMap<(TenantId, CacheKey), u64>,
+    /// Per key: consecutive scorings at or above the threshold, and the last one's time.
+    streaks: HashMap<(TenantId, CacheKey), (u32, u64)>,
     budgets: HashMap<TenantId, TokenBucket>,
     // Newest last; bounded by `policy.history`.
     decisions: VecDeque<Decision>,
@@ -157,6 +178,7 @@ impl Decider {
         Decider {
             policy,
             last_command_ms: HashMap::new(),
+            streaks: HashMap::new(),
             budgets: HashMap::new(),
             decisions: VecDeque::new(),
             counts: DecisionCounts::default(),
@@ -183,13 +205,27 @@ impl Decider {
             counts.skipped[why as usize] += 1;
             Err(why)
         };
+        let flight = (tenant.clone(), key.clone());
         if score.confidence < self.policy.threshold {
+            self.streaks.remove(&flight);
             return skip(&mut self.counts, Skip::BelowThreshold);
+        }
+        // Consecutive: the previous scoring of the key was at most a second ago.
+        let streak = self.streaks.entry(flight.clone()).or_insert((0, now_ms));
+        if now_ms > streak.1 + STREAK_GAP_MS {
+            streak.0 = 0;
+        }
+        *streak = (streak.0 + 1, now_ms);
+        if streak.0 < self.policy.confirmations {
+            if self.streaks.len() > 4 * self.policy.history {
+                self.streaks
+                    .retain(|_, (_, last)| *last + STREAK_GAP_MS >= now_ms);
+            }
+            return skip(&mut self.counts, Skip::Unconfirmed);
         }
         if unseen.is_empty() {
             return skip(&mut self.counts, Skip::NothingToWarm);
         }
-        let flight = (tenant.clone(), key.clone());
         if let Some(last) = self.last_command_ms.get(&flight) {
             if now_ms < last + self.policy.cooldown_ms {
                 return skip(&mut self.counts, Skip::Cooldown);
@@ -328,9 +364,44 @@ mod tests {
         names.iter().map(|r| r.parse().unwrap()).collect()
     }
 
+    fn unconfirmed() -> DecisionPolicy {
+        DecisionPolicy {
+            confirmations: 1,
+            ..DecisionPolicy::default()
+        }
+    }
+
+    #[test]
+    fn one_crossing_is_not_enough() {
+        let mut d = Decider::new(DecisionPolicy {
+            confirmations: 2,
+            ..DecisionPolicy::default()
+        });
+        let (t, k) = ids("acme", "/a");
+        let eu = || regions(&["eu"]);
+        assert_eq!(
+            d.consider(0, &t, &k, &score(0.9), eu()),
+            Err(Skip::Unconfirmed)
+        );
+        assert_eq!(
+            d.consider(50, &t, &k, &score(0.5), eu()),
+            Err(Skip::BelowThreshold)
+        );
+        assert_eq!(
+            d.consider(100, &t, &k, &score(0.9), eu()),
+            Err(Skip::Unconfirmed)
+        );
+        // Too long after the previous scoring: not consecutive.
+        assert_eq!(
+            d.consider(5_000, &t, &k, &score(0.9), eu()),
+            Err(Skip::Unconfirmed)
+        );
+        assert!(d.consider(5_050, &t, &k, &score(0.9), eu()).is_ok());
+    }
+
     #[test]
     fn threshold_and_nothing_to_warm() {
-        let mut d = Decider::new(DecisionPolicy::default());
+        let mut d = Decider::new(unconfirmed());
         let (t, k) = ids("acme", "/a");
         assert_eq!(
             d.consider(0, &t, &k, &score(0.84), regions(&["eu"])),
@@ -345,11 +416,12 @@ mod tests {
             .unwrap();
         assert_eq!(c.regions, RegionTargets::Only(regions(&["eu"])));
         assert_eq!(c.expires_at_ms, DecisionPolicy::default().command_ttl_ms);
-        assert_eq!(d.counts().skipped, [1, 1, 0, 0]);
+        assert_eq!(d.counts().skipped, [1, 0, 1, 0, 0]);
         assert_eq!(
             d.counts().skips(),
             [
                 (Skip::BelowThreshold, 1),
+                (Skip::Unconfirmed, 0),
                 (Skip::NothingToWarm, 1),
                 (Skip::Cooldown, 0),
                 (Skip::OverBudget, 0)
@@ -359,7 +431,7 @@ mod tests {
 
     #[test]
     fn one_command_per_wave() {
-        let policy = DecisionPolicy::default();
+        let policy = unconfirmed();
         let mut d = Decider::new(policy.clone());
         let (t, k) = ids("acme", "/a");
         assert!(
@@ -387,7 +459,7 @@ mod tests {
         let policy = DecisionPolicy {
             tenant_burst: 3.0,
             tenant_rate_per_s: 1.0,
-            ..DecisionPolicy::default()
+            ..unconfirmed()
         };
         let mut d = Decider::new(policy);
         let loud: TenantId = "loud".parse().unwrap();
@@ -419,7 +491,7 @@ mod tests {
 
     #[test]
     fn useful_when_a_warmed_region_asks_and_wasted_when_none_does() {
-        let mut d = Decider::new(DecisionPolicy::default());
+        let mut d = Decider::new(unconfirmed());
         let (t, k) = ids("acme", "/a");
         let (_, other) = ids("acme", "/b");
         d.consider(1_000, &t, &k, &score(0.9), regions(&["eu", "ap"]))
@@ -458,7 +530,7 @@ mod tests {
         let policy = DecisionPolicy {
             history: 5,
             tenant_burst: 100.0,
-            ..DecisionPolicy::default()
+            ..unconfirmed()
         };
         let mut d = Decider::new(policy);
         let t: TenantId = "acme".parse().unwrap();

@@ -36,7 +36,7 @@ macro_rules! features {
 }
 
 /// How many features the model reads.
-pub const FEATURE_COUNT: usize = 18;
+pub const FEATURE_COUNT: usize = 15;
 
 features! {
     /// Requests per second for the key over the last 200 ms, all outcomes.
@@ -49,32 +49,30 @@ features! {
     acceleration,
     /// Share of the last second's requests that found no fresh copy (miss, collapsed, stale).
     miss_share_1s,
-    /// Distinct regions that reported misses in the last 200 ms.
-    miss_regions_200ms,
-    /// Regions of the fleet that have not requested the key in the last 60 s: the ones a
+    /// Share of the tenant's regions that asked for the key in the last 60 s (exact,
+    /// from the tracker): how far it has spread, whatever the fleet's size.
+    reached_share,
+    /// Share of the tenant's regions that have not asked in the last 60 s: the ones a
     /// pre-warm would help.
-    unseen_regions,
+    unseen_share,
     /// Regions whose first request came in the last 10 s (a second or more after pulse
     /// began tracking the key) and that have asked at least 5 times since: the key is
     /// spreading.
     new_regions_10s,
-    /// 1 at minute :00 of the hour, falling linearly to 0 at :30 (top-of-hour jobs).
-    top_of_hour,
-    /// Hour of day on the unit circle (sine), UTC.
-    hour_sin,
-    /// Hour of day on the unit circle (cosine), UTC.
-    hour_cos,
-    /// Day of week on the unit circle (sine).
-    weekday_sin,
-    /// Day of week on the unit circle (cosine).
-    weekday_cos,
-    /// How many times this key burst before at the same minute of the hour (cron-like).
+    /// Share of the key's requests (since tracking began) from its busiest node: near 1
+    /// for a retry loop or a bot, small for a crowd.
+    top_node_share,
+    /// Distinct nodes that asked for the key since tracking began.
+    nodes_asking,
+    /// How many times this key burst before, in earlier minutes, at the same second of
+    /// the minute (cron-like).
     phase_bursts_before,
     /// Share of the last 10 s of requests from the key's single most common referrer domain.
     referrer_top_share,
     /// Share of the last 10 s of requests from social or news referrer domains.
     referrer_social_share,
-    /// `referrer_top_share` minus that domain's share over the key's last 60 s (its baseline).
+    /// `referrer_top_share` minus that domain's share over the key's last 60 s (its
+    /// baseline), or over the tenant's recent mix for a key without history.
     referrer_lift,
     /// The tenant's burstiness at this hour of the week: an EWMA of the bursts it had then.
     tenant_burstiness,
@@ -121,6 +119,8 @@ pub(crate) struct Extracted {
     pub(crate) unseen: Vec<RegionId>,
     /// The same regions as tracker ids, with their request counts so far.
     pub(crate) unseen_counts: Vec<(usize, u32)>,
+    /// The tenant's regions that asked for the key in the last minute.
+    pub(crate) reached: usize,
     pub(crate) bursting: bool,
 }
 
@@ -138,23 +138,28 @@ pub(crate) fn extract(
     let (v200, v1, v10, v60) = (w200.velocity, w1.velocity, w10.velocity, w60.velocity);
     let bursting = v1 >= BURST_MIN_RPS && v1 >= BURST_FACTOR * v60.max(0.1);
 
+    // Exact region presence from the tracker (the sketch's region bits collide under
+    // load), over the tenant's own regions (the fleet may be larger than the tenant's).
     let minute_ago = now_ms.saturating_sub(60_000);
+    let mut tenant_regions = 0usize;
     let mut unseen = Vec::new();
     let mut unseen_counts = Vec::new();
-    for (i, region) in tracker.regions.iter().enumerate() {
-        let asked = w60.regions.contains(region);
-        if !asked && !k.region_seen_since(i, minute_ago) {
-            unseen.push(region.clone());
+    for i in t.regions(now_ms) {
+        tenant_regions += 1;
+        if !k.region_seen_since(i, minute_ago) {
+            unseen.push(tracker.regions[i].clone());
             unseen_counts.push((i, k.region_count(i)));
         }
     }
+    let share = |n: usize| {
+        if tenant_regions == 0 {
+            0.0
+        } else {
+            n as f64 / tenant_regions as f64
+        }
+    };
 
     let (referrer_top_share, referrer_social_share, referrer_lift) = referrers(k, t, now_ms);
-    let minute = (now_ms / 60_000 % 60) as f64;
-    let hour = (now_ms % 86_400_000) as f64 / 3_600_000.0;
-    let weekday = ((now_ms / 86_400_000 + 3) % 7) as f64; // 0 = Monday
-    let tau = std::f64::consts::TAU;
-
     let features = Features {
         velocity_200ms: v200,
         velocity_1s: v1,
@@ -165,18 +170,15 @@ pub(crate) fn extract(
         } else {
             w1.misses as f64 / w1.demand as f64
         },
-        miss_regions_200ms: w200.miss_regions.len() as f64,
-        unseen_regions: unseen.len() as f64,
+        reached_share: share(tenant_regions - unseen.len()),
+        unseen_share: share(unseen.len()),
         new_regions_10s: k.regions_new_since(
             now_ms.saturating_sub(10_000),
             1_000,
             super::MIN_REGION_DEMAND,
         ) as f64,
-        top_of_hour: 1.0 - minute.min(60.0 - minute) / 30.0,
-        hour_sin: (tau * hour / 24.0).sin(),
-        hour_cos: (tau * hour / 24.0).cos(),
-        weekday_sin: (tau * weekday / 7.0).sin(),
-        weekday_cos: (tau * weekday / 7.0).cos(),
+        top_node_share: k.top_node_share(),
+        nodes_asking: k.nodes.len() as f64,
         phase_bursts_before: phase_bursts_before(k, now_ms) as f64,
         referrer_top_share,
         referrer_social_share,
@@ -185,6 +187,7 @@ pub(crate) fn extract(
     };
     Some(Extracted {
         features,
+        reached: tenant_regions - unseen.len(),
         unseen,
         unseen_counts,
         bursting,
@@ -203,6 +206,8 @@ fn phase_bursts_before(k: &TrackedKey, now_ms: u64) -> usize {
     k.bursts
         .iter()
         .take(earlier)
+        // A re-burst of the same wave within the minute is no schedule.
+        .filter(|b| **b + 50_000 <= reference)
         .filter(|b| {
             let d = phase(**b).abs_diff(target);
             d.min(60 - d) <= PHASE_TOLERANCE_S
@@ -252,6 +257,12 @@ mod tests {
         assert_eq!(features.values(), values);
         assert_eq!(features.acceleration, 3.0);
         assert_eq!(FEATURE_NAMES[3], "acceleration");
+        assert!(
+            !FEATURE_NAMES
+                .iter()
+                .any(|n| n.contains("hour") || n.contains("weekday")),
+            "no calendar feature: generated traces would leak their start time"
+        );
         assert_eq!(FEATURE_NAMES[FEATURE_COUNT - 1], "tenant_burstiness");
     }
 
@@ -267,13 +278,17 @@ mod tests {
     #[test]
     fn phase_counts_earlier_bursts_on_the_same_second() {
         let mut k = TrackedKey::default();
-        // Bursts at :00, :01 and :30 of earlier minutes, and one now at :59 of minute 9.
-        for ms in [60_000, 121_000, 210_000, 599_000] {
+        // Bursts at :00, :01 and :30 of earlier minutes, one 2 s before the current one
+        // (the same wave bursting again: no schedule), and one now at :59 of minute 9.
+        for ms in [60_000, 121_000, 210_000, 597_000, 599_000] {
             k.bursts.push_back(ms);
         }
         k.in_burst = true;
         assert_eq!(phase_bursts_before(&k, 600_500), 2);
         k.in_burst = false;
-        assert_eq!(phase_bursts_before(&k, 600_500), 3);
+        // At :00 of minute 10: the two of earlier minutes; the wave's own bursts are
+        // within the minute.
+        assert_eq!(phase_bursts_before(&k, 600_500), 2);
+        assert_eq!(phase_bursts_before(&k, 659_500), 4);
     }
 }

@@ -36,8 +36,8 @@ pub use decide::{Decider, Decision, DecisionCounts, DecisionPolicy, Skip, Verdic
 pub use features::{FEATURE_COUNT, FEATURE_NAMES, Features};
 pub use labels::{MIN_REGION_DEMAND, Sample};
 pub use model::{
-    Calibration, Evaluation, MAX_Z, MODEL_FORMAT, ModelError, Score, ScoringModel, TrainOptions,
-    TrainingMetrics, Transform, default_model,
+    Calibration, Evaluation, MAX_Z, MODEL_FORMAT, ModelError, ReliabilityBin, Score, ScoringModel,
+    TrainOptions, TrainingMetrics, Transform, default_model, reliability,
 };
 pub use retrain::{RetrainOutcome, retrain};
 
@@ -157,6 +157,9 @@ impl Predictor {
                 let Some(model) = &self.model else {
                     continue;
                 };
+                if x.reached < self.decider.policy().min_regions_reached {
+                    continue;
+                }
                 self.scored += 1;
                 let score = model.score(&x.features);
                 if let Ok(command) = self

@@ -27,7 +27,7 @@ pub fn default_model() -> ScoringModel {
 pub const MAX_Z: f64 = 4.0;
 
 /// The model file format this build reads and writes.
-pub const MODEL_FORMAT: u32 = 1;
+pub const MODEL_FORMAT: u32 = 2;
 
 /// Why a model could not be trained or loaded.
 #[derive(Debug, thiserror::Error)]
@@ -71,7 +71,8 @@ impl Transform {
 
     /// The default transform of each feature, by name.
     fn for_feature(name: &str) -> Transform {
-        if name.starts_with("velocity_") || name == "phase_bursts_before" {
+        if name.starts_with("velocity_") || name == "phase_bursts_before" || name == "nodes_asking"
+        {
             Transform::Log1p
         } else {
             Transform::Identity
@@ -142,6 +143,51 @@ pub struct TrainingMetrics {
     pub train: Evaluation,
     /// Decisions at the default threshold on held-out samples, when there were any.
     pub held_out: Option<Evaluation>,
+    /// The traffic families (`pulse trace --family`) it was trained on, if it was
+    /// trained on generated families: every other family is held out.
+    #[serde(default)]
+    pub families: Vec<String>,
+    /// Reliability of the confidence: per tenth of the confidence range, how many
+    /// samples scored there and the share that went viral (on the held-out samples when
+    /// there were any, else on the training ones).
+    #[serde(default)]
+    pub reliability: Vec<ReliabilityBin>,
+}
+
+/// One row of a reliability table: samples whose confidence fell in `[lower, upper)`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+pub struct ReliabilityBin {
+    /// Lowest confidence of the bin.
+    pub lower: f64,
+    /// Upper bound (exclusive, but 1.0 is in the last bin).
+    pub upper: f64,
+    /// Samples in the bin.
+    pub samples: usize,
+    /// Their mean confidence.
+    pub mean_confidence: f64,
+    /// The share of them that went viral: close to `mean_confidence` when calibrated.
+    pub viral_share: f64,
+}
+
+/// A reliability table in tenths from (confidence, outcome) pairs; empty bins are left
+/// out.
+pub fn reliability(scored: &[(f64, bool)]) -> Vec<ReliabilityBin> {
+    (0..10)
+        .filter_map(|i| {
+            let (lower, upper) = (i as f64 / 10.0, (i + 1) as f64 / 10.0);
+            let inside: Vec<_> = scored
+                .iter()
+                .filter(|(c, _)| *c >= lower && (*c < upper || (i == 9 && *c <= 1.0)))
+                .collect();
+            (!inside.is_empty()).then(|| ReliabilityBin {
+                lower,
+                upper,
+                samples: inside.len(),
+                mean_confidence: inside.iter().map(|(c, _)| c).sum::<f64>() / inside.len() as f64,
+                viral_share: inside.iter().filter(|(_, v)| *v).count() as f64 / inside.len() as f64,
+            })
+        })
+        .collect()
 }
 
 /// A confidence with its explanation.
@@ -300,7 +346,19 @@ impl ScoringModel {
             r2: 1.0 - ss_res / ss_tot,
             train: model.evaluate(samples, options.threshold),
             held_out: (!held_out.is_empty()).then(|| model.evaluate(held_out, options.threshold)),
+            families: Vec::new(),
+            reliability: Vec::new(),
         };
+        let measured = if held_out.is_empty() {
+            samples
+        } else {
+            held_out
+        };
+        let scored: Vec<(f64, bool)> = measured
+            .iter()
+            .map(|(f, viral)| (model.confidence_of(model.raw(f)), *viral))
+            .collect();
+        model.metrics.reliability = reliability(&scored);
         Ok(model)
     }
 
@@ -487,13 +545,13 @@ mod tests {
                 };
                 f.velocity_1s = (f.velocity_200ms + f.velocity_10s) / 2.0;
                 f.acceleration = ((1.0 + f.velocity_200ms) / (1.0 + f.velocity_10s)).ln();
-                f.miss_regions_200ms = if viral {
+                f.new_regions_10s = if viral {
                     2.0 + (4.0 * next()).floor()
                 } else {
                     (2.0 * next()).floor()
                 };
                 f.miss_share_1s = next();
-                f.hour_sin = next() * 2.0 - 1.0;
+                f.tenant_burstiness = next();
                 (f, viral)
             })
             .collect()
@@ -600,7 +658,7 @@ mod tests {
         );
 
         let err =
-            ScoringModel::from_json(&json.replace("\"format\": 1", "\"format\": 9")).unwrap_err();
+            ScoringModel::from_json(&json.replace("\"format\": 2", "\"format\": 9")).unwrap_err();
         assert!(err.to_string().contains("format 9"), "{err}");
         assert!(matches!(
             ScoringModel::from_json("{"),
@@ -609,12 +667,25 @@ mod tests {
     }
 
     #[test]
+    fn reliability_bins_count_and_share() {
+        let bins = reliability(&[(0.05, false), (0.95, true), (0.92, false), (1.0, true)]);
+        assert_eq!(bins.len(), 2);
+        assert_eq!((bins[0].samples, bins[0].viral_share), (1, 0.0));
+        assert_eq!(bins[1].samples, 3);
+        assert!((bins[1].viral_share - 2.0 / 3.0).abs() < 1e-12);
+        assert!((bins[1].mean_confidence - (0.95 + 0.92 + 1.0) / 3.0).abs() < 1e-12);
+        let model = ScoringModel::train(&samples(300, 8), &[], &TrainOptions::default()).unwrap();
+        let total: usize = model.metrics.reliability.iter().map(|b| b.samples).sum();
+        assert_eq!(total, 300);
+    }
+
+    #[test]
     fn constant_features_do_not_break_training() {
         // Every sample has the same weekday: a zero-variance column.
         let data: Vec<_> = samples(200, 7)
             .into_iter()
             .map(|(mut f, v)| {
-                f.weekday_cos = 1.0;
+                f.tenant_burstiness = 1.0;
                 (f, v)
             })
             .collect();

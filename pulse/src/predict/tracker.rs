@@ -15,6 +15,10 @@ use models::{AccessEventRef, CacheKey, RegionId, RegionRef, TenantId};
 pub(crate) const HISTORY_S: u64 = 60;
 /// Distinct referrer domains counted per key per second; the rest count as "other".
 pub(crate) const MAX_DOMAINS_PER_SECOND: usize = 8;
+/// Distinct nodes counted per key; the rest count as "other".
+pub(crate) const MAX_NODES_PER_KEY: usize = 64;
+/// A region serves a tenant while it asked for any of its keys this recently.
+pub(crate) const TENANT_REGION_MS: u64 = 600_000;
 /// Bursts remembered per key.
 const BURSTS_KEPT: usize = 8;
 /// Distinct referrer domains a tenant's baseline counts; the rest are "other".
@@ -56,6 +60,10 @@ pub(crate) struct TrackedKey {
     pub(crate) last_candidate_ms: u64,
     /// Whether an event arrived since the last tick.
     pub(crate) touched: bool,
+    /// Client requests per node since tracking began (at most [`MAX_NODES_PER_KEY`]
+    /// nodes), and all of them.
+    pub(crate) nodes: Vec<(String, u32)>,
+    pub(crate) node_total: u32,
 }
 
 impl TrackedKey {
@@ -85,6 +93,26 @@ impl TrackedKey {
             .iter()
             .filter(|r| r.count >= min_requests && r.first_ms >= after)
             .count()
+    }
+
+    /// Share of the key's requests since tracking began from its busiest node (0 with
+    /// none).
+    pub(crate) fn top_node_share(&self) -> f64 {
+        let top = self.nodes.iter().map(|(_, c)| *c).max().unwrap_or(0);
+        if self.node_total == 0 {
+            0.0
+        } else {
+            f64::from(top) / f64::from(self.node_total)
+        }
+    }
+
+    fn note_node(&mut self, node: &str) {
+        self.node_total = self.node_total.saturating_add(1);
+        if let Some((_, c)) = self.nodes.iter_mut().find(|(n, _)| n == node) {
+            *c = c.saturating_add(1);
+        } else if self.nodes.len() < MAX_NODES_PER_KEY {
+            self.nodes.push((node.to_owned(), 1));
+        }
     }
 
     /// Requests and per-domain counts over the seconds in `[from_s, to_s]`.
@@ -120,6 +148,8 @@ pub(crate) struct TenantTracker {
     hour_ewma: Vec<f64>,
     hour_slot: Option<u64>,
     hour_bursts: f64,
+    /// Per tracker region id: the tenant's last client request there (0: never).
+    region_last_ms: Vec<u64>,
 }
 
 /// The "other" domain id for domains past the cap.
@@ -151,6 +181,17 @@ impl TenantTracker {
         } else {
             self.domain_counts.get(&domain).copied().unwrap_or(0.0) / self.domain_total
         }
+    }
+
+    /// Regions (tracker ids) that asked for any of the tenant's keys in the last
+    /// [`TENANT_REGION_MS`]: the tenant's fleet, which may be smaller than pulse's.
+    pub(crate) fn regions(&self, now_ms: u64) -> impl Iterator<Item = usize> + '_ {
+        let since = now_ms.saturating_sub(TENANT_REGION_MS);
+        self.region_last_ms
+            .iter()
+            .enumerate()
+            .filter(move |(_, last)| **last > 0 && **last >= since)
+            .map(|(i, _)| i)
     }
 
     /// The tenant's burstiness at the hour of the week of `now_ms`.
@@ -250,10 +291,18 @@ impl Tracker {
         if let Some(d) = domain {
             *tenant.domain_counts.entry(d).or_insert(0.0) += 1.0;
         }
+        if let Some(r) = region {
+            if tenant.region_last_ms.len() <= r {
+                tenant.region_last_ms.resize(r + 1, 0);
+            }
+            let last = &mut tenant.region_last_ms[r];
+            *last = (*last).max(event.ts_ms);
+        }
         let Some(key) = tenant.keys.get_mut(event.key.as_str()) else {
             return false;
         };
         key.touched = true;
+        key.note_node(event.node.as_str());
         if let Some(r) = region {
             note_region(key, r, event.ts_ms, true);
         }
@@ -439,6 +488,24 @@ mod tests {
             tracker.observe(&event(s * 1_000, "/a", "eu", Some("t.co")).borrowed());
         }
         assert!(tracker.tenants[&tenant].keys[&key].referrers.len() as u64 <= HISTORY_S + 1);
+    }
+
+    #[test]
+    fn node_concentration_and_the_tenants_regions() {
+        let mut tracker = Tracker::new(10);
+        let tenant: TenantId = "acme".parse().unwrap();
+        let key: CacheKey = "/a".parse().unwrap();
+        tracker.observe(&event(1_000, "/b", "eu", None).borrowed()); // untracked key
+        tracker.track(&tenant, std::slice::from_ref(&key), 1_000);
+        for i in 0..4 {
+            let mut e = event(1_100 + i, "/a", "us", None);
+            e.node = if i == 0 { "n2" } else { "n1" }.parse().unwrap();
+            tracker.observe(&e.borrowed());
+        }
+        let t = &tracker.tenants[&tenant];
+        assert_eq!(t.keys[&key].top_node_share(), 0.75);
+        assert_eq!(t.regions(1_200).count(), 2, "eu (via /b) and us");
+        assert_eq!(t.regions(1_000 + TENANT_REGION_MS + 200).count(), 0);
     }
 
     #[test]
