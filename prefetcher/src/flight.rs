@@ -100,18 +100,45 @@ impl FillError {
     }
 }
 
-/// What a flight is for: the tenant (from trusted configuration) and the normalised
-/// cache key. Two tenants with the same path never share a flight or an entry.
+/// What a flight is for: the tenant (from trusted configuration), the normalised
+/// cache key and, for a URL whose responses `Vary`, the variant (the secondary key
+/// of RFC 9111 §4.1, from the request's selecting headers). Two tenants with the same
+/// path never share a flight or an entry; two requests share one only when their
+/// selecting headers match.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct FlightKey {
     tenant: TenantId,
     key: CacheKey,
+    variant: Option<Arc<str>>,
 }
 
 impl FlightKey {
-    /// The key of `tenant`'s `key`.
+    /// The key of `tenant`'s `key` (the URL itself, no variant).
     pub fn new(tenant: TenantId, key: CacheKey) -> FlightKey {
-        FlightKey { tenant, key }
+        FlightKey {
+            tenant,
+            key,
+            variant: None,
+        }
+    }
+
+    /// The key of one variant of this key's URL.
+    pub fn with_variant(&self, variant: Arc<str>) -> FlightKey {
+        FlightKey {
+            tenant: self.tenant.clone(),
+            key: self.key.clone(),
+            variant: Some(variant),
+        }
+    }
+
+    /// The URL's key, without a variant.
+    pub fn primary(&self) -> FlightKey {
+        FlightKey::new(self.tenant.clone(), self.key.clone())
+    }
+
+    /// The variant (normalised selecting headers), if the URL's responses vary.
+    pub fn variant(&self) -> Option<&str> {
+        self.variant.as_deref()
     }
 
     /// The tenant.
@@ -136,6 +163,19 @@ pub struct Head {
     pub fetched_at: tokio::time::Instant,
     /// The `Age` the origin sent, in seconds (0 if none).
     pub initial_age: u64,
+    /// When the response `Vary`s: the selecting fields and the leader's variant. A
+    /// waiter that joined before the `Vary` was known shares the response only when
+    /// its own variant is the same.
+    pub vary: Option<Arc<VaryMatch>>,
+}
+
+/// The selecting fields of a response and the variant of the request it answered.
+#[derive(Debug)]
+pub struct VaryMatch {
+    /// The `Vary` field names.
+    pub names: Arc<[http::HeaderName]>,
+    /// The leader's normalised values of them.
+    pub variant: Arc<str>,
 }
 
 impl Head {
@@ -146,6 +186,7 @@ impl Head {
             headers,
             fetched_at: tokio::time::Instant::now(),
             initial_age: 0,
+            vary: None,
         }
     }
 

@@ -12,7 +12,11 @@
 //! - `config`: [`Config`] (TOML, defaults, `validate()`).
 //! - `status`: the `x-cache` vocabulary ([`X_CACHE`], [`CacheStatus`]) and the
 //!   pre-warm [`RejectReason`]s, each its own metric label.
-//! - `cache`: [`L1Cache`], TTL/jitter/stale-while-revalidate/XFetch rules.
+//! - `semantics`: HTTP caching rules that need no state (RFC 9111 directives, the
+//!   RFC 9213 targeted fields, `Age`, `Vary` and variant keys, hop-by-hop fields,
+//!   conditional requests, the `304` merge).
+//! - `cache`: [`L1Cache`] (entries and the variants of each URL), freshness,
+//!   jitter, stale windows, XFetch.
 //! - `flight`: [`FlightRegistry`], [`FillPermit`], [`FlightSubscriber`], [`FillError`].
 //! - `origin`: [`OriginClient`] (timeouts, pooled connections) and [`Tenant`].
 //! - `limits`: [`FillLimiter`], the user and prefetch classes of origin fills (the
@@ -33,8 +37,8 @@
 //! - `testing` (feature `testing`): a synthetic origin, test clients, a node runner.
 //!
 //! Modules depend on each other without a cycle, and no production module names
-//! `testing` (checked by a unit test below). `status`, `config`, `events` and `flight`
-//! depend on no other module; `limits`, `cache`, `metrics`, `origin` and `faults` on
+//! `testing` (checked by a unit test below). `status`, `config`, `events`,
+//! `semantics` and `flight` depend on no other module; `limits`, `cache`, `metrics`, `origin` and `faults` on
 //! those; `publisher` on `config`, `events`, `metrics`; `proxy` on everything so far
 //! but `publisher`; `server` on `proxy`; `prewarm` on `proxy`, `publisher` and below;
 //! `run` on all but `testing`, which is on top.
@@ -52,12 +56,13 @@ mod prewarm;
 mod proxy;
 mod publisher;
 mod run;
+mod semantics;
 mod server;
 mod status;
 #[cfg(feature = "testing")]
 pub mod testing;
 
-pub use cache::{Entry, L1Cache, Lookup, Storability, classify, origin_age, xfetch_due};
+pub use cache::{Entry, Freshness, L1Cache, Lookup, Storability, classify, origin_age, xfetch_due};
 pub use config::{
     CacheConfig, Config, ConfigError, FlightConfig, KafkaConfig, OffsetReset, OriginConfig,
     PrefetchConfig, RequestLimits, TenantConfig, WaitTimeoutPolicy,
@@ -65,15 +70,24 @@ pub use config::{
 pub use events::{ChannelSink, Dropped, EventSink, NoopSink, OutcomeRecord};
 pub use flight::{
     Acquire, FillError, FillPermit, FlightKey, FlightRegistry, FlightSubscriber, Head, HeadOutcome,
+    VaryMatch,
 };
 pub use limits::{FillClass, FillLimiter, FillSlot, retry_after_secs};
 pub use metrics::Metrics;
 pub use models::Priority;
-pub use origin::{OriginClient, Tenant};
+pub use origin::{
+    ClientAddr, OriginClient, Tenant, fill_headers, forwarded_headers, prewarm_headers,
+};
 pub use prewarm::{PrewarmConsumer, handle_prewarm};
 pub use proxy::{Node, PrewarmError, PrewarmOutcome, admin_app, app, normalise_key};
 pub use publisher::EventPublisher;
 pub use run::{NodeHandle, NodeOptions, StartError, spawn_node, spawn_node_with};
+pub use semantics::{
+    CDN_CACHE_CONTROL, EDGE_PULSE_CACHE_CONTROL, MAX_AGE_SECS, RequestDirectives,
+    ResponseDirectives, UNKEYED_REWRITES, Vary, add_via, age_of, is_conditional,
+    merge_not_modified, normalise_accept_encoding, not_modified, not_modified_headers,
+    strip_hop_by_hop, variant_of,
+};
 pub use server::{ServeOptions, serve, serve_node, shutdown_signal};
 pub use status::{CacheStatus, RejectReason, X_CACHE};
 

@@ -19,6 +19,7 @@ use hyper_util::server::graceful::GracefulShutdown;
 use hyper_util::service::TowerToHyperService;
 use tokio::net::TcpListener;
 
+use crate::origin::ClientAddr;
 use crate::proxy::Node;
 
 /// Options of [`serve`].
@@ -120,8 +121,8 @@ async fn serve_with<S>(
     loop {
         tokio::select! {
             accepted = listener.accept() => {
-                let stream = match accepted {
-                    Ok((stream, _)) => stream,
+                let (stream, peer) = match accepted {
+                    Ok(accepted) => accepted,
                     Err(e) => {
                         // Out of file descriptors and the like: back off, keep serving.
                         tracing::warn!(error = %e, "accept failed");
@@ -130,8 +131,14 @@ async fn serve_with<S>(
                     }
                 };
                 let _ = stream.set_nodelay(true);
+                // Each request learns its client's address (for X-Forwarded-For).
+                let service = service.clone();
+                let with_peer = hyper::service::service_fn(move |mut request: http::Request<Incoming>| {
+                    request.extensions_mut().insert(ClientAddr(peer));
+                    hyper::service::Service::call(&service, request)
+                });
                 let connection = builder
-                    .serve_connection(TokioIo::new(stream), service.clone())
+                    .serve_connection(TokioIo::new(stream), with_peer)
                     .into_owned();
                 let connection = graceful.watch(connection);
                 tokio::spawn(async move {

@@ -10,16 +10,18 @@ use http::{HeaderValue, Method, StatusCode, Uri, header};
 use models::{CacheKey, Domain, IdError, Priority};
 use tokio::time::Instant;
 
+use super::fill::FillRequest;
 use super::response::{
     content_length, entry_response, error_response, fill_error_response, flight_response,
-    origin_head, with_head,
+    not_modified_response, origin_head, with_head,
 };
 use super::{Node, millis};
-use crate::cache::Lookup;
+use crate::cache::{Entry, Lookup};
 use crate::config::{RequestLimits, WaitTimeoutPolicy};
 use crate::events::{OutcomeRecord, unix_now_ms};
 use crate::flight::{Acquire, FillError, FlightKey, FlightSubscriber, HeadOutcome};
-use crate::origin::{Tenant, strip_hop_by_hop};
+use crate::origin::{ClientAddr, Tenant, fill_headers, strip_hop_by_hop};
+use crate::semantics::{self, RequestDirectives, is_conditional, variant_of};
 use crate::status::{CacheStatus, X_CACHE};
 
 /// The normalised cache key of a request URI: the path, plus the query with its
@@ -88,9 +90,41 @@ fn referrer_domain(request: &Request) -> Option<Domain> {
 /// Per-request context carried through the miss path.
 struct Ctx {
     tenant: Arc<Tenant>,
+    /// The URL's key (no variant).
+    primary: FlightKey,
+    /// The key this request looks up and collapses on: the URL, or its variant.
     key: FlightKey,
     head_only: bool,
     referrer: Option<Domain>,
+    /// The client's request head, for the fill request and the variant.
+    headers: http::HeaderMap,
+    version: http::Version,
+    client_addr: Option<ClientAddr>,
+}
+
+impl Ctx {
+    fn fill_request(&self, stale: Option<Arc<Entry>>) -> FillRequest {
+        FillRequest {
+            headers: fill_headers(&self.headers, self.version, self.client_addr),
+            stale,
+        }
+    }
+}
+
+/// Whether a `GET`/`HEAD` carries a body (a "fat GET"): it is passed to the origin
+/// and never collapsed or stored, so a body the key does not see cannot shape what
+/// others get.
+fn has_body(headers: &http::HeaderMap) -> bool {
+    headers.contains_key(header::TRANSFER_ENCODING)
+        || content_length(headers).is_some_and(|n| n > 0)
+}
+
+/// Unsafe methods (RFC 9110 §9.2.1) whose success invalidates the URL (RFC 9111 §4.4).
+fn is_unsafe(method: &Method) -> bool {
+    !matches!(
+        *method,
+        Method::GET | Method::HEAD | Method::OPTIONS | Method::TRACE
+    )
 }
 
 impl Node {
@@ -101,6 +135,10 @@ impl Node {
             .get(header::HOST)
             .and_then(|h| h.to_str().ok())
             .or_else(|| request.uri().host());
+        self.tenant_for_host(host)
+    }
+
+    fn tenant_for_host(&self, host: Option<&str>) -> Option<Arc<Tenant>> {
         if let Some(host) = host {
             let name = host.rsplit_once(':').map_or(host, |(name, port)| {
                 if port.bytes().all(|b| b.is_ascii_digit()) {
@@ -136,30 +174,60 @@ impl Node {
         let per_user = headers.contains_key(header::AUTHORIZATION)
             || headers.contains_key(header::COOKIE)
             || headers.contains_key(header::RANGE);
-        if !cacheable_method || per_user {
+        if !cacheable_method || per_user || has_body(headers) {
             return self.pass_through(&tenant, request).await;
         }
         let key = match normalise_key(request.uri()) {
             Ok(k) => k,
             Err(e) => return error_response(StatusCode::BAD_REQUEST, None, &e.to_string()),
         };
-        let ctx = Ctx {
-            head_only: request.method() == Method::HEAD,
-            referrer: if self.inner.sink.enabled() {
-                referrer_domain(&request)
-            } else {
-                None
-            },
-            key: FlightKey::new(tenant.id.clone(), key),
-            tenant,
+        let referrer = if self.inner.sink.enabled() {
+            referrer_domain(&request)
+        } else {
+            None
         };
-        match self.inner.cache.lookup(&ctx.key) {
+        let (mut parts, _empty_body) = request.into_parts();
+        let primary = FlightKey::new(tenant.id.clone(), key);
+        // A URL without `Vary` is stored under its own key: one lookup on a hit. Only
+        // when that misses is the URL's `Vary` consulted for the variant's key.
+        let mut lookup = self.inner.cache.lookup(&primary);
+        let mut key = primary.clone();
+        if matches!(lookup, Lookup::Miss) {
+            key = self.inner.cache.key_for(&primary, &parts.headers);
+            if key.variant().is_some() {
+                lookup = self.inner.cache.lookup(&key);
+            }
+        }
+        let ctx = Ctx {
+            head_only: parts.method == Method::HEAD,
+            referrer,
+            primary,
+            key,
+            tenant,
+            version: parts.version,
+            client_addr: parts.extensions.remove::<ClientAddr>(),
+            headers: parts.headers,
+        };
+        let directives = RequestDirectives::parse(&ctx.headers);
+        let now = Instant::now();
+        // What the client's own `Cache-Control` accepts (RFC 9111 §5.2.1).
+        let acceptable = |entry: &Entry, stale: bool| match &directives {
+            None => true,
+            Some(d) => {
+                !d.no_cache
+                    && d.max_age.is_none_or(|max| entry.age(now) <= max)
+                    && d.min_fresh.is_none_or(|min| {
+                        !stale && entry.fresh_for(now) >= std::time::Duration::from_secs(min)
+                    })
+            }
+        };
+        let stored = match lookup {
             Lookup::Fresh {
                 entry,
                 refresh_early,
-            } => {
+            } if acceptable(&entry, false) => {
                 if refresh_early {
-                    self.refresh(&ctx, true);
+                    self.refresh(&ctx, true, Some(Arc::clone(&entry)));
                 }
                 let status = if entry.take_prefetched() {
                     self.inner.metrics.prefetches_useful.inc();
@@ -167,16 +235,46 @@ impl Node {
                 } else {
                     CacheStatus::Hit
                 };
-                self.answered(&ctx, status, entry.body.len() as u64, None);
-                entry_response(&entry, status, ctx.head_only, Instant::now())
+                return self.serve_entry(&ctx, &entry, status, now);
             }
-            Lookup::Stale(entry) => {
-                self.refresh(&ctx, false);
-                self.answered(&ctx, CacheStatus::Stale, entry.body.len() as u64, None);
-                entry_response(&entry, CacheStatus::Stale, ctx.head_only, Instant::now())
+            Lookup::Stale(entry) if acceptable(&entry, true) => {
+                self.refresh(&ctx, false, Some(Arc::clone(&entry)));
+                return self.serve_entry(&ctx, &entry, CacheStatus::Stale, now);
             }
-            Lookup::Miss => self.miss(ctx).await,
+            Lookup::Fresh { entry, .. } | Lookup::Stale(entry) | Lookup::Expired(entry) => {
+                Some(entry)
+            }
+            Lookup::Miss => None,
+        };
+        if let Some(d) = &directives {
+            if d.only_if_cached {
+                self.inner.metrics.request(CacheStatus::Miss);
+                return error_response(
+                    StatusCode::GATEWAY_TIMEOUT,
+                    Some(CacheStatus::Miss),
+                    "only-if-cached: not in the cache",
+                );
+            }
+            if d.no_store {
+                // Nothing of this exchange may be stored (RFC 9111 §5.2.1.5).
+                return self.direct(&ctx).await;
+            }
         }
+        self.miss(ctx, stored).await
+    }
+
+    /// A response from a stored entry: a `304` when the client's validators match it
+    /// (RFC 9110 §13.2.2), else the entry.
+    fn serve_entry(&self, ctx: &Ctx, entry: &Entry, status: CacheStatus, now: Instant) -> Response {
+        let not_modified = is_conditional(&ctx.headers)
+            && entry.status == StatusCode::OK
+            && semantics::not_modified(&ctx.headers, &entry.headers);
+        if not_modified {
+            self.answered(ctx, status, 0, None);
+            return not_modified_response(entry, status, now);
+        }
+        self.answered(ctx, status, entry.body.len() as u64, None);
+        entry_response(entry, status, ctx.head_only, now)
     }
 
     fn answered(&self, ctx: &Ctx, status: CacheStatus, bytes: u64, fill_ms: Option<u32>) {
@@ -197,21 +295,28 @@ impl Node {
         }
     }
 
-    /// Starts one background refresh unless a fill for the key is already in flight.
-    fn refresh(&self, ctx: &Ctx, force: bool) {
+    /// Starts one background refresh (conditional when `stale` has validators) unless
+    /// a fill for the key is already in flight.
+    fn refresh(&self, ctx: &Ctx, force: bool, stale: Option<Arc<Entry>>) {
         if let Some(permit) = self.inner.registry.try_lead(&ctx.key, Priority::User) {
-            self.spawn_fill(permit, Arc::clone(&ctx.tenant), force);
+            let request = ctx.fill_request(stale);
+            self.spawn_fill(permit, Arc::clone(&ctx.tenant), request, force);
         }
     }
 
-    async fn miss(&self, ctx: Ctx) -> Response {
+    async fn miss(&self, mut ctx: Ctx, stored: Option<Arc<Entry>>) -> Response {
         if !self.inner.config.flight.collapse {
             let permit = self.inner.registry.lead_alone(&ctx.key, Priority::User);
             let subscriber = permit.subscribe();
-            self.spawn_fill(permit, Arc::clone(&ctx.tenant), false);
+            let request = ctx.fill_request(stored);
+            self.spawn_fill(permit, Arc::clone(&ctx.tenant), request, false);
             return self.lead(subscriber, &ctx).await;
         }
-        for _ in 0..3 {
+        for attempt in 0..3 {
+            if attempt > 0 {
+                // A response seen meanwhile may have taught the URL's `Vary`.
+                ctx.key = self.inner.cache.key_for(&ctx.primary, &ctx.headers);
+            }
             match self.inner.registry.acquire(&ctx.key, Priority::User) {
                 Acquire::Full => {
                     self.inner.metrics.request(CacheStatus::Miss);
@@ -227,7 +332,8 @@ impl Node {
                 }
                 Acquire::Lead(permit) => {
                     let subscriber = permit.subscribe();
-                    self.spawn_fill(permit, Arc::clone(&ctx.tenant), false);
+                    let request = ctx.fill_request(stored.clone());
+                    self.spawn_fill(permit, Arc::clone(&ctx.tenant), request, false);
                     return self.lead(subscriber, &ctx).await;
                 }
                 Acquire::Join(subscriber) => {
@@ -235,7 +341,8 @@ impl Node {
                     if let Some(response) = self.wait(subscriber, &ctx).await {
                         return response;
                     }
-                    // The fill aborted before any byte: try to take over leadership.
+                    // The fill aborted before any byte, or answered another variant:
+                    // try again (as leader, or on the variant's own flight).
                 }
             }
         }
@@ -275,7 +382,8 @@ impl Node {
     }
 
     /// A waiter: bounded wait for the head, then share, hedge or fail. `None` means
-    /// the fill aborted before any byte and the caller may lead a new one.
+    /// the fill aborted before any byte, or answered a variant this request does not
+    /// select, and the caller may try again.
     async fn wait(&self, mut subscriber: FlightSubscriber, ctx: &Ctx) -> Option<Response> {
         let started = Instant::now();
         let outcome =
@@ -304,6 +412,19 @@ impl Node {
                 }
             }
             Ok(HeadOutcome::Head(head)) => {
+                if let Some(vary) = &head.vary
+                    && ctx.key.variant().is_none()
+                    && variant_of(&vary.names, &ctx.headers) != vary.variant
+                {
+                    // Joined before the URL's `Vary` was known, and the response is
+                    // for other selecting headers: never shared (RFC 9111 §4.1).
+                    let key = self.inner.cache.key_for(&ctx.primary, &ctx.headers);
+                    return if key.variant().is_some() {
+                        None
+                    } else {
+                        Some(self.direct(ctx).await)
+                    };
+                }
                 let bytes = content_length(&head.headers).unwrap_or(0);
                 self.answered(ctx, CacheStatus::Collapsed, bytes, Some(millis(waited)));
                 Some(flight_response(
@@ -324,11 +445,18 @@ impl Node {
         }
     }
 
-    /// An uncollapsed, uncached GET of the key (hedges and per-user responses).
+    /// An uncollapsed, uncached GET of the key with the client's forwarded headers
+    /// (hedges, per-user responses, `no-store` requests).
     async fn direct(&self, ctx: &Ctx) -> Response {
         let started = Instant::now();
         let response = match self.inner.origin.limiter().acquire_user().await {
-            Ok(_slot) => self.inner.origin.get(&ctx.tenant, ctx.key.key()).await,
+            Ok(_slot) => {
+                let headers = fill_headers(&ctx.headers, ctx.version, ctx.client_addr);
+                self.inner
+                    .origin
+                    .get(&ctx.tenant, ctx.key.key(), headers)
+                    .await
+            }
             Err(e) => Err(e),
         };
         match response {
@@ -359,6 +487,15 @@ impl Node {
 
     async fn pass_through(&self, tenant: &Tenant, request: Request) -> Response {
         self.inner.metrics.request(CacheStatus::Bypass);
+        let unsafe_target = is_unsafe(request.method())
+            .then(|| normalise_key(request.uri()).ok())
+            .flatten()
+            .map(|key| {
+                (
+                    FlightKey::new(tenant.id.clone(), key),
+                    request.uri().clone(),
+                )
+            });
         // A streamed (chunked) body past the limit is cut off: the upload fails.
         let max_body =
             usize::try_from(self.inner.config.limits.max_body_bytes).unwrap_or(usize::MAX);
@@ -367,6 +504,11 @@ impl Node {
             Ok(response) => {
                 let (mut parts, body) = response.into_parts();
                 strip_hop_by_hop(&mut parts.headers);
+                if let Some((target, uri)) = unsafe_target
+                    && (parts.status.is_success() || parts.status.is_redirection())
+                {
+                    self.invalidate_after_unsafe(tenant, &target, &uri, &parts.headers);
+                }
                 parts.headers.insert(
                     X_CACHE,
                     HeaderValue::from_static(CacheStatus::Bypass.as_str()),
@@ -374,6 +516,53 @@ impl Node {
                 Response::from_parts(parts, Body::new(body))
             }
             Err(e) => error_response(e.status(), Some(CacheStatus::Bypass), &e.to_string()),
+        }
+    }
+
+    /// RFC 9111 §4.4: a successful unsafe request invalidates the stored responses of
+    /// its URL and of the URLs in `Location` and `Content-Location` when they are of
+    /// the same origin (the same tenant); another tenant's entries are never touched.
+    fn invalidate_after_unsafe(
+        &self,
+        tenant: &Tenant,
+        target: &FlightKey,
+        request_uri: &Uri,
+        response: &http::HeaderMap,
+    ) {
+        self.inner.cache.invalidate_url(target);
+        for name in [header::LOCATION, header::CONTENT_LOCATION] {
+            let Some(uri) = response
+                .get(&name)
+                .and_then(|v| v.to_str().ok())
+                .and_then(|v| v.parse::<Uri>().ok())
+            else {
+                continue;
+            };
+            let same_origin = match uri.host() {
+                None => true,
+                Some(host) => self
+                    .tenant_for_host(Some(host))
+                    .is_some_and(|t| t.id == tenant.id),
+            };
+            if !same_origin {
+                continue;
+            }
+            let uri = if uri.path().starts_with('/') || uri.host().is_some() {
+                uri
+            } else {
+                // A relative reference: resolved against the request's directory.
+                let base = request_uri.path();
+                let dir = &base[..base.rfind('/').map_or(0, |i| i + 1)];
+                match format!("{dir}{uri}").parse::<Uri>() {
+                    Ok(u) => u,
+                    Err(_) => continue,
+                }
+            };
+            if let Ok(key) = normalise_key(&uri) {
+                self.inner
+                    .cache
+                    .invalidate_url(&FlightKey::new(tenant.id.clone(), key));
+            }
         }
     }
 }

@@ -57,7 +57,20 @@ pub(super) fn origin_head(status: StatusCode, mut headers: http::HeaderMap) -> H
         headers,
         fetched_at: Instant::now(),
         initial_age,
+        vary: None,
     }
+}
+
+/// A `304 Not Modified` for a client whose validators match `entry` (RFC 9110
+/// §15.4.5): the fields a `200` would repeat, `x-cache` and `Age`, no body.
+pub(super) fn not_modified_response(entry: &Entry, status: CacheStatus, now: Instant) -> Response {
+    let mut response = Response::new(Body::empty());
+    *response.status_mut() = StatusCode::NOT_MODIFIED;
+    let headers = response.headers_mut();
+    *headers = crate::semantics::not_modified_headers(&entry.headers);
+    headers.insert(X_CACHE, HeaderValue::from_static(status.as_str()));
+    headers.insert(header::AGE, age_value(entry.age(now)));
+    response
 }
 
 /// The `Age` header value for `secs`. Values up to an hour are made once and shared
@@ -206,6 +219,7 @@ mod tests {
             headers: entry.headers.clone(),
             fetched_at: entry.fetched_at(),
             initial_age: 0,
+            vary: None,
         };
         let miss = with_head(&stored, Body::empty(), CacheStatus::Miss);
         assert_eq!(miss.headers().get(header::AGE).unwrap(), "2");
