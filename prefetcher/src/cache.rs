@@ -533,22 +533,25 @@ pub fn classify(
         None => heuristic_ttl(headers, now),
     };
     // The lifetime runs from the origin's response: time it already spent in a
-    // cache upstream (its `Age`) is used up.
-    let ttl = ttl.saturating_sub(Duration::from_secs(origin_age(headers)));
+    // cache upstream (its `Age`) is used up, and so is that much of the stale windows
+    // once it is past the lifetime.
+    let age = Duration::from_secs(origin_age(headers));
     let ttl = if d.no_cache { Duration::ZERO } else { ttl };
+    let overdue = age.saturating_sub(ttl);
+    let ttl = ttl.saturating_sub(age);
     let validators =
         headers.contains_key(header::ETAG) || headers.contains_key(header::LAST_MODIFIED);
-    if ttl.is_zero() && !validators {
-        return Storability::ShareOnly;
-    }
     let config_grace = Duration::from_millis(config.stale_grace_ms);
     let (grace, if_error) = if d.forbids_stale() {
         (Duration::ZERO, Duration::ZERO)
     } else {
         (
             d.stale_while_revalidate
-                .map_or(config_grace, Duration::from_secs),
-            d.stale_if_error.map_or(config_grace, Duration::from_secs),
+                .map_or(config_grace, Duration::from_secs)
+                .saturating_sub(overdue),
+            d.stale_if_error
+                .map_or(config_grace, Duration::from_secs)
+                .saturating_sub(overdue),
         )
     };
     let keep = if validators {
@@ -556,6 +559,10 @@ pub fn classify(
     } else {
         Duration::ZERO
     };
+    if ttl.is_zero() && grace.is_zero() && if_error.is_zero() && !validators {
+        // Nothing this cache could ever do with it.
+        return Storability::ShareOnly;
+    }
     Storability::Store(Freshness {
         ttl,
         grace,

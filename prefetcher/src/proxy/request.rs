@@ -260,7 +260,9 @@ impl Node {
                 return self.direct(&ctx).await;
             }
         }
-        self.miss(ctx, stored).await
+        // A fresh entry the client would not take: the fill must ask the origin.
+        let force = stored.as_ref().is_some_and(|e| e.is_fresh(now));
+        self.miss(ctx, stored, force).await
     }
 
     /// A response from a stored entry: a `304` when the client's validators match it
@@ -304,12 +306,12 @@ impl Node {
         }
     }
 
-    async fn miss(&self, mut ctx: Ctx, stored: Option<Arc<Entry>>) -> Response {
+    async fn miss(&self, mut ctx: Ctx, stored: Option<Arc<Entry>>, force: bool) -> Response {
         if !self.inner.config.flight.collapse {
             let permit = self.inner.registry.lead_alone(&ctx.key, Priority::User);
             let subscriber = permit.subscribe();
             let request = ctx.fill_request(stored);
-            self.spawn_fill(permit, Arc::clone(&ctx.tenant), request, false);
+            self.spawn_fill(permit, Arc::clone(&ctx.tenant), request, force);
             return self.lead(subscriber, &ctx).await;
         }
         for attempt in 0..3 {
@@ -333,7 +335,7 @@ impl Node {
                 Acquire::Lead(permit) => {
                     let subscriber = permit.subscribe();
                     let request = ctx.fill_request(stored.clone());
-                    self.spawn_fill(permit, Arc::clone(&ctx.tenant), request, false);
+                    self.spawn_fill(permit, Arc::clone(&ctx.tenant), request, force);
                     return self.lead(subscriber, &ctx).await;
                 }
                 Acquire::Join(subscriber) => {
