@@ -135,10 +135,6 @@ impl Node {
             .get(header::HOST)
             .and_then(|h| h.to_str().ok())
             .or_else(|| request.uri().host());
-        self.tenant_for_host(host)
-    }
-
-    fn tenant_for_host(&self, host: Option<&str>) -> Option<Arc<Tenant>> {
         if let Some(host) = host {
             let name = host.rsplit_once(':').map_or(host, |(name, port)| {
                 if port.bytes().all(|b| b.is_ascii_digit()) {
@@ -493,9 +489,17 @@ impl Node {
             .then(|| normalise_key(request.uri()).ok())
             .flatten()
             .map(|key| {
+                let host = request
+                    .headers()
+                    .get(header::HOST)
+                    .and_then(|h| h.to_str().ok())
+                    .or_else(|| request.uri().authority().map(|a| a.as_str()))
+                    .unwrap_or("")
+                    .to_ascii_lowercase();
                 (
                     FlightKey::new(tenant.id.clone(), key),
                     request.uri().clone(),
+                    host,
                 )
             });
         // A streamed (chunked) body past the limit is cut off: the upload fails.
@@ -506,10 +510,10 @@ impl Node {
             Ok(response) => {
                 let (mut parts, body) = response.into_parts();
                 strip_hop_by_hop(&mut parts.headers);
-                if let Some((target, uri)) = unsafe_target
+                if let Some((target, uri, host)) = unsafe_target
                     && (parts.status.is_success() || parts.status.is_redirection())
                 {
-                    self.invalidate_after_unsafe(tenant, &target, &uri, &parts.headers);
+                    self.invalidate_after_unsafe(tenant, &target, &uri, &host, &parts.headers);
                 }
                 parts.headers.insert(
                     X_CACHE,
@@ -523,12 +527,14 @@ impl Node {
 
     /// RFC 9111 §4.4: a successful unsafe request invalidates the stored responses of
     /// its URL and of the URLs in `Location` and `Content-Location` when they are of
-    /// the same origin (the same tenant); another tenant's entries are never touched.
+    /// the same origin (a relative reference, or the request's own host and port), so
+    /// a response can never invalidate another site's entries.
     fn invalidate_after_unsafe(
         &self,
         tenant: &Tenant,
         target: &FlightKey,
         request_uri: &Uri,
+        request_host: &str,
         response: &http::HeaderMap,
     ) {
         self.inner.cache.invalidate_url(target);
@@ -540,11 +546,9 @@ impl Node {
             else {
                 continue;
             };
-            let same_origin = match uri.host() {
+            let same_origin = match uri.authority() {
                 None => true,
-                Some(host) => self
-                    .tenant_for_host(Some(host))
-                    .is_some_and(|t| t.id == tenant.id),
+                Some(authority) => authority.as_str().eq_ignore_ascii_case(request_host),
             };
             if !same_origin {
                 continue;

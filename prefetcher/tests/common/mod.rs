@@ -76,6 +76,35 @@ impl Rig {
         wait_until(|| self.fills(path) >= n, "origin requests").await;
     }
 
+    /// `n` concurrent `GET path` with `headers`, each on its own task.
+    pub fn spawn_gets(
+        &self,
+        path: &'static str,
+        headers: &'static [(&'static str, &'static str)],
+        n: usize,
+    ) -> Vec<tokio::task::JoinHandle<Fetched>> {
+        (0..n)
+            .map(|_| {
+                let (client, addr) = (self.client.clone(), self.node.addr);
+                tokio::spawn(async move {
+                    client
+                        .request(Method::GET, addr, HOST, path, headers)
+                        .await
+                        .expect("request")
+                })
+            })
+            .collect()
+    }
+
+    /// Waits until `n` requests joined a fill in flight.
+    pub async fn wait_waiters(&self, n: u64) {
+        wait_until(
+            || self.node.node.metrics().waiters_joined.get() >= n,
+            "waiters to join",
+        )
+        .await;
+    }
+
     /// Waits until no fill is in flight (a background refresh ended).
     pub async fn settle(&self) {
         wait_until(|| self.node.node.registry().is_empty(), "fills to end").await;
