@@ -52,8 +52,8 @@ impl Tenant {
 
 pub(crate) use crate::semantics::strip_hop_by_hop;
 
-/// The client's address, put in each request's extensions by the listener; it becomes
-/// the hop this node appends to `X-Forwarded-For`.
+/// The client's address as the listener saw it; it becomes the hop this node appends
+/// to `X-Forwarded-For`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ClientAddr(pub std::net::SocketAddr);
 
@@ -193,6 +193,7 @@ impl OriginClient {
         &self,
         tenant: &Tenant,
         request: Request<Body>,
+        client_addr: Option<ClientAddr>,
     ) -> Result<Response<Incoming>, FillError> {
         let (mut parts, body) = request.into_parts();
         let path = parts
@@ -201,7 +202,6 @@ impl OriginClient {
             .map(|p| p.as_str())
             .unwrap_or("/");
         parts.uri = tenant.uri(path)?;
-        let client_addr = parts.extensions.get::<ClientAddr>().copied();
         parts.headers = forwarded_headers(&parts.headers, parts.version, client_addr);
         parts.headers.insert(header::HOST, tenant.host.clone());
         parts.version = http::Version::HTTP_11;

@@ -53,13 +53,8 @@ pub async fn serve(
     shutdown: impl Future<Output = ()>,
     options: ServeOptions,
 ) {
-    serve_with(
-        listener,
-        TowerToHyperService::new(router),
-        shutdown,
-        options,
-    )
-    .await;
+    let service = TowerToHyperService::new(router);
+    serve_with(listener, move |_| service.clone(), shutdown, options).await;
 }
 
 /// Serves `node`'s proxy on `listener` (the same requests and answers as
@@ -70,12 +65,15 @@ pub async fn serve_node(
     shutdown: impl Future<Output = ()>,
     options: ServeOptions,
 ) {
-    serve_with(listener, ProxyService(node), shutdown, options).await;
+    let service = move |peer| ProxyService(node.clone(), ClientAddr(peer));
+    serve_with(listener, service, shutdown, options).await;
 }
 
-/// A node as a hyper service: one boxed future per request, nothing else.
+/// A node as a hyper service for one connection: one boxed future per request,
+/// nothing else; the client's address rides along without touching the request's
+/// extensions (which would allocate per request).
 #[derive(Clone)]
-struct ProxyService(Node);
+struct ProxyService(Node, ClientAddr);
 
 impl hyper::service::Service<http::Request<Incoming>> for ProxyService {
     type Response = http::Response<Body>;
@@ -83,14 +81,14 @@ impl hyper::service::Service<http::Request<Incoming>> for ProxyService {
     type Future = Pin<Box<dyn Future<Output = Result<Self::Response, Infallible>> + Send>>;
 
     fn call(&self, request: http::Request<Incoming>) -> Self::Future {
-        let node = self.0.clone();
-        Box::pin(async move { Ok(node.handle(request.map(Body::new)).await) })
+        let (node, peer) = (self.0.clone(), self.1);
+        Box::pin(async move { Ok(node.handle_from(request.map(Body::new), Some(peer)).await) })
     }
 }
 
 async fn serve_with<S>(
     listener: TcpListener,
-    service: S,
+    service_for: impl Fn(std::net::SocketAddr) -> S,
     shutdown: impl Future<Output = ()>,
     options: ServeOptions,
 ) where
@@ -131,14 +129,8 @@ async fn serve_with<S>(
                     }
                 };
                 let _ = stream.set_nodelay(true);
-                // Each request learns its client's address (for X-Forwarded-For).
-                let service = service.clone();
-                let with_peer = hyper::service::service_fn(move |mut request: http::Request<Incoming>| {
-                    request.extensions_mut().insert(ClientAddr(peer));
-                    hyper::service::Service::call(&service, request)
-                });
                 let connection = builder
-                    .serve_connection(TokioIo::new(stream), with_peer)
+                    .serve_connection(TokioIo::new(stream), service_for(peer))
                     .into_owned();
                 let connection = graceful.watch(connection);
                 tokio::spawn(async move {

@@ -110,7 +110,8 @@ struct OriginState {
 ///
 /// The body of `path` is [`SyntheticOrigin::body_for`]`(name, path, size)`, where the
 /// size is the one set by [`set_body_size`](Self::set_body_size) or, for paths under
-/// `/bytes/N/`, N. `GET /__origin/fills?path=/p` returns the fill count of `/p` (or of
+/// `/bytes/N/`, N. A path under `/vary/` is answered as the rest of it, with
+/// `Vary: Accept-Encoding`. Paths given a [`script`](Self::script) answer by it. `GET /__origin/fills?path=/p` returns the fill count of `/p` (or of
 /// every path without `path=`) and is not itself counted.
 pub struct SyntheticOrigin {
     addr: SocketAddr,
@@ -362,9 +363,15 @@ async fn origin_handler(State(state): State<Arc<OriginState>>, request: Request)
         }
         return response;
     }
-    let size = request
-        .uri()
-        .path()
+    // `/vary/...` answers as `...` does, with `Vary: Accept-Encoding` (the bench's
+    // negotiated hit path).
+    let vary = request.uri().path().starts_with("/vary/");
+    let sized_path = if vary {
+        &request.uri().path()["/vary".len()..]
+    } else {
+        request.uri().path()
+    };
+    let size = sized_path
         .strip_prefix("/bytes/")
         .and_then(|rest| rest.split('/').next())
         .and_then(|n| n.parse().ok())
@@ -404,6 +411,9 @@ async fn origin_handler(State(state): State<Arc<OriginState>>, request: Request)
     let headers = response.headers_mut();
     headers.insert(header::CONTENT_LENGTH, HeaderValue::from(body.len()));
     headers.insert(header::CONTENT_TYPE, HeaderValue::from_static("text/plain"));
+    if vary {
+        headers.insert(header::VARY, HeaderValue::from_static("Accept-Encoding"));
+    }
     if let Some(cc) = lock(&state.cache_control).clone() {
         headers.insert(
             header::CACHE_CONTROL,

@@ -9,6 +9,7 @@ use models::{CacheKey, Priority, TenantId};
 use super::Node;
 use super::fill::FillRequest;
 use super::request::normalise_key;
+use crate::cache::Lookup;
 use crate::flight::{Acquire, FlightKey};
 use crate::origin::prewarm_headers;
 use crate::status::RejectReason;
@@ -76,17 +77,19 @@ impl Node {
             .cache
             .key_for(&FlightKey::new(tenant.clone(), key), &headers);
         let metrics = &self.inner.metrics;
-        if self.inner.cache.get_fresh(&fkey).is_some() {
-            metrics.prefetches_cached.inc();
-            return Ok(PrewarmOutcome::Cached);
-        }
+        // An expired entry is warmed by revalidating it (a 304 costs the origin less).
+        let stale = match self.inner.cache.lookup(&fkey) {
+            Lookup::Fresh { .. } => {
+                metrics.prefetches_cached.inc();
+                return Ok(PrewarmOutcome::Cached);
+            }
+            Lookup::Stale(entry) | Lookup::Expired(entry) => Some(entry),
+            Lookup::Miss => None,
+        };
         match self.inner.registry.acquire(&fkey, Priority::Background) {
             Acquire::Lead(permit) => {
                 metrics.prefetches_started.inc();
-                let request = FillRequest {
-                    headers,
-                    stale: None,
-                };
+                let request = FillRequest { headers, stale };
                 self.spawn_fill(permit, Arc::clone(t), request, false);
                 Ok(PrewarmOutcome::Started)
             }

@@ -90,8 +90,6 @@ fn referrer_domain(request: &Request) -> Option<Domain> {
 /// Per-request context carried through the miss path.
 struct Ctx {
     tenant: Arc<Tenant>,
-    /// The URL's key (no variant).
-    primary: FlightKey,
     /// The key this request looks up and collapses on: the URL, or its variant.
     key: FlightKey,
     head_only: bool,
@@ -155,8 +153,14 @@ impl Node {
         self.inner.fallback.clone()
     }
 
-    /// Answers one client request.
+    /// Answers one client request (its client's address unknown: no hop is added to
+    /// `X-Forwarded-For`).
     pub async fn handle(&self, request: Request) -> Response {
+        self.handle_from(request, None).await
+    }
+
+    /// Answers one request from the client at `client_addr`.
+    pub async fn handle_from(&self, request: Request, client_addr: Option<ClientAddr>) -> Response {
         if let Some(response) = over_limits(&request, &self.inner.config.limits) {
             return response;
         }
@@ -171,7 +175,7 @@ impl Node {
             || headers.contains_key(header::COOKIE)
             || headers.contains_key(header::RANGE);
         if !cacheable_method || per_user || has_body(headers) {
-            return self.pass_through(&tenant, request).await;
+            return self.pass_through(&tenant, request, client_addr).await;
         }
         let key = match normalise_key(request.uri()) {
             Ok(k) => k,
@@ -182,26 +186,28 @@ impl Node {
         } else {
             None
         };
-        let (mut parts, _empty_body) = request.into_parts();
+        let (parts, _empty_body) = request.into_parts();
         let primary = FlightKey::new(tenant.id.clone(), key);
-        // A URL without `Vary` is stored under its own key: one lookup on a hit. Only
-        // when that misses is the URL's `Vary` consulted for the variant's key.
+        // A URL without `Vary` is stored under its own key: one lookup and no copy of
+        // the key on a hit. Only when that misses is the URL's `Vary` consulted for
+        // the variant's key.
         let mut lookup = self.inner.cache.lookup(&primary);
-        let mut key = primary.clone();
-        if matches!(lookup, Lookup::Miss) {
-            key = self.inner.cache.key_for(&primary, &parts.headers);
+        let key = if matches!(lookup, Lookup::Miss) {
+            let key = self.inner.cache.key_for(&primary, &parts.headers);
             if key.variant().is_some() {
                 lookup = self.inner.cache.lookup(&key);
             }
-        }
+            key
+        } else {
+            primary
+        };
         let ctx = Ctx {
             head_only: parts.method == Method::HEAD,
             referrer,
-            primary,
             key,
             tenant,
             version: parts.version,
-            client_addr: parts.extensions.remove::<ClientAddr>(),
+            client_addr,
             headers: parts.headers,
         };
         let directives = RequestDirectives::parse(&ctx.headers);
@@ -313,7 +319,7 @@ impl Node {
         for attempt in 0..3 {
             if attempt > 0 {
                 // A response seen meanwhile may have taught the URL's `Vary`.
-                ctx.key = self.inner.cache.key_for(&ctx.primary, &ctx.headers);
+                ctx.key = self.inner.cache.key_for(&ctx.key.primary(), &ctx.headers);
             }
             match self.inner.registry.acquire(&ctx.key, Priority::User) {
                 Acquire::Full => {
@@ -416,7 +422,7 @@ impl Node {
                 {
                     // Joined before the URL's `Vary` was known, and the response is
                     // for other selecting headers: never shared (RFC 9111 §4.1).
-                    let key = self.inner.cache.key_for(&ctx.primary, &ctx.headers);
+                    let key = self.inner.cache.key_for(&ctx.key.primary(), &ctx.headers);
                     return if key.variant().is_some() {
                         None
                     } else {
@@ -483,7 +489,12 @@ impl Node {
         }
     }
 
-    async fn pass_through(&self, tenant: &Tenant, request: Request) -> Response {
+    async fn pass_through(
+        &self,
+        tenant: &Tenant,
+        request: Request,
+        client_addr: Option<ClientAddr>,
+    ) -> Response {
         self.inner.metrics.request(CacheStatus::Bypass);
         let unsafe_target = is_unsafe(request.method())
             .then(|| normalise_key(request.uri()).ok())
@@ -506,7 +517,12 @@ impl Node {
         let max_body =
             usize::try_from(self.inner.config.limits.max_body_bytes).unwrap_or(usize::MAX);
         let request = request.map(|body| Body::new(http_body_util::Limited::new(body, max_body)));
-        match self.inner.origin.forward(tenant, request).await {
+        match self
+            .inner
+            .origin
+            .forward(tenant, request, client_addr)
+            .await
+        {
             Ok(response) => {
                 let (mut parts, body) = response.into_parts();
                 strip_hop_by_hop(&mut parts.headers);
