@@ -914,4 +914,53 @@ mod tests {
             "used, plain and invalidated entries are not waste"
         );
     }
+
+    #[test]
+    fn variants_of_a_url_are_capped_and_invalidated_together() {
+        let c = CacheConfig {
+            max_variants: 2,
+            ..cfg()
+        };
+        let cache = L1Cache::new(&c);
+        let url = FlightKey::new(TenantId::new("t").unwrap(), CacheKey::new("/v").unwrap());
+        let names: Arc<[HeaderName]> = vec![header::ACCEPT_ENCODING].into();
+        let entry = || {
+            Entry::new(
+                StatusCode::OK,
+                HeaderMap::new(),
+                Bytes::from_static(b"x"),
+                Duration::from_secs(60),
+                Duration::ZERO,
+                Duration::from_millis(1),
+                false,
+            )
+        };
+        let request = |ae: &str| headers(&[("accept-encoding", ae)]);
+        for ae in ["gzip", "br", "zstd"] {
+            let key = cache.key_for(&url, &request(ae));
+            let variant: Arc<str> = key
+                .variant()
+                .map(Arc::from)
+                .unwrap_or_else(|| crate::semantics::variant_of(&names, &request(ae)));
+            cache.insert_variant(&url, Arc::clone(&names), variant, entry());
+        }
+        let fresh = |ae: &str| {
+            cache
+                .get_fresh(&cache.key_for(&url, &request(ae)))
+                .is_some()
+        };
+        assert!(!fresh("gzip"), "the oldest variant went past the cap");
+        assert!(fresh("br") && fresh("zstd"));
+        assert!(
+            cache.get_fresh(&url).is_none(),
+            "no plain entry for a varying URL"
+        );
+        cache.invalidate_url(&url);
+        assert!(!fresh("br") && !fresh("zstd"));
+        assert_eq!(
+            cache.key_for(&url, &request("br")),
+            url,
+            "the Vary is forgotten"
+        );
+    }
 }

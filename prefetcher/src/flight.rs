@@ -599,6 +599,31 @@ mod tests {
         FlightKey::new(TenantId::new("t").unwrap(), CacheKey::new(path).unwrap())
     }
 
+    #[test]
+    fn requests_of_different_variants_never_share_a_flight() {
+        let registry = FlightRegistry::new(16);
+        let url = key("/v");
+        let gzip = url.with_variant(Arc::from("accept-encoding:gzip\n"));
+        let br = url.with_variant(Arc::from("accept-encoding:br\n"));
+        let _lead_gzip = match registry.acquire(&gzip, Priority::User) {
+            Acquire::Lead(p) => p,
+            _ => panic!("first gzip request leads"),
+        };
+        assert!(matches!(
+            registry.acquire(&br, Priority::User),
+            Acquire::Lead(_)
+        ));
+        assert!(matches!(
+            registry.acquire(&url, Priority::User),
+            Acquire::Lead(_)
+        ));
+        assert!(matches!(
+            registry.acquire(&gzip, Priority::User),
+            Acquire::Join(_)
+        ));
+        assert_eq!(gzip.primary(), url);
+    }
+
     fn head() -> Head {
         Head::new(StatusCode::OK, HeaderMap::new())
     }

@@ -242,3 +242,26 @@ async fn set_cookie_responses_are_not_stored() {
     rig.get("/c", &[]).await;
     assert_eq!(rig.fills("/c"), 2);
 }
+
+/// §5.2.1.1 and §5.2.1.3: a request's `max-age` refuses an older stored response,
+/// its `min-fresh` one that will not stay fresh long enough; both go to the origin.
+#[tokio::test]
+async fn s5_2_1_1_request_max_age_and_s5_2_1_3_min_fresh() {
+    let rig = Rig::start().await;
+    rig.origin.script("/a", |_, _| {
+        Scripted::new(200, &[("cache-control", "max-age=600"), ("age", "100")])
+    });
+    rig.get("/a", &[]).await;
+    assert_eq!(
+        x_cache(&rig.get("/a", &[("cache-control", "max-age=300")]).await),
+        "HIT"
+    );
+    rig.get("/a", &[("cache-control", "max-age=50")]).await;
+    assert_eq!(rig.fills("/a"), 2, "older than the client accepts");
+    assert_eq!(
+        x_cache(&rig.get("/a", &[("cache-control", "min-fresh=10")]).await),
+        "HIT"
+    );
+    rig.get("/a", &[("cache-control", "min-fresh=10000")]).await;
+    assert_eq!(rig.fills("/a"), 3, "not fresh long enough");
+}
