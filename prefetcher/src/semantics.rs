@@ -295,7 +295,7 @@ pub fn variant_of(names: &[HeaderName], request: &HeaderMap) -> Arc<str> {
         }
         key.push(':');
         if name == header::ACCEPT_ENCODING {
-            key.push_str(&normalise_accept_encoding(request));
+            push_accept_encoding(&mut key, request);
         } else {
             let mut first = true;
             for value in values {
@@ -316,27 +316,41 @@ pub fn variant_of(names: &[HeaderName], request: &HeaderMap) -> Arc<str> {
 
 /// The codings `Accept-Encoding` accepts (q > 0), lower-cased, sorted, deduplicated.
 pub fn normalise_accept_encoding(request: &HeaderMap) -> String {
-    let mut codings: Vec<String> = request
+    let mut out = String::new();
+    push_accept_encoding(&mut out, request);
+    out
+}
+
+/// [`normalise_accept_encoding`] appended to `out`, borrowing the codings from the
+/// header values (one small list, no string per coding: this runs on `Vary` hits).
+fn push_accept_encoding(out: &mut String, request: &HeaderMap) {
+    let mut codings: Vec<&str> = request
         .get_all(header::ACCEPT_ENCODING)
         .iter()
         .filter_map(|v| v.to_str().ok())
         .flat_map(|v| v.split(','))
         .filter_map(|member| {
             let mut parts = member.split(';');
-            let coding = parts.next()?.trim().to_ascii_lowercase();
+            let coding = parts.next()?.trim();
             let refused = parts.any(|p| {
-                p.trim()
-                    .strip_prefix("q=")
-                    .or_else(|| p.trim().strip_prefix("Q="))
-                    .and_then(|q| q.trim().parse::<f32>().ok())
-                    .is_some_and(|q| q <= 0.0)
+                let p = p.trim();
+                (p.starts_with("q=") || p.starts_with("Q="))
+                    && p[2..].trim().parse::<f32>().is_ok_and(|q| q <= 0.0)
             });
             (!coding.is_empty() && !refused).then_some(coding)
         })
         .collect();
-    codings.sort_unstable();
-    codings.dedup();
-    codings.join(",")
+    fn lower(s: &str) -> impl Iterator<Item = u8> + '_ {
+        s.bytes().map(|b| b.to_ascii_lowercase())
+    }
+    codings.sort_unstable_by(|a, b| lower(a).cmp(lower(b)));
+    codings.dedup_by(|a, b| a.eq_ignore_ascii_case(b));
+    for (i, coding) in codings.iter().enumerate() {
+        if i > 0 {
+            out.push(',');
+        }
+        out.extend(coding.chars().map(|c| c.to_ascii_lowercase()));
+    }
 }
 
 /// Whether a client's conditional `GET`/`HEAD` is answered `304` by a stored `200`
