@@ -227,8 +227,10 @@ pub fn strip_hop_by_hop(headers: &mut HeaderMap) {
 /// or method is. They are not part of any cache key, so an origin that reflects them
 /// would let one client shape what others get (cache poisoning): they are never sent
 /// upstream. `X-Forwarded-For` and `X-Forwarded-Proto` are set by this node.
-pub const UNKEYED_REWRITES: [&str; 12] = [
+pub const UNKEYED_REWRITES: [&str; 14] = [
     "x-forwarded-host",
+    "x-forwarded-prefix",
+    "x-forwarded-path",
     "x-forwarded-server",
     "x-forwarded-scheme",
     "x-forwarded-port",

@@ -9,7 +9,7 @@ use http::{Method, StatusCode};
 use prefetcher::testing::Scripted;
 
 /// §3.1: hop-by-hop fields and those named in `Connection` are neither stored nor
-/// forwarded downstream.
+/// forwarded downstream; responses name this hop in `Via`.
 #[tokio::test]
 async fn s3_1_connection_listed_fields_are_not_stored_or_forwarded() {
     let rig = Rig::start().await;
@@ -30,6 +30,9 @@ async fn s3_1_connection_listed_fields_are_not_stored_or_forwarded() {
     for r in [&miss, &hit] {
         assert!(r.headers.get("x-internal").is_none(), "{:?}", r.headers);
         assert_eq!(header(r, "x-public"), Some("ok"));
+        // RFC 9110 §7.6.3: this hop is in `Via`, once.
+        let via: Vec<_> = r.headers.get_all("via").iter().collect();
+        assert_eq!(via, ["1.1 edge-pulse"]);
     }
     let stored = rig
         .node

@@ -296,6 +296,10 @@ impl Node {
         let mut merged = semantics::merge_not_modified(&stored.headers, &update);
         merged.remove(crate::status::X_CACHE);
         merged.remove(header::AGE);
+        if update.contains_key(header::VIA) {
+            // The 304's `Via` replaced the stored one, which had this hop.
+            semantics::add_via(&mut merged, http::Version::HTTP_11);
+        }
         let storability = classify(
             stored.status,
             &merged,

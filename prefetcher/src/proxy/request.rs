@@ -531,6 +531,7 @@ impl Node {
                 {
                     self.invalidate_after_unsafe(tenant, &target, &uri, &host, &parts.headers);
                 }
+                semantics::add_via(&mut parts.headers, http::Version::HTTP_11);
                 parts.headers.insert(
                     X_CACHE,
                     HeaderValue::from_static(CacheStatus::Bypass.as_str()),

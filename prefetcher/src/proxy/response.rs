@@ -48,10 +48,13 @@ pub(super) fn content_length(headers: &http::HeaderMap) -> Option<u64> {
 }
 
 /// The head of an origin response as this node passes it on: the origin's `Age`
-/// is taken out and remembered, so every response from it states its own.
+/// is taken out and remembered, so every response from it states its own, and this
+/// hop is added to `Via` (RFC 9110 §7.6.3; stored with the entry, so a hit pays
+/// nothing for it).
 pub(super) fn origin_head(status: StatusCode, mut headers: http::HeaderMap) -> Head {
     let initial_age = origin_age(&headers);
     headers.remove(header::AGE);
+    crate::semantics::add_via(&mut headers, http::Version::HTTP_11);
     Head {
         status,
         headers,
@@ -199,7 +202,8 @@ mod tests {
             assert_eq!(ages, [age], "{status:?}");
             assert_eq!(h.get(X_CACHE).unwrap(), status.as_str());
             assert_eq!(h.get(header::CONTENT_TYPE).unwrap(), "text/plain");
-            assert_eq!(h.len(), 3);
+            assert_eq!(h.get(header::VIA).unwrap(), "1.1 edge-pulse");
+            assert_eq!(h.len(), 4);
         }
 
         // From a flight: a waiter's response is served from the node (Age from the
