@@ -4,7 +4,9 @@
 
 use serde::{Serialize, de::DeserializeOwned};
 
-use crate::{AccessEvent, AccessEventRef, PrewarmCommand, SCHEMA_VERSION};
+use crate::SCHEMA_VERSION;
+use crate::command::PrewarmCommand;
+use crate::event::{AccessEvent, AccessEventRef};
 
 /// Why a message could not be decoded.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -32,13 +34,52 @@ pub enum DecodeError {
 }
 
 impl DecodeError {
-    /// A short stable name for the metric label `reason`.
-    pub fn reason(&self) -> &'static str {
+    /// Which kind of error this is, without its details.
+    pub fn kind(&self) -> DecodeReason {
         match self {
-            DecodeError::TooLarge { .. } => "too_large",
-            DecodeError::Malformed(_) => "malformed",
-            DecodeError::InvalidField(_) => "invalid_field",
-            DecodeError::UnsupportedVersion { .. } => "unsupported_version",
+            DecodeError::TooLarge { .. } => DecodeReason::TooLarge,
+            DecodeError::Malformed(_) => DecodeReason::Malformed,
+            DecodeError::InvalidField(_) => DecodeReason::InvalidField,
+            DecodeError::UnsupportedVersion { .. } => DecodeReason::UnsupportedVersion,
+        }
+    }
+
+    /// A short stable name for the metric label `reason`: [`DecodeReason::as_str`].
+    pub fn reason(&self) -> &'static str {
+        self.kind().as_str()
+    }
+}
+
+/// The kinds of [`DecodeError`], one per variant: what a consumer counts refused
+/// messages by.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum DecodeReason {
+    /// [`DecodeError::TooLarge`].
+    TooLarge,
+    /// [`DecodeError::Malformed`].
+    Malformed,
+    /// [`DecodeError::InvalidField`].
+    InvalidField,
+    /// [`DecodeError::UnsupportedVersion`].
+    UnsupportedVersion,
+}
+
+impl DecodeReason {
+    /// Every kind, in declaration order (for metrics that list all of them).
+    pub const ALL: [DecodeReason; 4] = [
+        DecodeReason::TooLarge,
+        DecodeReason::Malformed,
+        DecodeReason::InvalidField,
+        DecodeReason::UnsupportedVersion,
+    ];
+
+    /// The metric label (and dead-letter header) value.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            DecodeReason::TooLarge => "too_large",
+            DecodeReason::Malformed => "malformed",
+            DecodeReason::InvalidField => "invalid_field",
+            DecodeReason::UnsupportedVersion => "unsupported_version",
         }
     }
 }
@@ -178,10 +219,33 @@ mod tests {
     use proptest::prelude::*;
 
     use super::*;
-    use crate::{
-        CacheKey, Domain, FeatureContribution, NodeId, Outcome, Priority, Reason, RegionId,
-        RegionTargets, TenantId,
-    };
+    use crate::command::{FeatureContribution, Priority, Reason, RegionTargets};
+    use crate::event::Outcome;
+    use crate::ids::{CacheKey, Domain, NodeId, RegionId, TenantId};
+
+    /// One error of each variant gives each reason of `ALL`, in order, with the
+    /// labels metrics and dead-letter headers have always used.
+    #[test]
+    fn each_decode_error_has_its_reason_label() {
+        let errors = [
+            DecodeError::TooLarge { len: 2, max: 1 },
+            DecodeError::Malformed("x".into()),
+            DecodeError::InvalidField("x".into()),
+            DecodeError::UnsupportedVersion { found: 9 },
+        ];
+        let kinds: Vec<DecodeReason> = errors.iter().map(DecodeError::kind).collect();
+        assert_eq!(kinds, DecodeReason::ALL);
+        let labels: Vec<&str> = errors.iter().map(DecodeError::reason).collect();
+        assert_eq!(
+            labels,
+            [
+                "too_large",
+                "malformed",
+                "invalid_field",
+                "unsupported_version"
+            ]
+        );
+    }
 
     fn event() -> AccessEvent {
         let mut e = AccessEvent::new(

@@ -2,7 +2,8 @@
 
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
-use crate::{CacheKey, RegionId, SCHEMA_VERSION, TenantId};
+use crate::SCHEMA_VERSION;
+use crate::ids::{CacheKey, RegionId, TenantId};
 
 /// The origin-fill priority class a command asks for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]

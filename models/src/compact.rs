@@ -12,8 +12,9 @@
 //! would refuse; `codec`'s proptests and the `decode_access_event` fuzz target check
 //! that the two agree on arbitrary input.
 
+use crate::SCHEMA_VERSION;
+use crate::event::{AccessEventRef, Outcome};
 use crate::ids::{CacheKeyRef, DomainRef, NodeRef, RegionRef, TenantRef};
-use crate::{AccessEventRef, Outcome, SCHEMA_VERSION};
 
 /// The event in `bytes` if it has the compact shape and is valid, else `None`.
 #[inline]
@@ -230,7 +231,8 @@ const STRING_STOP: [bool; 256] = {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::{AccessEvent, decode, encode};
+    use crate::codec::{decode, encode};
+    use crate::event::AccessEvent;
 
     #[test]
     fn reads_what_encode_writes() {

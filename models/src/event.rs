@@ -2,8 +2,11 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::ids::{CacheKeyRef, DomainRef, NodeRef, RegionRef, TenantRef};
-use crate::{CacheKey, Domain, NodeId, RegionId, SCHEMA_VERSION, TenantId};
+use crate::SCHEMA_VERSION;
+use crate::ids::{
+    CacheKey, CacheKeyRef, Domain, DomainRef, NodeId, NodeRef, RegionId, RegionRef, TenantId,
+    TenantRef,
+};
 
 /// How an edge node answered one request for a cacheable key.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -46,9 +49,24 @@ impl Outcome {
         }
     }
 
-    /// Whether the request found no fresh copy at the node (the demand pulse watches).
+    /// Whether the request found no fresh copy at the node (the misses pulse watches;
+    /// every miss is [demand](Outcome::is_demand)).
     pub fn is_miss(self) -> bool {
         matches!(self, Outcome::Miss | Outcome::Collapsed | Outcome::Stale)
+    }
+
+    /// Whether a client asked for the key: every outcome but a pre-warm fill, which is
+    /// the node obeying pulse, not a request. Demand is what pulse's velocities, hot
+    /// keys, rates and the verdicts on its commands count.
+    pub fn is_demand(self) -> bool {
+        match self {
+            Outcome::Hit
+            | Outcome::Miss
+            | Outcome::Stale
+            | Outcome::Collapsed
+            | Outcome::PrefetchUseful => true,
+            Outcome::PrefetchFill => false,
+        }
     }
 }
 
@@ -181,5 +199,33 @@ impl AccessEventRef<'_> {
             bytes: self.bytes,
             fill_ms: self.fill_ms,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Demand is every client request (hits and misses alike) and never a pre-warm.
+    #[test]
+    fn demand_is_every_client_request_and_no_pre_warm() {
+        let demand: Vec<Outcome> = Outcome::ALL.into_iter().filter(|o| o.is_demand()).collect();
+        assert_eq!(
+            demand,
+            [
+                Outcome::Hit,
+                Outcome::Miss,
+                Outcome::Stale,
+                Outcome::Collapsed,
+                Outcome::PrefetchUseful
+            ]
+        );
+        assert!(!Outcome::PrefetchFill.is_demand());
+        assert!(
+            Outcome::ALL
+                .iter()
+                .filter(|o| o.is_miss())
+                .all(|o| o.is_demand())
+        );
     }
 }

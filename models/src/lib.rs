@@ -24,31 +24,21 @@
 //!   borrowed [`AccessEventRef`].
 //! - `command`: [`PrewarmCommand`] (pulse → prefetcher).
 //! - `codec`: the JSON codec ([`encode`], [`decode`], and [`decode_event_ref`] that
-//!   copies no string) and its [`DecodeError`].
-//! - `features`: the [`Features`] pulse computes per key at decision time.
-//! - `scoring`: the [`ScoringModel`] (linfa-linear regression, calibrated), its file
-//!   format and its model card.
+//!   copies no string), its [`DecodeError`] and their [`DecodeReason`]s.
 
 mod codec;
 mod command;
 mod compact;
 mod event;
-mod features;
 mod ids;
-mod scoring;
 
-pub use codec::{DecodeError, Wire, decode, decode_event_ref, encode};
+pub use codec::{DecodeError, DecodeReason, Wire, decode, decode_event_ref, encode};
 pub use command::MAX_COMMAND_ID_LEN;
 pub use command::{FeatureContribution, PrewarmCommand, Priority, Reason, RegionTargets};
 pub use event::{AccessEvent, AccessEventRef, Outcome};
-pub use features::{FEATURE_COUNT, FEATURE_NAMES, Features};
 pub use ids::{
     CacheKey, CacheKeyRef, Domain, DomainRef, IdError, MAX_DOMAIN_LEN, MAX_ID_LEN, MAX_KEY_LEN,
     NodeId, NodeRef, RegionId, RegionRef, TenantId, TenantRef,
-};
-pub use scoring::{
-    Calibration, Evaluation, MAX_Z, MODEL_FORMAT, ModelError, Score, ScoringModel, TrainOptions,
-    TrainingMetrics, Transform,
 };
 
 /// The schema version this build writes and accepts.

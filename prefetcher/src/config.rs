@@ -18,7 +18,7 @@
 
 use std::collections::HashSet;
 use std::net::SocketAddr;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use http::Uri;
@@ -92,6 +92,23 @@ pub struct Config {
     pub kafka: KafkaConfig,
     /// Size limits on client requests.
     pub limits: RequestLimits,
+    /// A TLS listener for clients (HTTP/1.1 and HTTP/2 by ALPN), beside the plain
+    /// one; off when absent.
+    pub tls: Option<TlsListenConfig>,
+}
+
+/// The TLS listener: where, and the PEM certificate chain and private key it serves.
+/// Both files are read when the node starts; a missing, unreadable or mismatched
+/// file fails the start and names its field.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TlsListenConfig {
+    /// Where the TLS listener binds.
+    pub listen: SocketAddr,
+    /// PEM file: the server certificate first, then its chain.
+    pub cert_file: PathBuf,
+    /// PEM file: the private key (PKCS#8, PKCS#1 or SEC1).
+    pub key_file: PathBuf,
 }
 
 impl Default for Config {
@@ -108,6 +125,7 @@ impl Default for Config {
             prefetch: PrefetchConfig::default(),
             kafka: KafkaConfig::default(),
             limits: RequestLimits::default(),
+            tls: None,
         }
     }
 }
@@ -364,6 +382,9 @@ pub struct OriginConfig {
     pub body_idle_timeout_ms: u64,
     /// Idle keep-alive connections kept per origin.
     pub pool_max_idle: usize,
+    /// PEM file of the CAs that `https://` origins are verified against, instead of
+    /// the system's roots (a private PKI); read when the node starts.
+    pub ca_file: Option<PathBuf>,
 }
 
 impl Default for OriginConfig {
@@ -373,6 +394,7 @@ impl Default for OriginConfig {
             header_timeout_ms: 15_000,
             body_idle_timeout_ms: 15_000,
             pool_max_idle: 64,
+            ca_file: None,
         }
     }
 }
@@ -386,10 +408,14 @@ pub struct TenantConfig {
     /// Host names (without port) that select this tenant; `"*"` makes it the fallback.
     #[serde(default)]
     pub hosts: Vec<String>,
-    /// `http://host[:port][/prefix]`: the origin, or a regional prefetcher (shield).
+    /// `http://` or `https://host[:port][/prefix]`: the origin, or a regional
+    /// prefetcher (shield). An `https://` origin is verified against the system's
+    /// roots (or `origin.ca_file`) for the name in `host_header`, else the URL's host,
+    /// which is also the SNI sent.
     pub origin: String,
     /// `Host` sent to the origin; defaults to the origin URL's authority. Set it when
-    /// the origin is a shield that maps host names to tenants.
+    /// the origin is a shield that maps host names to tenants. For an `https://`
+    /// origin its host name (without port) is the TLS server name.
     #[serde(default)]
     pub host_header: Option<String>,
 }
@@ -504,6 +530,10 @@ impl Config {
         }
         let mut ids = HashSet::new();
         let mut hosts = HashSet::new();
+        // TLS connections are pooled per origin authority, so one authority has one
+        // server name.
+        let mut server_names: std::collections::HashMap<String, String> =
+            std::collections::HashMap::new();
         for (i, t) in self.tenants.iter().enumerate() {
             if !ids.insert(t.id.as_str()) {
                 return Err(invalid(format!("tenants[{i}].id"), "duplicate tenant id"));
@@ -531,6 +561,31 @@ impl Config {
                     format!("tenants[{i}].host_header"),
                     "not a valid header value",
                 ));
+            }
+            let (base, _) = parse_origin(&t.origin).unwrap_or_default();
+            if let Some(authority) = base.strip_prefix("https://") {
+                let name = tls_server_name(authority, t.host_header.as_deref());
+                if let Err(reason) = rustls_pki_types::ServerName::try_from(name.as_str()) {
+                    return Err(invalid(
+                        format!("tenants[{i}].host_header"),
+                        format!("{name:?} is not a TLS server name: {reason}"),
+                    ));
+                }
+                match server_names.get(authority) {
+                    Some(other) if *other != name => {
+                        return Err(invalid(
+                            format!("tenants[{i}].host_header"),
+                            format!(
+                                "another tenant reaches {authority} as {other:?}; TLS \
+                                 connections are pooled per origin, so one origin has \
+                                 one server name"
+                            ),
+                        ));
+                    }
+                    _ => {
+                        server_names.insert(authority.to_string(), name);
+                    }
+                }
             }
         }
         Ok(())
@@ -602,14 +657,33 @@ impl Config {
     }
 }
 
-/// The parts of an origin URL: `http://authority` and a path prefix without a trailing '/'.
+/// The TLS server name (SNI, and the name the certificate must carry) of an
+/// `https://` origin at `authority`: the host of `host_header` when set, else the
+/// authority's host; without port or IPv6 brackets.
+pub(crate) fn tls_server_name(authority: &str, host_header: Option<&str>) -> String {
+    let host = host_header.unwrap_or(authority);
+    let name = match host.rsplit_once(':') {
+        Some((name, port)) if port.bytes().all(|b| b.is_ascii_digit()) => name,
+        _ => host,
+    };
+    name.trim_start_matches('[')
+        .trim_end_matches(']')
+        .to_ascii_lowercase()
+}
+
+/// The parts of an origin URL: `http://authority` (or `https://`) and a path prefix
+/// without a trailing '/'.
 pub(crate) fn parse_origin(origin: &str) -> std::result::Result<(String, String), String> {
     let uri: Uri = origin.parse().map_err(|e| format!("not a URL: {e}"))?;
-    match uri.scheme_str() {
-        Some("http") => {}
-        Some(other) => return Err(format!("scheme {other:?} is not supported (use http)")),
-        None => return Err("must start with http://".into()),
-    }
+    let scheme = match uri.scheme_str() {
+        Some(s @ ("http" | "https")) => s,
+        Some(other) => {
+            return Err(format!(
+                "scheme {other:?} is not supported (use http or https)"
+            ));
+        }
+        None => return Err("must start with http:// or https://".into()),
+    };
     let authority = uri
         .authority()
         .ok_or_else(|| "must name a host".to_string())?;
@@ -617,7 +691,7 @@ pub(crate) fn parse_origin(origin: &str) -> std::result::Result<(String, String)
         return Err("must not have a query".into());
     }
     let prefix = uri.path().trim_end_matches('/').to_string();
-    Ok((format!("http://{authority}"), prefix))
+    Ok((format!("{scheme}://{authority}"), prefix))
 }
 
 #[cfg(test)]
@@ -655,7 +729,7 @@ mod tests {
                 .contains("cache.jitter")
         );
         c.cache.jitter = 0.1;
-        c.tenants.push(tenant("u", &["*"], "https://x"));
+        c.tenants.push(tenant("u", &["*"], "ftp://x"));
         let e = c.validate().unwrap_err().to_string();
         assert!(e.contains("tenants[1].origin"), "{e}");
         c.tenants[1].origin = "http://x".into();
@@ -711,5 +785,34 @@ mod tests {
             ("http://o.example".into(), "".into())
         );
         assert!(parse_origin("o.example").is_err());
+        assert_eq!(
+            parse_origin("https://o.example:8443/p").unwrap(),
+            ("https://o.example:8443".into(), "/p".into())
+        );
+    }
+
+    #[test]
+    fn https_origins_take_their_server_name_from_the_host_header_or_the_url() {
+        assert_eq!(tls_server_name("o.example:8443", None), "o.example");
+        assert_eq!(
+            tls_server_name("10.0.0.5", Some("WWW.Acme.example:443")),
+            "www.acme.example"
+        );
+        assert_eq!(tls_server_name("[::1]:8443", None), "::1");
+        let mut c = Config::single_origin(
+            "127.0.0.1:0".parse().unwrap(),
+            TenantId::new("t").unwrap(),
+            "https://127.0.0.1:8443",
+        );
+        c.tenants[0].host_header = Some("a.example".into());
+        c.validate().unwrap();
+        // A second tenant on the same TLS origin must use the same server name.
+        let mut other = tenant("u", &["u.example"], "https://127.0.0.1:8443/u");
+        other.host_header = Some("b.example".into());
+        c.tenants.push(other);
+        let e = c.validate().unwrap_err().to_string();
+        assert!(e.contains("tenants[1].host_header"), "{e}");
+        c.tenants[1].host_header = Some("a.example".into());
+        c.validate().unwrap();
     }
 }

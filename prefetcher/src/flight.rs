@@ -43,6 +43,10 @@ pub enum FillError {
     /// The origin could not be reached or reset the connection before answering.
     #[error("origin unreachable: {0}")]
     Connect(String),
+    /// The origin's TLS failed: its certificate is not trusted or not for its name,
+    /// or the handshake failed.
+    #[error("origin TLS failed: {0}")]
+    Tls(String),
     /// The origin did not answer (or stalled mid-body) within its timeout.
     #[error("origin timed out")]
     Timeout,
@@ -89,6 +93,7 @@ impl FillError {
         match self {
             FillError::Upstream(_) => "upstream_5xx",
             FillError::Connect(_) => "connect",
+            FillError::Tls(_) => "tls",
             FillError::Timeout => "timeout",
             FillError::Body(_) => "body",
             FillError::Truncated { .. } => "truncated",

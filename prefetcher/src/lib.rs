@@ -18,7 +18,10 @@
 //! - `cache`: [`L1Cache`] (entries and the variants of each URL), freshness,
 //!   jitter, stale windows, XFetch.
 //! - `flight`: [`FlightRegistry`], [`FillPermit`], [`FlightSubscriber`], [`FillError`].
-//! - `origin`: [`OriginClient`] (timeouts, pooled connections) and [`Tenant`].
+//! - `origin`: [`OriginClient`] (timeouts, pooled connections, `http://` and
+//!   `https://`) and [`Tenant`].
+//! - `tls`: rustls configurations: the client listener's (certificate and key files,
+//!   ALPN) and the origin client's (system roots or `origin.ca_file`, server names).
 //! - `limits`: [`FillLimiter`], the user and prefetch classes of origin fills (the
 //!   adaptive prefetch limit, shedding, `Retry-After` under overload).
 //! - `proxy`: [`Node`] and its routers [`app`], [`admin_app`]; by job:
@@ -32,14 +35,16 @@
 //! - `prewarm`: [`PrewarmConsumer`], pre-warm commands from Kafka, checked and counted.
 //! - `run`: [`spawn_node`], a whole node (listeners, publisher, consumer) in-process.
 //! - `metrics`: Prometheus [`Metrics`].
-//! - `server`: [`serve_node`] (the proxy listener) and [`serve`] (a router): HTTP/1.1
-//!   + h2c, graceful shutdown.
+//! - `server`: [`serve_node`] (the proxy listener), [`serve_node_tls`] (the same over
+//!   TLS) and [`serve`] (a router): HTTP/1.1 + h2c (h2 by ALPN over TLS), graceful
+//!   shutdown.
 //! - `testing` (feature `testing`): a synthetic origin, test clients, a node runner.
 //!
 //! Modules depend on each other without a cycle, and no production module names
-//! `testing` (checked by a unit test below). `status`, `config`, `events`,
-//! `semantics` and `flight` depend on no other module; `limits`, `cache`, `metrics`, `origin` and `faults` on
-//! those; `publisher` on `config`, `events`, `metrics`; `proxy` on everything so far
+//! `testing` (checked by `tests/tests/module_graph.rs`). `status`, `config`, `events`,
+//! `semantics` and `flight` depend on no other module; `tls` on `config`; `limits`,
+//! `cache`, `metrics`, `origin` and `faults` on those; `publisher` on `config`,
+//! `events`, `metrics`; `proxy` on everything so far
 //! but `publisher`; `server` on `proxy`; `prewarm` on `proxy`, `publisher` and below;
 //! `run` on all but `testing`, which is on top.
 
@@ -61,11 +66,12 @@ mod server;
 mod status;
 #[cfg(feature = "testing")]
 pub mod testing;
+mod tls;
 
 pub use cache::{Entry, Freshness, L1Cache, Lookup, Storability, classify, origin_age, xfetch_due};
 pub use config::{
     CacheConfig, Config, ConfigError, FlightConfig, KafkaConfig, OffsetReset, OriginConfig,
-    PrefetchConfig, RequestLimits, TenantConfig, WaitTimeoutPolicy,
+    PrefetchConfig, RequestLimits, TenantConfig, TlsListenConfig, WaitTimeoutPolicy,
 };
 pub use events::{ChannelSink, Dropped, EventSink, NoopSink, OutcomeRecord};
 pub use flight::{
@@ -88,122 +94,5 @@ pub use semantics::{
     merge_not_modified, normalise_accept_encoding, not_modified, not_modified_headers,
     strip_hop_by_hop, variant_of,
 };
-pub use server::{ServeOptions, serve, serve_node, shutdown_signal};
+pub use server::{ServeOptions, serve, serve_node, serve_node_tls, shutdown_signal};
 pub use status::{CacheStatus, RejectReason, X_CACHE};
-
-#[cfg(test)]
-mod tests {
-    use std::collections::{BTreeMap, BTreeSet};
-    use std::path::Path;
-
-    /// Each module (a `src/x.rs` file, or a `src/x/` folder taken as one) and the
-    /// modules its code names by `crate::name`, test code included; comments are
-    /// skipped. The crate root only re-exports, so it is left out.
-    fn module_graph() -> BTreeMap<String, BTreeSet<String>> {
-        let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
-        let mut files = Vec::new();
-        for entry in std::fs::read_dir(&src).unwrap() {
-            let path = entry.unwrap().path();
-            if path.is_dir() {
-                for inner in std::fs::read_dir(&path).unwrap() {
-                    files.push((path.clone(), inner.unwrap().path()));
-                }
-            } else {
-                files.push((path.clone(), path));
-            }
-        }
-        let mut graph: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
-        for (module_path, file) in files {
-            let module = module_path
-                .file_stem()
-                .unwrap()
-                .to_str()
-                .unwrap()
-                .to_string();
-            if module == "lib" || module == "main" {
-                continue;
-            }
-            let text = std::fs::read_to_string(&file).unwrap();
-            let uses = graph.entry(module.clone()).or_default();
-            for line in text.lines().filter(|l| !l.trim_start().starts_with("//")) {
-                for (at, _) in line.match_indices("crate::") {
-                    let rest = &line[at + "crate::".len()..];
-                    let name: String = rest
-                        .chars()
-                        .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
-                        .collect();
-                    if name != module {
-                        uses.insert(name);
-                    }
-                }
-            }
-        }
-        graph
-    }
-
-    /// A cycle in `graph` as the path of modules around it, if there is one.
-    fn find_cycle(graph: &BTreeMap<String, BTreeSet<String>>) -> Option<Vec<String>> {
-        fn visit(
-            node: &str,
-            graph: &BTreeMap<String, BTreeSet<String>>,
-            path: &mut Vec<String>,
-            done: &mut BTreeSet<String>,
-        ) -> Option<Vec<String>> {
-            if let Some(at) = path.iter().position(|p| p == node) {
-                let mut cycle = path[at..].to_vec();
-                cycle.push(node.to_string());
-                return Some(cycle);
-            }
-            if done.contains(node) {
-                return None;
-            }
-            path.push(node.to_string());
-            for next in graph.get(node).into_iter().flatten() {
-                if let Some(cycle) = visit(next, graph, path, done) {
-                    return Some(cycle);
-                }
-            }
-            path.pop();
-            done.insert(node.to_string());
-            None
-        }
-        let mut done = BTreeSet::new();
-        graph
-            .keys()
-            .find_map(|node| visit(node, graph, &mut Vec::new(), &mut done))
-    }
-
-    #[test]
-    fn modules_form_no_cycle_and_production_code_never_names_the_test_harness() {
-        let graph = module_graph();
-        assert!(graph.contains_key("proxy") && graph.contains_key("testing"));
-        for (module, uses) in &graph {
-            for name in uses {
-                // A path through a root re-export (`crate::Node`) would hide an edge.
-                assert!(
-                    graph.contains_key(name),
-                    "{module} names crate::{name}, which is no module"
-                );
-            }
-            assert!(
-                module == "testing" || !uses.contains("testing"),
-                "{module} depends on the test harness"
-            );
-        }
-        assert_eq!(find_cycle(&graph), None, "module graph: {graph:#?}");
-    }
-
-    #[test]
-    fn the_cycle_check_finds_a_cycle() {
-        let graph: BTreeMap<String, BTreeSet<String>> = [
-            ("a", vec!["b"]),
-            ("b", vec!["c"]),
-            ("c", vec!["a"]),
-            ("d", vec![]),
-        ]
-        .into_iter()
-        .map(|(m, uses)| (m.into(), uses.into_iter().map(String::from).collect()))
-        .collect();
-        assert_eq!(find_cycle(&graph).unwrap(), ["a", "b", "c", "a"]);
-    }
-}

@@ -37,7 +37,25 @@ struct Cli {
     #[arg(long, env = "PREFETCHER_LISTEN")]
     listen: Option<SocketAddr>,
 
-    /// Origin URL (http://host[:port][/prefix]) for single-tenant mode.
+    /// Address of a TLS listener for clients (HTTP/1.1 and HTTP/2 by ALPN), beside
+    /// the plain one; needs --tls-cert-file and --tls-key-file.
+    #[arg(long, env = "PREFETCHER_TLS_LISTEN", requires_all = ["tls_cert_file", "tls_key_file"])]
+    tls_listen: Option<SocketAddr>,
+
+    /// PEM certificate chain of the TLS listener.
+    #[arg(long, env = "PREFETCHER_TLS_CERT_FILE", requires = "tls_listen")]
+    tls_cert_file: Option<PathBuf>,
+
+    /// PEM private key of the TLS listener.
+    #[arg(long, env = "PREFETCHER_TLS_KEY_FILE", requires = "tls_listen")]
+    tls_key_file: Option<PathBuf>,
+
+    /// PEM file of the CAs https:// origins are verified against, instead of the
+    /// system's roots.
+    #[arg(long, env = "PREFETCHER_ORIGIN_CA_FILE")]
+    origin_ca_file: Option<PathBuf>,
+
+    /// Origin URL (http:// or https://host[:port][/prefix]) for single-tenant mode.
     #[arg(long, env = "PREFETCHER_ORIGIN", conflicts_with = "config")]
     origin: Option<String>,
 
@@ -125,6 +143,18 @@ impl Cli {
         if let Some(v) = self.listen {
             config.listen = v;
         }
+        if let (Some(listen), Some(cert_file), Some(key_file)) =
+            (self.tls_listen, &self.tls_cert_file, &self.tls_key_file)
+        {
+            config.tls = Some(prefetcher::TlsListenConfig {
+                listen,
+                cert_file: cert_file.clone(),
+                key_file: key_file.clone(),
+            });
+        }
+        if let Some(v) = &self.origin_ca_file {
+            config.origin.ca_file = Some(v.clone());
+        }
         if let Some(v) = self.admin_listen {
             config.admin_listen = Some(v);
         }
@@ -193,6 +223,7 @@ async fn run(config: Config) -> anyhow::Result<()> {
     let handle = spawn_node(config).await?;
     tracing::info!(
         listen = %handle.addr(),
+        tls_listen = ?handle.tls_addr(),
         admin = ?handle.admin_addr(),
         tenants,
         kafka = handle.kafka_enabled(),

@@ -71,6 +71,9 @@ pub struct Metrics {
     pub prefetch_limit: Gauge,
     /// Pre-warm fills waiting for a prefetch slot.
     pub prefetch_queued: Gauge,
+    /// Origin requests (fills, hedges, pass-through) whose TLS failed: an untrusted
+    /// or misnamed certificate, a failed handshake.
+    pub origin_tls_failures: Counter,
 }
 
 impl Default for Metrics {
@@ -130,6 +133,7 @@ impl Metrics {
             prefetches_shed: Counter::default(),
             prefetch_limit: Gauge::default(),
             prefetch_queued: Gauge::default(),
+            origin_tls_failures: Counter::default(),
             registry: Registry::default(),
         };
         for reason in RejectReason::ALL {
@@ -237,6 +241,11 @@ impl Metrics {
             "Pre-warm fills waiting for a prefetch slot",
             m.prefetch_queued.clone(),
         );
+        registry.register(
+            "origin_tls_failures",
+            "Origin requests whose TLS failed (untrusted or misnamed certificate, handshake)",
+            m.origin_tls_failures.clone(),
+        );
         Metrics { registry, ..m }
     }
 
@@ -281,6 +290,7 @@ impl Metrics {
         [
             "upstream_5xx",
             "connect",
+            "tls",
             "timeout",
             "body",
             "truncated",

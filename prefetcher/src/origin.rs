@@ -1,20 +1,29 @@
-//! The origin client: one keep-alive pool for every tenant's origin, timeouts that
-//! turn a hung origin into an error, and the fill limits ([`FillLimiter`]).
+//! The origin client: one keep-alive pool for every tenant's origin (`http://` and
+//! `https://`, TLS by `crate::tls`), timeouts that turn a hung origin into an
+//! error, and the fill limits ([`FillLimiter`]).
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use axum::body::Body;
 use http::{HeaderMap, HeaderValue, Method, Request, Response, Uri, header};
 use hyper::body::Incoming;
+use hyper_rustls::{HttpsConnector, HttpsConnectorBuilder};
 use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
 use models::{CacheKey, TenantId};
 
-use crate::config::{FlightConfig, OriginConfig, PrefetchConfig, TenantConfig, parse_origin};
+use prometheus_client::metrics::counter::Counter;
+
+use crate::config::{
+    Config, ConfigError, FlightConfig, OriginConfig, PrefetchConfig, TenantConfig, parse_origin,
+    tls_server_name,
+};
 use crate::flight::FillError;
 use crate::limits::FillLimiter;
 use crate::semantics::{UNKEYED_REWRITES, add_via};
+use crate::tls::{ServerNames, origin_client_config, tls_failure};
 
 /// A tenant as the node resolved it from trusted configuration.
 #[derive(Debug)]
@@ -32,7 +41,10 @@ impl Tenant {
         let (base, prefix) = parse_origin(&config.origin)?;
         let host = match &config.host_header {
             Some(h) => h.clone(),
-            None => base.trim_start_matches("http://").to_string(),
+            None => base
+                .trim_start_matches("http://")
+                .trim_start_matches("https://")
+                .to_string(),
         };
         Ok(Tenant {
             id: config.id.clone(),
@@ -52,10 +64,16 @@ impl Tenant {
 
 pub(crate) use crate::semantics::strip_hop_by_hop;
 
-/// The client's address as the listener saw it; it becomes the hop this node appends
-/// to `X-Forwarded-For`.
+/// The client's connection as the listener saw it: its address becomes the hop this
+/// node appends to `X-Forwarded-For`, and whether it came over TLS sets
+/// `X-Forwarded-Proto`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct ClientAddr(pub std::net::SocketAddr);
+pub struct ClientAddr {
+    /// The client's socket address.
+    pub addr: std::net::SocketAddr,
+    /// The connection came through the TLS listener.
+    pub tls: bool,
+}
 
 /// The headers a client request is forwarded with (RFC 9110 §7.6): the client's
 /// end-to-end fields, without hop-by-hop ones (and those named in `Connection`),
@@ -74,7 +92,7 @@ pub fn forwarded_headers(
     headers.remove(header::FORWARDED);
     headers.remove(header::HOST);
     add_via(&mut headers, version);
-    if let Some(ClientAddr(addr)) = client_addr {
+    if let Some(ClientAddr { addr, .. }) = client_addr {
         let ip = addr.ip().to_string();
         let value = match headers.get(X_FORWARDED_FOR).and_then(|v| v.to_str().ok()) {
             Some(earlier) => format!("{earlier}, {ip}"),
@@ -84,7 +102,11 @@ pub fn forwarded_headers(
             headers.insert(X_FORWARDED_FOR, value);
         }
     }
-    headers.insert(X_FORWARDED_PROTO, HeaderValue::from_static("http"));
+    let proto = match client_addr {
+        Some(ClientAddr { tls: true, .. }) => "https",
+        _ => "http",
+    };
+    headers.insert(X_FORWARDED_PROTO, HeaderValue::from_static(proto));
     headers
 }
 
@@ -132,29 +154,76 @@ const X_FORWARDED_PROTO: &str = "x-forwarded-proto";
 /// The origin client and the fill limits.
 #[derive(Clone)]
 pub struct OriginClient {
-    client: Client<HttpConnector, Body>,
+    client: Client<HttpsConnector<HttpConnector>, Body>,
     limiter: FillLimiter,
     header_timeout: Duration,
     body_idle_timeout: Duration,
+    tls_failures: Counter,
 }
 
 impl OriginClient {
     /// A client whose fills are limited by `flight` (both classes) and `prefetch`
-    /// (the adaptive prefetch class).
-    pub fn new(config: &OriginConfig, flight: &FlightConfig, prefetch: &PrefetchConfig) -> Self {
+    /// (the adaptive prefetch class); `https://` origins are verified against the
+    /// system's roots or `config.ca_file` (read now: a bad file is an error naming
+    /// `origin.ca_file`), for each origin's server name: the host of its tenant's
+    /// `host_header`, else of its URL.
+    pub fn new(
+        config: &OriginConfig,
+        flight: &FlightConfig,
+        prefetch: &PrefetchConfig,
+        tenants: &[TenantConfig],
+    ) -> Result<Self, ConfigError> {
         let mut connector = HttpConnector::new();
         connector.set_nodelay(true);
         connector.set_connect_timeout(Some(Duration::from_millis(config.connect_timeout_ms)));
+        // The TLS layer above decides by scheme; this one only connects.
+        connector.enforce_http(false);
+        let server_names = ServerNames::new(tenants.iter().filter_map(|t| {
+            let (base, _) = parse_origin(&t.origin).ok()?;
+            let authority = base.strip_prefix("https://")?;
+            Some((
+                authority.to_string(),
+                tls_server_name(authority, t.host_header.as_deref()),
+            ))
+        }));
+        let tls = Arc::unwrap_or_clone(origin_client_config(
+            config.ca_file.as_deref(),
+            !server_names.is_empty(),
+        )?);
+        let connector = HttpsConnectorBuilder::new()
+            .with_tls_config(tls)
+            .https_or_http()
+            .with_server_name_resolver(server_names)
+            .enable_http1()
+            .wrap_connector(connector);
         let client = Client::builder(TokioExecutor::new())
             .pool_idle_timeout(Duration::from_secs(60))
             .pool_max_idle_per_host(config.pool_max_idle)
             .build(connector);
-        OriginClient {
+        Ok(OriginClient {
             client,
             limiter: FillLimiter::new(flight, prefetch),
             header_timeout: Duration::from_millis(config.header_timeout_ms),
             body_idle_timeout: Duration::from_millis(config.body_idle_timeout_ms),
-        }
+            tls_failures: Counter::default(),
+        })
+    }
+
+    /// The client for `config`'s origins ([`OriginClient::new`]).
+    pub fn from_config(config: &Config) -> Result<Self, ConfigError> {
+        OriginClient::new(
+            &config.origin,
+            &config.flight,
+            &config.prefetch,
+            &config.tenants,
+        )
+    }
+
+    /// Counts every origin request that failed in TLS (certificate or handshake)
+    /// in `counter` as well.
+    pub fn count_tls_failures_in(mut self, counter: Counter) -> Self {
+        self.tls_failures = counter;
+        self
     }
 
     /// Longest gap allowed between two body chunks.
@@ -211,7 +280,13 @@ impl OriginClient {
     async fn send(&self, request: Request<Body>) -> Result<Response<Incoming>, FillError> {
         match tokio::time::timeout(self.header_timeout, self.client.request(request)).await {
             Err(_) => Err(FillError::Timeout),
-            Ok(Err(e)) => Err(FillError::Connect(error_chain(&e))),
+            Ok(Err(e)) => match tls_failure(&e) {
+                Some(reason) => {
+                    self.tls_failures.inc();
+                    Err(FillError::Tls(reason))
+                }
+                None => Err(FillError::Connect(error_chain(&e))),
+            },
             Ok(Ok(response)) => Ok(response),
         }
     }

@@ -1,4 +1,5 @@
-//! Starting a whole node in-process: the proxy listener, the admin listener, and with
+//! Starting a whole node in-process: the proxy listener, the TLS listener when
+//! configured, the admin listener, and with
 //! Kafka on, the access-event publisher and the pre-warm consumer. The binary uses
 //! it, and so can a demo or a test that runs several nodes in one process.
 //!
@@ -32,7 +33,7 @@ use crate::events::ChannelSink;
 use crate::prewarm::PrewarmConsumer;
 use crate::proxy::{Node, admin_app};
 use crate::publisher::EventPublisher;
-use crate::server::{ServeOptions, serve, serve_node};
+use crate::server::{ServeOptions, serve, serve_node, serve_node_tls};
 
 /// Why a node could not start.
 #[derive(Debug, thiserror::Error)]
@@ -77,6 +78,7 @@ impl Default for NodeOptions {
 #[derive(Debug)]
 pub struct NodeHandle {
     addr: SocketAddr,
+    tls_addr: Option<SocketAddr>,
     admin_addr: Option<SocketAddr>,
     node: Node,
     kafka: bool,
@@ -98,14 +100,20 @@ pub async fn spawn_node(config: Config) -> Result<NodeHandle, StartError> {
     spawn_node_with(config, NodeOptions::default()).await
 }
 
-/// Validates `config`, binds `config.listen` (port 0 picks a free one) and
-/// `config.admin_listen`, and serves. With `kafka.brokers` set it also starts the
+/// Validates `config`, reads the TLS listener's certificate and key (a bad file is
+/// a [`StartError::Config`] naming `tls.cert_file` or `tls.key_file`), binds
+/// `config.listen` (port 0 picks a free one), `tls.listen` and `config.admin_listen`,
+/// and serves. With `kafka.brokers` set it also starts the
 /// access-event publisher and the pre-warm consumer; without, no Kafka client exists.
 pub async fn spawn_node_with(
     config: Config,
     options: NodeOptions,
 ) -> Result<NodeHandle, StartError> {
     config.validate()?;
+    let tls = match &config.tls {
+        Some(tls) => Some((tls.listen, crate::tls::server_config(tls)?)),
+        None => None,
+    };
     let kafka = config.kafka.enabled();
     let (node, events_rx) = if kafka {
         let (sink, events_rx) = ChannelSink::new(config.kafka.event_buffer);
@@ -126,6 +134,17 @@ pub async fn spawn_node_with(
         addr: config.listen,
         source,
     })?;
+    let tls_listener = match tls {
+        Some((addr, server_config)) => {
+            let listener = bind(addr).await?;
+            let local = listener
+                .local_addr()
+                .map_err(|source| StartError::Bind { addr, source })?;
+            Some((listener, local, server_config))
+        }
+        None => None,
+    };
+    let tls_addr = tls_listener.as_ref().map(|(_, addr, _)| *addr);
     let admin_listener = match config.admin_listen {
         Some(a) => Some(bind(a).await?),
         None => None,
@@ -160,6 +179,15 @@ pub async fn spawn_node_with(
         stopped(shutdown_rx.clone()),
         options.serve.clone(),
     )));
+    if let Some((listener, _, server_config)) = tls_listener {
+        tasks.push(tokio::spawn(serve_node_tls(
+            listener,
+            node.clone(),
+            server_config,
+            stopped(shutdown_rx.clone()),
+            options.serve.clone(),
+        )));
+    }
     if let Some((publisher, events_rx, consumer)) = kafka_parts {
         tasks.push(tokio::spawn(publisher.run(
             events_rx,
@@ -168,9 +196,10 @@ pub async fn spawn_node_with(
         )));
         tasks.push(tokio::spawn(consumer.run(shutdown_rx)));
     }
-    tracing::info!(%addr, ?admin_addr, kafka, "node started");
+    tracing::info!(%addr, ?tls_addr, ?admin_addr, kafka, "node started");
     Ok(NodeHandle {
         addr,
+        tls_addr,
         admin_addr,
         node,
         kafka,
@@ -188,6 +217,11 @@ impl NodeHandle {
     /// `http://` + the proxy's address.
     pub fn url(&self) -> String {
         format!("http://{}", self.addr)
+    }
+
+    /// The TLS listener's address, if configured.
+    pub fn tls_addr(&self) -> Option<SocketAddr> {
+        self.tls_addr
     }
 
     /// The admin listener's address (`/metrics`, `/healthz`), if configured.

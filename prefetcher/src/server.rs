@@ -1,4 +1,5 @@
-//! The accept loop: HTTP/1.1 and h2c on one listener, graceful shutdown.
+//! The accept loop: HTTP/1.1 and h2c on one listener (HTTP/1.1 and h2 by ALPN on a
+//! TLS listener), graceful shutdown.
 //!
 //! The proxy listener ([`serve_node`]) hands each request straight to
 //! [`Node::handle`]: the proxy has no routes, so an axum `Router` in front of it
@@ -8,6 +9,7 @@
 use std::convert::Infallible;
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::Arc;
 use std::time::Duration;
 
 use axum::Router;
@@ -18,6 +20,7 @@ use hyper_util::server::conn::auto;
 use hyper_util::server::graceful::GracefulShutdown;
 use hyper_util::service::TowerToHyperService;
 use tokio::net::TcpListener;
+use tokio_rustls::TlsAcceptor;
 
 use crate::origin::ClientAddr;
 use crate::proxy::Node;
@@ -54,7 +57,7 @@ pub async fn serve(
     options: ServeOptions,
 ) {
     let service = TowerToHyperService::new(router);
-    serve_with(listener, move |_| service.clone(), shutdown, options).await;
+    serve_with(listener, move |_| service.clone(), None, shutdown, options).await;
 }
 
 /// Serves `node`'s proxy on `listener` (the same requests and answers as
@@ -65,13 +68,32 @@ pub async fn serve_node(
     shutdown: impl Future<Output = ()>,
     options: ServeOptions,
 ) {
-    let service = move |peer| ProxyService(node.clone(), ClientAddr(peer));
-    serve_with(listener, service, shutdown, options).await;
+    let service = move |client| ProxyService(node.clone(), client);
+    serve_with(listener, service, None, shutdown, options).await;
 }
 
+/// Serves `node`'s proxy over TLS on `listener`, like [`serve_node`]: HTTP/2 or
+/// HTTP/1.1 as the client's ALPN chooses (`tls` should offer both). Each handshake
+/// runs in the connection's own task under a timeout, so a slow or silent client
+/// never holds up the accept loop.
+pub async fn serve_node_tls(
+    listener: TcpListener,
+    node: Node,
+    tls: Arc<rustls::ServerConfig>,
+    shutdown: impl Future<Output = ()>,
+    options: ServeOptions,
+) {
+    let acceptor = TlsAcceptor::from(tls);
+    let service = move |client| ProxyService(node.clone(), client);
+    serve_with(listener, service, Some(acceptor), shutdown, options).await;
+}
+
+/// Longest a client may take over its TLS handshake.
+const TLS_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+
 /// A node as a hyper service for one connection: one boxed future per request,
-/// nothing else; the client's address rides along without touching the request's
-/// extensions (which would allocate per request).
+/// nothing else; the client's address and whether it came over TLS ride along
+/// without touching the request's extensions (which would allocate per request).
 #[derive(Clone)]
 struct ProxyService(Node, ClientAddr);
 
@@ -88,7 +110,8 @@ impl hyper::service::Service<http::Request<Incoming>> for ProxyService {
 
 async fn serve_with<S>(
     listener: TcpListener,
-    service_for: impl Fn(std::net::SocketAddr) -> S,
+    service_for: impl Fn(ClientAddr) -> S,
+    tls: Option<TlsAcceptor>,
     shutdown: impl Future<Output = ()>,
     options: ServeOptions,
 ) where
@@ -129,8 +152,38 @@ async fn serve_with<S>(
                     }
                 };
                 let _ = stream.set_nodelay(true);
+                let service = service_for(ClientAddr { addr: peer, tls: tls.is_some() });
+                if let Some(acceptor) = &tls {
+                    let (acceptor, builder) = (acceptor.clone(), builder.clone());
+                    let watcher = graceful.watcher();
+                    tokio::spawn(async move {
+                        let stream = match tokio::time::timeout(
+                            TLS_HANDSHAKE_TIMEOUT,
+                            acceptor.accept(stream),
+                        )
+                        .await
+                        {
+                            Ok(Ok(stream)) => stream,
+                            Ok(Err(e)) => {
+                                tracing::debug!(error = %e, "TLS handshake failed");
+                                return;
+                            }
+                            Err(_) => {
+                                tracing::debug!("TLS handshake timed out");
+                                return;
+                            }
+                        };
+                        let connection = builder
+                            .serve_connection(TokioIo::new(stream), service)
+                            .into_owned();
+                        if let Err(e) = watcher.watch(connection).await {
+                            tracing::trace!(error = %e, "connection ended with an error");
+                        }
+                    });
+                    continue;
+                }
                 let connection = builder
-                    .serve_connection(TokioIo::new(stream), service_for(peer))
+                    .serve_connection(TokioIo::new(stream), service)
                     .into_owned();
                 let connection = graceful.watch(connection);
                 tokio::spawn(async move {

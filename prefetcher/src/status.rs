@@ -27,7 +27,8 @@ pub enum CacheStatus {
     Collapsed,
     /// The first user hit on an entry that a pre-warm (background fill) stored.
     Prefetched,
-    /// Not cacheable by request (method, credentials, range): passed to the origin.
+    /// Not cacheable by request (method, credentials, a range beyond
+    /// `cache.max_object_bytes`): passed to the origin.
     Bypass,
 }
 

@@ -18,14 +18,11 @@ mod vm_hwm;
 
 use std::io::Read;
 use std::process::{Command, Stdio};
-use std::sync::{Arc, Mutex, RwLock};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use models::{AccessEvent, CacheKey, NodeId, Outcome, RegionId, TenantId, encode};
-use pulse::{
-    BatchObserver, HeatConfig, HeatMap, Ingest, IngestConfig, Metrics, Predictor, PredictorConfig,
-    PrewarmLoop, PrewarmPublisher,
-};
+use pulse::{Metrics, PulseConfig};
 use rdkafka::ClientConfig;
 use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
 use rdkafka::client::DefaultClientContext;
@@ -211,10 +208,7 @@ fn field<'a>(run: &'a [(String, String)], key: &str) -> &'a str {
 /// what was refused and its own peak RSS.
 async fn consume(brokers: &str, topic: &str, n: u64, predict: bool) {
     let group = if predict { "predict" } else { "pulse" };
-    let (rate, metrics) = pulse_run(brokers, topic, group, n, |metrics| {
-        predict.then(|| prewarm_loop(brokers, topic, metrics))
-    })
-    .await;
+    let (rate, metrics) = pulse_run(brokers, topic, group, n, predict).await;
     // Everything the heat map or the decoder refused, whatever the reason.
     let rejected: u64 = metrics
         .encode()
@@ -229,50 +223,40 @@ async fn consume(brokers: &str, topic: &str, n: u64, predict: bool) {
     );
 }
 
-/// The predictor as `pulse serve` runs it, with the shipped model, sending any
-/// pre-warm command to a topic of its own.
-fn prewarm_loop(brokers: &str, topic: &str, metrics: Arc<Metrics>) -> Box<dyn BatchObserver> {
-    let predictor = Arc::new(Mutex::new(Predictor::new(
-        Some(Arc::new(pulse::default_model())),
-        PredictorConfig::default(),
-    )));
-    let publisher =
-        PrewarmPublisher::new(brokers, &format!("{topic}-prewarm")).expect("pre-warm publisher");
-    Box::new(PrewarmLoop::new(predictor, publisher, metrics))
-}
-
 /// Every message counts once it is processed: applied, or refused by the heat map
 /// (`too_old`: partitions are fetched unevenly, so one partition's newest events can
 /// move the watermark past another's oldest by more than the 60 s window).
 fn too_old(metrics: &Metrics) -> u64 {
     metrics
         .rejected
-        .get_or_create(&pulse::ReasonLabel { reason: "too_old" })
+        .get_or_create(&pulse::ReasonLabel {
+            reason: pulse::ApplyError::TooOld.as_str(),
+        })
         .get()
 }
 
-/// Consumes the whole topic with a fresh consumer group (and the observer `observer`
-/// makes, if any); the rate from the first applied event to the last.
+/// Consumes the whole topic with a fresh consumer group, running pulse as it ships
+/// (`pulse::start`), with or without prediction (any pre-warm command goes to a topic
+/// of its own); the rate from the first applied event to the last.
 async fn pulse_run(
     brokers: &str,
     topic: &str,
     group: &str,
     n: u64,
-    observer: impl FnOnce(Arc<Metrics>) -> Option<Box<dyn BatchObserver>>,
+    predict: bool,
 ) -> (f64, Arc<Metrics>) {
-    let heat = Arc::new(RwLock::new(HeatMap::new(HeatConfig::default())));
-    let metrics = Arc::new(Metrics::new());
-    let ingest = Ingest::start_with(
-        IngestConfig {
-            topic: topic.to_owned(),
-            group_id: format!("{topic}-{group}"),
-            ..IngestConfig::new(brokers)
-        },
-        heat,
-        metrics.clone(),
-        observer(metrics.clone()),
-    )
-    .expect("ingest");
+    let pulse = pulse::start(PulseConfig {
+        brokers: Some(brokers.to_owned()),
+        topic: topic.to_owned(),
+        group: format!("{topic}-{group}"),
+        listen: "127.0.0.1:0".parse().expect("a socket address"),
+        prewarm: predict,
+        prewarm_topic: format!("{topic}-prewarm"),
+        ..PulseConfig::default()
+    })
+    .await
+    .expect("starting pulse");
+    let metrics = pulse.metrics().clone();
     let mut first: Option<(Instant, u64)> = None;
     loop {
         let consumed = metrics.consumed.get() + too_old(&metrics);
@@ -286,8 +270,6 @@ async fn pulse_run(
     }
     let (since, at_first) = first.unwrap();
     let rate = (n - at_first) as f64 / since.elapsed().as_secs_f64();
-    tokio::task::spawn_blocking(move || ingest.stop())
-        .await
-        .unwrap();
+    pulse.shutdown().await;
     (rate, metrics)
 }

@@ -8,17 +8,19 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use models::{AccessEvent, PrewarmCommand, ScoringModel, decode, encode};
+use models::{AccessEvent, PrewarmCommand, decode, encode};
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::message::Message;
 use rdkafka::{ClientConfig, Offset, TopicPartitionList};
 use serde::Serialize;
 
-use crate::{
-    Burst, BurstKind, Decision, DecisionCounts, DecisionPolicy, HeatConfig, HeatMap, Predictor,
-    PredictorConfig, Sample, Verdict,
+use crate::heat::{HeatConfig, HeatMap};
+use crate::predict::{
+    Decision, DecisionCounts, DecisionPolicy, Predictor, PredictorConfig, Sample, ScoringModel,
+    Verdict,
 };
+use crate::trace::{Burst, BurstKind};
 
 /// How to replay.
 #[derive(Debug, Clone)]
@@ -392,10 +394,9 @@ pub fn write_events(path: &Path, events: &[AccessEvent]) -> std::io::Result<()> 
 
 #[cfg(test)]
 mod tests {
-    use models::TrainOptions;
-
     use super::*;
-    use crate::{TraceSpec, generate_trace};
+    use crate::predict::TrainOptions;
+    use crate::trace::{TraceSpec, generate as generate_trace};
 
     fn spec(seed: u64) -> TraceSpec {
         TraceSpec {

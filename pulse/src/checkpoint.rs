@@ -12,7 +12,7 @@ use std::path::Path;
 
 use serde::{Deserialize, Serialize};
 
-use crate::HeatMap;
+use crate::heat::HeatMap;
 
 /// The checkpoint format this build writes and reads. Version 3: the sketches place
 /// keys by their own row hashes (no longer streaming_algorithms'), so an older
@@ -117,7 +117,7 @@ mod tests {
     use models::{AccessEvent, CacheKey, NodeId, Outcome, RegionId, TenantId};
 
     use super::*;
-    use crate::{HeatConfig, Window};
+    use crate::heat::{HeatConfig, Window};
 
     #[test]
     fn round_trip_keeps_the_heat_map() {

@@ -25,8 +25,11 @@ use rdkafka::message::{BorrowedMessage, Header, Message, OwnedHeaders};
 use rdkafka::producer::{BaseRecord, DefaultProducerContext, ThreadedProducer};
 use rdkafka::{ClientContext, Offset, TopicPartitionList};
 
+use crate::checkpoint;
+use crate::heat::HeatMap;
+use crate::metrics::Metrics;
+use crate::reject::RejectReason;
 use crate::stoppable::StoppableThread;
-use crate::{HeatMap, Metrics, checkpoint};
 
 /// The heat map shared between the ingest thread (the only writer) and readers (the
 /// API, the predictor). A `std` lock: critical sections are short and never span an
@@ -331,7 +334,7 @@ impl Worker {
                         Ok(event) => batch.push(event),
                         Err(e) => {
                             tracing::debug!(partition = message.partition(), offset = message.offset(), error = %e, "rejected");
-                            self.reject(e.reason(), message.key(), payload);
+                            self.reject(RejectReason::from(&e), message.key(), payload);
                         }
                     }
                 }
@@ -385,7 +388,7 @@ impl Worker {
                                 applied.push(event.clone());
                             }
                         }
-                        Err(e) => refused.push(e.reason()),
+                        Err(e) => refused.push(RejectReason::from(e)),
                     }
                 }
                 self.metrics.sketch_bytes.set(heat.memory_bytes() as i64);
@@ -402,14 +405,14 @@ impl Worker {
         }
     }
 
-    fn reject(&self, reason: &'static str, key: Option<&[u8]>, payload: &[u8]) {
+    fn reject(&self, reason: RejectReason, key: Option<&[u8]>, payload: &[u8]) {
         self.metrics.reject(reason);
         let Some((producer, topic)) = &self.dead_letter else {
             return;
         };
         let headers = OwnedHeaders::new().insert(Header {
             key: "pulse-reject-reason",
-            value: Some(reason),
+            value: Some(reason.as_str()),
         });
         let mut record: BaseRecord<'_, [u8], [u8]> =
             BaseRecord::to(topic).payload(payload).headers(headers);

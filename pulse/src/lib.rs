@@ -2,20 +2,25 @@
 //! heat map of what is hot where, and tells edge nodes to pre-warm keys before their
 //! first request.
 //!
+//! [`start`] runs the whole service from a [`PulseConfig`] and returns a
+//! [`PulseHandle`]; `pulse serve`, the tests, the benchmarks and the reference
+//! scenario all run it that way.
+//!
 //! # Layout
-//! - `api`: [`app`], the axum router of the dashboard API (`/api/tenants`,
-//!   `/api/heatmap`, `/api/keys/{tenant}/{key}`, `/api/openapi.json`, `/healthz`,
-//!   `/metrics`) and its [`ApiError`].
-//! - `broker`: [`EmbeddedBroker`], librdkafka's in-process mock cluster, used when no
-//!   broker is configured so one machine runs everything through the same Kafka code.
-//! - `heat`: [`HeatMap`], per tenant a sliding window of time-bucketed Count-Min
-//!   sketches and Top-K trackers on event time; [`KeyStats`] and [`HotKey`] are what
-//!   queries return.
-//! - `checkpoint`: [`save_checkpoint`] / [`load_checkpoint`], the heat map on disk,
-//!   written atomically.
-//! - `ingest`: [`Ingest`], the consumer-group member that feeds the heat map and
-//!   commits offsets after the events are applied (and checkpointed).
+//! - `service`: the assembly: [`PulseConfig`], [`start`], [`PulseHandle`], [`shutdown_signal`].
+//! - `ingest`: [`Ingest`], the consumer-group member that feeds the heat map and commits.
+//! - `reject`: [`RejectReason`], why ingest refuses a message (metric and dead-letter label).
+//! - `heat`: [`HeatMap`], per-tenant Count-Min sketches and Top-K on event time.
+//! - `checkpoint`: [`save_checkpoint`] / [`load_checkpoint`], the heat map on disk.
+//! - `predict`: [`Predictor`], [`Features`], the [`ScoringModel`], decisions, retraining.
+//! - `prewarm`: [`PrewarmLoop`], [`PrewarmPublisher`] and the [`Retrainer`] thread.
+//! - `api`: [`app`], the dashboard API and page, [`ApiError`], the bearer-token check.
 //! - `metrics`: [`Metrics`], the Prometheus registry behind `/metrics`.
+//! - `broker`: [`EmbeddedBroker`], librdkafka's mock cluster when no broker is given.
+//! - `trace`: [`generate_trace`], synthetic traces with known bursts ([`TraceSpec`]).
+//! - `backtest`: [`replay`] and [`backtest`] on event time; [`read_events`], [`read_topic`].
+//! - `offline`: `pulse train`/`backtest`/`trace` as calls ([`train_model`], [`backtest_table`]).
+//! - `stoppable`: the stoppable background thread behind ingest and the retrainer.
 
 mod api;
 mod backtest;
@@ -24,18 +29,19 @@ mod checkpoint;
 mod heat;
 mod ingest;
 mod metrics;
+mod offline;
 mod predict;
 mod prewarm;
-pub mod scenario;
+mod reject;
+mod service;
 mod stoppable;
 mod trace;
 
-pub use api::require_api_token;
 pub use api::{
     ApiError, AppState, ContributionView, DecisionTotals, DecisionView, ErrorBody, EvaluationView,
     Health, HeatmapQuery, HeatmapResponse, LeadTime, MAX_HEATMAP_ROWS, MAX_PREDICTIONS,
     ModelFeature, ModelResponse, PredictionsQuery, PredictionsResponse, TenantsResponse, app,
-    openapi,
+    openapi, require_api_token,
 };
 pub use backtest::{
     BacktestRow, EventFile, Replay, ReplayOptions, Replayer, backtest, percentile, read_events,
@@ -52,19 +58,20 @@ pub use heat::{
 };
 pub use ingest::{BatchObserver, Ingest, IngestConfig, IngestError, SharedHeatMap};
 pub use metrics::{Metrics, ReasonLabel, RouteLabel};
+pub use offline::{
+    EventSource, OfflineError, backtest_table, load_events, train_model, train_summary,
+    training_samples, write_trace,
+};
 pub use predict::{
-    Decider, Decision, DecisionCounts, DecisionPolicy, MIN_REGION_DEMAND, Predictor,
-    PredictorConfig, RetrainOutcome, Sample, Skip, Verdict, retrain,
+    Calibration, Decider, Decision, DecisionCounts, DecisionPolicy, Evaluation, FEATURE_COUNT,
+    FEATURE_NAMES, Features, MAX_Z, MIN_REGION_DEMAND, MODEL_FORMAT, ModelError, Predictor,
+    PredictorConfig, RetrainOutcome, Sample, Score, ScoringModel, Skip, TrainOptions,
+    TrainingMetrics, Transform, Verdict, default_model, retrain,
 };
 pub use prewarm::{PrewarmLoop, PrewarmPublisher, Retrainer, SharedPredictor, retrain_once};
+pub use reject::RejectReason;
+pub use service::{PulseConfig, PulseConfigError, PulseHandle, StartError, shutdown_signal, start};
 pub use trace::{Burst, BurstKind, Trace, TraceSpec, generate as generate_trace};
-
-/// The model pulse scores with unless told otherwise: trained by
-/// `scripts/train-default-model` on a generated trace and shipped in the binary.
-pub fn default_model() -> models::ScoringModel {
-    models::ScoringModel::from_json(include_str!("../model/default.json"))
-        .expect("the shipped model file is valid")
-}
 
 /// Topic that edge nodes publish [`models::AccessEvent`]s to.
 pub const EVENTS_TOPIC: &str = "edge-events";

@@ -7,10 +7,13 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 
-/// Label of rejected events.
+use crate::predict::Skip;
+use crate::reject::RejectReason;
+
+/// Label of rejected events, skipped keys and retrains.
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ReasonLabel {
-    /// `DecodeError::reason()` or `ApplyError::reason()`.
+    /// [`RejectReason::as_str`], [`Skip::as_str`], or a retrain's outcome.
     pub reason: &'static str,
 }
 
@@ -30,7 +33,8 @@ pub struct Metrics {
     registry: Registry,
     /// Events decoded and applied to the heat map.
     pub consumed: Counter,
-    /// Messages skipped, by reason.
+    /// Messages skipped, by reason ([`RejectReason`]; every one is exported from the
+    /// start, at 0).
     pub rejected: Family<ReasonLabel, Counter>,
     /// Rejected messages forwarded to the dead-letter topic.
     pub dead_lettered: Counter,
@@ -56,7 +60,8 @@ pub struct Metrics {
     pub prewarm_useful: Counter,
     /// Commands that expired with no request in any warmed region.
     pub prewarm_wasted: Counter,
-    /// Scored keys that got no command, by reason.
+    /// Scored keys that got no command, by reason ([`Skip`]; every one is exported
+    /// from the start, at 0).
     pub prewarm_skipped: Family<ReasonLabel, Counter>,
     /// From the end of a batch's apply to its commands handed to the producer.
     pub decision_seconds: Histogram,
@@ -173,12 +178,37 @@ impl Metrics {
             "Background retrains, by outcome",
             m.retrains.clone(),
         );
+        // Every label a reason enum can give, so a dashboard sees each series at 0
+        // before the first rejection and no list of labels is kept by hand.
+        for reason in RejectReason::ALL {
+            let _ = m.rejected.get_or_create(&ReasonLabel {
+                reason: reason.as_str(),
+            });
+        }
+        for skip in Skip::ALL {
+            let _ = m.prewarm_skipped.get_or_create(&ReasonLabel {
+                reason: skip.as_str(),
+            });
+        }
         Metrics { registry, ..m }
     }
 
     /// Counts one rejected message.
-    pub fn reject(&self, reason: &'static str) {
-        self.rejected.get_or_create(&ReasonLabel { reason }).inc();
+    pub fn reject(&self, reason: RejectReason) {
+        self.rejected
+            .get_or_create(&ReasonLabel {
+                reason: reason.as_str(),
+            })
+            .inc();
+    }
+
+    /// Counts `n` scored keys that got no command for `skip`.
+    pub fn skip(&self, skip: Skip, n: u64) {
+        self.prewarm_skipped
+            .get_or_create(&ReasonLabel {
+                reason: skip.as_str(),
+            })
+            .inc_by(n);
     }
 
     /// The Prometheus text exposition.
@@ -192,18 +222,63 @@ impl Metrics {
 
 #[cfg(test)]
 mod tests {
+    use models::DecodeReason;
+
     use super::*;
+    use crate::heat::ApplyError;
 
     #[test]
     fn encodes_counters_by_reason() {
         let m = Metrics::new();
         m.consumed.inc_by(3);
-        m.reject("malformed");
+        m.reject(RejectReason::Decode(DecodeReason::Malformed));
+        m.reject(ApplyError::TooOld.into());
+        m.skip(Skip::Cooldown, 2);
         let text = m.encode();
         assert!(text.contains("pulse_events_consumed_total 3"), "{text}");
-        assert!(
-            text.contains("pulse_events_rejected_total{reason=\"malformed\"} 1"),
-            "{text}"
+        for line in [
+            "pulse_events_rejected_total{reason=\"malformed\"} 1",
+            "pulse_events_rejected_total{reason=\"too_old\"} 1",
+            "pulse_prewarm_skipped_total{reason=\"cooldown\"} 2",
+        ] {
+            assert!(text.contains(line), "{line} in {text}");
+        }
+    }
+
+    /// Every reason an enum can give is a series from the start, at 0, under the
+    /// labels it always had.
+    #[test]
+    fn every_reason_is_exported_at_zero() {
+        let text = Metrics::new().encode();
+        let rejects: Vec<&str> = RejectReason::ALL.iter().map(|r| r.as_str()).collect();
+        assert_eq!(
+            rejects,
+            [
+                "too_large",
+                "malformed",
+                "invalid_field",
+                "unsupported_version",
+                "too_old",
+                "tenant_limit"
+            ]
         );
+        for reason in rejects {
+            let line = format!("pulse_events_rejected_total{{reason=\"{reason}\"}} 0");
+            assert!(text.contains(&line), "{line} in {text}");
+        }
+        let skips: Vec<&str> = Skip::ALL.iter().map(|s| s.as_str()).collect();
+        assert_eq!(
+            skips,
+            [
+                "below_threshold",
+                "nothing_to_warm",
+                "cooldown",
+                "over_budget"
+            ]
+        );
+        for reason in skips {
+            let line = format!("pulse_prewarm_skipped_total{{reason=\"{reason}\"}} 0");
+            assert!(text.contains(&line), "{line} in {text}");
+        }
     }
 }

@@ -7,15 +7,16 @@ use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use models::{AccessEventRef, PrewarmCommand, TrainOptions, encode};
+use models::{AccessEventRef, PrewarmCommand, encode};
 use rdkafka::ClientConfig;
 use rdkafka::error::KafkaError;
 use rdkafka::producer::{BaseRecord, DefaultProducerContext, Producer, ThreadedProducer};
 
+use crate::heat::HeatMap;
+use crate::ingest::BatchObserver;
+use crate::metrics::{Metrics, ReasonLabel};
+use crate::predict::{DecisionCounts, Predictor, RetrainOutcome, TrainOptions, retrain};
 use crate::stoppable::StoppableThread;
-use crate::{
-    BatchObserver, DecisionCounts, HeatMap, Metrics, Predictor, RetrainOutcome, Skip, retrain,
-};
 
 /// The predictor, shared by the ingest thread (which feeds it), the retrainer and the
 /// API (which read it). A `std` lock: every critical section is short and none spans
@@ -91,22 +92,9 @@ impl PrewarmLoop {
         m.prewarm_useful.inc_by(counts.useful - last.useful);
         m.prewarm_wasted.inc_by(counts.wasted - last.wasted);
         m.keys_scored.inc_by(scored - self.last_scored);
-        for (i, skip) in [
-            Skip::BelowThreshold,
-            Skip::NothingToWarm,
-            Skip::Cooldown,
-            Skip::OverBudget,
-        ]
-        .into_iter()
-        .enumerate()
-        {
-            let delta = counts.skipped[i] - last.skipped[i];
-            if delta > 0 {
-                m.prewarm_skipped
-                    .get_or_create(&crate::ReasonLabel {
-                        reason: skip.as_str(),
-                    })
-                    .inc_by(delta);
+        for ((skip, now), (_, before)) in counts.skips().into_iter().zip(last.skips()) {
+            if now > before {
+                m.skip(skip, now - before);
             }
         }
         self.last_counts = counts;
@@ -184,7 +172,7 @@ impl Retrainer {
                 let outcome = retrain_once(&predictor, threshold);
                 metrics
                     .retrains
-                    .get_or_create(&crate::ReasonLabel { reason: outcome })
+                    .get_or_create(&ReasonLabel { reason: outcome })
                     .inc();
             }
         });

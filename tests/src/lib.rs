@@ -6,5 +6,6 @@
 //!   [`produce`], one message produced and acknowledged.
 
 mod kafka;
+pub mod scenario;
 
 pub use kafka::{BOOTSTRAP_ENV, TestKafka, produce};

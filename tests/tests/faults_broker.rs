@@ -25,7 +25,6 @@
 use std::path::PathBuf;
 use std::process::Command;
 use std::sync::mpsc;
-use std::sync::{Arc, RwLock};
 use std::time::{Duration, Instant};
 
 use axum::body::Body;
@@ -33,7 +32,7 @@ use axum::http::{Request, StatusCode};
 use models::{AccessEvent, CacheKey, NodeId, Outcome, RegionId, TenantId, encode};
 use prefetcher::testing::{SyntheticOrigin, TestClient};
 use prefetcher::{Config, NodeHandle, spawn_node};
-use pulse::{AppState, HeatConfig, HeatMap, Ingest, IngestConfig, Metrics};
+use pulse::{PulseConfig, PulseHandle};
 use rdkafka::ClientConfig;
 use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
 use rdkafka::client::DefaultClientContext;
@@ -301,14 +300,10 @@ async fn wait_for(limit: Duration, what: &str, mut done: impl FnMut() -> bool) {
     }
 }
 
-/// The key's count in the 60 s window, read through the dashboard API.
-async fn api_count(heat: &Arc<RwLock<HeatMap>>, metrics: &Arc<Metrics>) -> u64 {
-    let app = pulse::app(AppState {
-        heat: heat.clone(),
-        metrics: metrics.clone(),
-        predictor: None,
-    });
-    let response = app
+/// The key's count in the 60 s window, read through pulse's dashboard API.
+async fn api_count(pulse: &PulseHandle) -> u64 {
+    let response = pulse
+        .router()
         .oneshot(
             Request::get(format!("/api/keys/{TENANT}/live/score.json"))
                 .body(Body::empty())
@@ -325,14 +320,13 @@ async fn api_count(heat: &Arc<RwLock<HeatMap>>, metrics: &Arc<Metrics>) -> u64 {
     stats["windows"][3]["total"].as_u64().unwrap()
 }
 
-/// Stops an ingest off the async threads, within `limit`.
-async fn stop_ingest(ingest: Ingest, limit: Duration) {
+/// Stops pulse (final checkpoint and commit included) within `limit`.
+async fn stop_pulse(pulse: PulseHandle, limit: Duration) {
     let started = Instant::now();
-    tokio::time::timeout(limit, tokio::task::spawn_blocking(move || ingest.stop()))
+    tokio::time::timeout(limit, pulse.shutdown())
         .await
-        .unwrap_or_else(|_| panic!("pulse ingest did not stop within {limit:?}"))
-        .expect("ingest stop panicked");
-    eprintln!("ingest stopped in {:?}", started.elapsed());
+        .unwrap_or_else(|_| panic!("pulse did not stop within {limit:?}"));
+    eprintln!("pulse stopped in {:?}", started.elapsed());
 }
 
 async fn node(
@@ -406,16 +400,20 @@ async fn broker_stop_and_restart_loses_nothing_and_double_counts_within_the_wind
 
     let checkpoint = std::env::temp_dir().join(format!("{unique}.ckpt"));
     let group = format!("{unique}-group");
-    let ingest_config = IngestConfig {
+    let pulse_config = PulseConfig {
+        brokers: Some(broker.servers().to_owned()),
         topic: topic.clone(),
-        group_id: group.clone(),
+        group: group.clone(),
         checkpoint: Some(checkpoint.clone()),
-        checkpoint_interval: Duration::from_secs(1),
-        ..IngestConfig::new(broker.servers())
+        checkpoint_interval_secs: 1,
+        listen: "127.0.0.1:0".parse().unwrap(),
+        // As before the assembly: ingest, checkpoint and API under test; no pre-warm
+        // command may reach the node and change its event counts.
+        prewarm: false,
+        ..PulseConfig::default()
     };
-    let heat1 = Arc::new(RwLock::new(HeatMap::new(HeatConfig::default())));
-    let metrics1 = Arc::new(Metrics::new());
-    let ingest1 = Ingest::start(ingest_config.clone(), heat1.clone(), metrics1.clone()).unwrap();
+    let pulse1 = pulse::start(pulse_config.clone()).await.unwrap();
+    let metrics1 = pulse1.metrics().clone();
 
     let origin = SyntheticOrigin::start("origin").await;
     let edge = node(&broker, &origin, &node_events, &prewarm).await;
@@ -461,20 +459,16 @@ async fn broker_stop_and_restart_loses_nothing_and_double_counts_within_the_wind
         || m.events_dropped.get() >= 1,
     )
     .await;
-    assert_eq!(api_count(&heat1, &metrics1).await, 100 + WINDOW);
+    assert_eq!(api_count(&pulse1).await, 100 + WINDOW);
 
     // 4. Pulse restarts during the outage: the final checkpoint is written (its commit
     //    fails), and the new pulse starts with the heat map from that checkpoint.
-    stop_ingest(ingest1, Duration::from_secs(60)).await;
-    let restored = pulse::load_checkpoint(&checkpoint)
-        .expect("reading the checkpoint")
-        .expect("a checkpoint");
-    let heat2 = Arc::new(RwLock::new(restored));
-    let metrics2 = Arc::new(Metrics::new());
-    assert_eq!(api_count(&heat2, &metrics2).await, 100 + WINDOW);
-    let ingest2 = Ingest::start(ingest_config.clone(), heat2.clone(), metrics2.clone()).unwrap();
+    stop_pulse(pulse1, Duration::from_secs(60)).await;
+    let pulse2 = pulse::start(pulse_config.clone()).await.unwrap();
+    let metrics2 = pulse2.metrics().clone();
+    assert_eq!(api_count(&pulse2).await, 100 + WINDOW);
     tokio::time::sleep(Duration::from_millis(500)).await;
-    assert_eq!(api_count(&heat2, &metrics2).await, 100 + WINDOW);
+    assert_eq!(api_count(&pulse2).await, 100 + WINDOW);
 
     // 5. The broker comes back: pulse resumes from the committed offsets, new events
     //    arrive, the prefetcher publishes again.
@@ -489,7 +483,7 @@ async fn broker_stop_and_restart_loses_nothing_and_double_counts_within_the_wind
         || broker.committed(&group, &topic, PARTITIONS) == Some(total as i64),
     )
     .await;
-    let count = api_count(&heat2, &metrics2).await;
+    let count = api_count(&pulse2).await;
     let replayed = metrics2.consumed.get() - AFTER;
     eprintln!(
         "after the restart: count {count} for {total} events ({replayed} replayed from the last commit)"
@@ -530,7 +524,7 @@ async fn broker_stop_and_restart_loses_nothing_and_double_counts_within_the_wind
     assert!(dropped >= 1, "nothing counted as dropped");
 
     // 6. Nothing crashed, and everything stops in bounded time.
-    stop_ingest(ingest2, Duration::from_secs(30)).await;
+    stop_pulse(pulse2, Duration::from_secs(30)).await;
     tokio::time::timeout(Duration::from_secs(30), edge.shutdown())
         .await
         .expect("the prefetcher stops within 30 s");

@@ -1,14 +1,14 @@
-//! Pulse end to end over Kafka: events produced to a topic are consumed by pulse's
-//! ingest into the heat map, read back through the dashboard API, checkpointed, and
-//! their offsets committed; malformed messages are counted and skipped.
+//! Pulse end to end over Kafka, started as it ships (`pulse::start`): events produced
+//! to a topic are consumed into the heat map, read back through the dashboard API,
+//! checkpointed, and their offsets committed; malformed messages are counted and
+//! skipped; a restarted pulse comes back with the heat map from its checkpoint.
 
-use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 use axum::body::Body;
 use axum::http::{Request, StatusCode};
 use models::{AccessEvent, CacheKey, NodeId, Outcome, RegionId, TenantId, encode};
-use pulse::{AppState, HeatConfig, HeatMap, Ingest, IngestConfig, Metrics, Window};
+use pulse::{PulseConfig, Window};
 use rdkafka::consumer::Consumer;
 use rdkafka::{Offset, TopicPartitionList};
 use serde_json::Value;
@@ -73,20 +73,20 @@ async fn events_reach_the_heat_map_api_and_offsets_follow_the_checkpoint() {
 
     let checkpoint = std::env::temp_dir().join(format!("{topic}.ckpt"));
     let group = format!("{topic}-pulse");
-    let heat = Arc::new(RwLock::new(HeatMap::new(HeatConfig::default())));
-    let metrics = Arc::new(Metrics::new());
-    let ingest = Ingest::start(
-        IngestConfig {
-            group_id: group.clone(),
-            topic: topic.clone(),
-            checkpoint: Some(checkpoint.clone()),
-            checkpoint_interval: Duration::from_secs(1),
-            ..IngestConfig::new(kafka.bootstrap_servers())
-        },
-        heat.clone(),
-        metrics.clone(),
-    )
-    .expect("starting ingest");
+    let config = PulseConfig {
+        brokers: Some(kafka.bootstrap_servers().to_owned()),
+        group: group.clone(),
+        topic: topic.clone(),
+        checkpoint: Some(checkpoint.clone()),
+        checkpoint_interval_secs: 1,
+        listen: "127.0.0.1:0".parse().unwrap(),
+        // The heat map and its API only: no commands on the shared broker.
+        prewarm: false,
+        ..PulseConfig::default()
+    };
+    let pulse = pulse::start(config.clone()).await.expect("starting pulse");
+    let metrics = pulse.metrics().clone();
+    let heat = pulse.heat().clone();
 
     let rejected = |reason: &'static str| {
         metrics
@@ -111,11 +111,7 @@ async fn events_reach_the_heat_map_api_and_offsets_follow_the_checkpoint() {
     assert_eq!(rejected("invalid_field"), 1);
 
     // The heat map, read back through the API.
-    let app = pulse::app(AppState {
-        heat: heat.clone(),
-        metrics: metrics.clone(),
-        predictor: None,
-    });
+    let app = pulse.router();
     let (status, body) = get(&app, "/api/heatmap?tenant=acme&window=60s").await;
     assert_eq!(status, StatusCode::OK, "{body}");
     let keys = body["keys"].as_array().unwrap();
@@ -149,22 +145,25 @@ async fn events_reach_the_heat_map_api_and_offsets_follow_the_checkpoint() {
     );
 
     // Shutdown writes a final checkpoint, then commits every consumed offset.
-    tokio::task::spawn_blocking(move || ingest.stop())
-        .await
-        .unwrap();
+    pulse.shutdown().await;
     let restored = pulse::load_checkpoint(&checkpoint)
         .unwrap()
         .expect("a checkpoint");
-    let _ = std::fs::remove_file(&checkpoint);
     let tenant = TenantId::new("acme").unwrap();
-    let live = heat.read().unwrap();
-    let now = live.now_ms();
+    let (now, live_keys) = {
+        let live = heat.read().unwrap();
+        let now = live.now_ms();
+        (
+            now,
+            live.hot_keys(&tenant, None, Window::S60, 10, now).unwrap(),
+        )
+    };
     assert_eq!(restored.now_ms(), now);
     assert_eq!(
         restored
             .hot_keys(&tenant, None, Window::S60, 10, now)
             .unwrap(),
-        live.hot_keys(&tenant, None, Window::S60, 10, now).unwrap()
+        live_keys
     );
 
     let consumer = kafka.consumer(&group);
@@ -184,6 +183,23 @@ async fn events_reach_the_heat_map_api_and_offsets_follow_the_checkpoint() {
         })
         .sum();
     assert_eq!(sum, total_messages, "committed: {committed:?}");
+
+    // A restarted pulse starts from that checkpoint: before it consumes anything (every
+    // offset is committed), its API already shows what the first one counted.
+    let restarted = pulse::start(config).await.expect("restarting pulse");
+    {
+        let heat = restarted.heat().read().unwrap();
+        assert_eq!(heat.now_ms(), now);
+        assert_eq!(
+            heat.hot_keys(&tenant, None, Window::S60, 10, now).unwrap(),
+            live_keys
+        );
+    }
+    let (status, body) = get(&restarted.router(), "/api/heatmap?tenant=acme&window=60s").await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    assert_eq!(body["keys"][0]["count"], 60, "{body}");
+    restarted.shutdown().await;
+    let _ = std::fs::remove_file(&checkpoint);
 }
 
 /// `pulse train` and `pulse backtest` read `kafka://HOST:PORT/TOPIC`: every partition

@@ -1,17 +1,14 @@
 //! Prediction end to end over Kafka: a generated viral event, produced to the events
-//! topic, is consumed by pulse's ingest, scored on the ingest thread, and a pre-warm
+//! topic, is consumed by pulse (started as it ships, `pulse::start`), scored on the
+//! ingest thread, and a pre-warm
 //! command for the spreading key comes out on the prewarm topic, aimed at the regions
 //! the key has not reached, with its reasons.
 
-use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
 use futures::future::join_all;
 use models::{PrewarmCommand, RegionTargets, decode, encode};
-use pulse::{
-    BurstKind, HeatConfig, HeatMap, Ingest, IngestConfig, Metrics, Predictor, PredictorConfig,
-    PrewarmLoop, PrewarmPublisher, TraceSpec, default_model, generate_trace,
-};
+use pulse::{BurstKind, FEATURE_COUNT, PulseConfig, TraceSpec, generate_trace};
 use rdkafka::Message;
 use rdkafka::consumer::Consumer;
 use rdkafka::producer::FutureRecord;
@@ -66,29 +63,18 @@ async fn a_spreading_key_gets_a_prewarm_command_for_the_regions_it_has_not_reach
         }
     }
 
-    let heat = Arc::new(RwLock::new(HeatMap::new(HeatConfig::default())));
-    let metrics = Arc::new(Metrics::new());
-    let predictor = Arc::new(Mutex::new(Predictor::new(
-        Some(Arc::new(default_model())),
-        PredictorConfig::default(),
-    )));
-    let publisher =
-        PrewarmPublisher::new(kafka.bootstrap_servers(), &prewarm_topic).expect("a producer");
-    let ingest = Ingest::start_with(
-        IngestConfig {
-            group_id: format!("{events_topic}-pulse"),
-            topic: events_topic.clone(),
-            ..IngestConfig::new(kafka.bootstrap_servers())
-        },
-        heat.clone(),
-        metrics.clone(),
-        Some(Box::new(PrewarmLoop::new(
-            predictor.clone(),
-            publisher,
-            metrics.clone(),
-        ))),
-    )
-    .expect("starting ingest");
+    let pulse = pulse::start(PulseConfig {
+        brokers: Some(kafka.bootstrap_servers().to_owned()),
+        topic: events_topic.clone(),
+        group: format!("{events_topic}-pulse"),
+        prewarm_topic: prewarm_topic.clone(),
+        listen: "127.0.0.1:0".parse().unwrap(),
+        ..PulseConfig::default()
+    })
+    .await
+    .expect("starting pulse");
+    let metrics = pulse.metrics().clone();
+    let predictor = pulse.predictor().expect("prediction is on").clone();
 
     let consumer = kafka.consumer(&format!("{prewarm_topic}-edge"));
     consumer.subscribe(&[&prewarm_topic]).unwrap();
@@ -116,9 +102,7 @@ async fn a_spreading_key_gets_a_prewarm_command_for_the_regions_it_has_not_reach
             break command;
         }
     };
-    tokio::task::spawn_blocking(move || ingest.stop())
-        .await
-        .unwrap();
+    pulse.shutdown().await;
 
     assert_eq!(command.tenant, viral.tenant);
     assert!(command.confidence >= 0.85, "{command:?}");
@@ -140,7 +124,7 @@ async fn a_spreading_key_gets_a_prewarm_command_for_the_regions_it_has_not_reach
             "{target} was reached before the command"
         );
     }
-    assert_eq!(command.reason.features.len(), models::FEATURE_COUNT);
+    assert_eq!(command.reason.features.len(), FEATURE_COUNT);
     assert!(metrics.prewarm_sent.get() >= 1);
     let text = metrics.encode();
     assert!(

@@ -1,12 +1,12 @@
-//! The reference scenario in the test suite: the same harness as `pulse demo`, against
+//! The reference scenario in the test suite: the same harness as the `demo` binary, against
 //! the broker under test, with a smaller load and bounds that hold on a noisy shared
 //! machine. Pre-warming must keep the origin near its baseline and the hot keys in
 //! cache; no collapsing must be clearly worse on both.
 
 use std::time::Duration;
 
-use pulse::scenario::{ScenarioConfig, ScenarioKafka, Setup, run_setup, table};
 use tests::TestKafka;
+use tests::scenario::{ScenarioConfig, ScenarioKafka, Setup, run_setup, table};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn prewarm_keeps_the_origin_calm_and_no_collapsing_does_not() {

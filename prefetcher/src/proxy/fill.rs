@@ -192,7 +192,8 @@ impl Node {
             permit.bypass(head, Body::new(body));
             return;
         }
-        let stored_headers = head.headers.clone();
+        let mut stored_headers = head.headers.clone();
+        super::range::advertise(parts.status, &mut stored_headers);
         let vary = head.vary.clone();
         let (fetched_at, initial_age) = (head.fetched_at, head.initial_age);
         #[cfg(feature = "testing")]
@@ -300,6 +301,8 @@ impl Node {
             // The 304's `Via` replaced the stored one, which had this hop.
             semantics::add_via(&mut merged, http::Version::HTTP_11);
         }
+        // A revalidated entry serves ranges as the entry it replaces did.
+        super::range::advertise(stored.status, &mut merged);
         let storability = classify(
             stored.status,
             &merged,

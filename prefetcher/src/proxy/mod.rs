@@ -6,11 +6,14 @@
 //! - `response`: building responses: hit/stale/collapsed bodies, `Age`, `x-cache`,
 //!   errors.
 //! - `fill`: the fill task: origin fetch, streaming to subscribers, cache write.
+//! - `range`: `Range` requests (RFC 9110 §14): 206 and `multipart/byteranges` cut
+//!   from the cache or a fill's streamed body, 416, `If-Range`.
 //! - `prewarm`: the pre-warm entry into the same single-flight path (the Kafka
 //!   consumer that calls it is `crate::prewarm`).
 
 mod fill;
 mod prewarm;
+mod range;
 mod request;
 mod response;
 
@@ -51,6 +54,8 @@ struct NodeInner {
     origin: OriginClient,
     metrics: Metrics,
     sink: Arc<dyn EventSink>,
+    /// Keys too large to fill for a range request (`range`).
+    too_large: range::TooLarge,
     /// Panics injected into fill tasks by tests (feature `testing` only).
     #[cfg(feature = "testing")]
     faults: crate::faults::FillFaults,
@@ -119,8 +124,9 @@ impl Node {
             }
             by_id.insert(t.id.clone(), tenant);
         }
-        let origin = OriginClient::new(&config.origin, &config.flight, &config.prefetch);
         let metrics = Metrics::new();
+        let origin = OriginClient::from_config(&config)?
+            .count_tls_failures_in(metrics.origin_tls_failures.clone());
         Ok(Node {
             inner: Arc::new(NodeInner {
                 cache: L1Cache::with_waste_counter(
@@ -131,6 +137,7 @@ impl Node {
                 origin,
                 metrics,
                 sink,
+                too_large: range::TooLarge::new(),
                 by_host,
                 fallback,
                 by_id,

@@ -11,6 +11,7 @@ use models::{CacheKey, Domain, IdError, Priority};
 use tokio::time::Instant;
 
 use super::fill::FillRequest;
+use super::range::RangeRequest;
 use super::response::{
     content_length, entry_response, error_response, fill_error_response, flight_response,
     not_modified_response, origin_head, with_head,
@@ -98,6 +99,8 @@ struct Ctx {
     headers: http::HeaderMap,
     version: http::Version,
     client_addr: Option<ClientAddr>,
+    /// A `GET` with a `Range` the node can serve (`None` for every other request).
+    range: Option<Box<RangeRequest>>,
 }
 
 impl Ctx {
@@ -123,6 +126,23 @@ fn is_unsafe(method: &Method) -> bool {
         *method,
         Method::GET | Method::HEAD | Method::OPTIONS | Method::TRACE
     )
+}
+
+/// What a range request makes of a flight's head.
+enum FromFlight {
+    /// Its 206 or 416.
+    Answer(Response),
+    /// The full response (no range asked, `If-Range` failed, range set ignored).
+    Full(FlightSubscriber),
+    /// The flight cannot give it: the range request goes to the origin itself.
+    Origin,
+}
+
+/// The exact length of a response body built by the node.
+fn body_len(response: &Response) -> u64 {
+    http_body::Body::size_hint(response.body())
+        .exact()
+        .unwrap_or(0)
 }
 
 impl Node {
@@ -170,10 +190,9 @@ impl Node {
         let method = request.method();
         let cacheable_method = method == Method::GET || method == Method::HEAD;
         let headers = request.headers();
-        // Credentials make a response per-user; ranges are served by the origin.
-        let per_user = headers.contains_key(header::AUTHORIZATION)
-            || headers.contains_key(header::COOKIE)
-            || headers.contains_key(header::RANGE);
+        // Credentials make a response per-user.
+        let per_user =
+            headers.contains_key(header::AUTHORIZATION) || headers.contains_key(header::COOKIE);
         if !cacheable_method || per_user || has_body(headers) {
             return self.pass_through(&tenant, request, client_addr).await;
         }
@@ -187,6 +206,12 @@ impl Node {
             None
         };
         let (parts, _empty_body) = request.into_parts();
+        let range = match parts.headers.get(header::RANGE) {
+            None => None,
+            Some(range) => {
+                RangeRequest::from_request(&parts.method, &parts.uri, &parts.headers, range)
+            }
+        };
         let primary = FlightKey::new(tenant.id.clone(), key);
         // A URL without `Vary` is stored under its own key: one lookup and no copy of
         // the key on a hit. Only when that misses is the URL's `Vary` consulted for
@@ -209,6 +234,7 @@ impl Node {
             version: parts.version,
             client_addr,
             headers: parts.headers,
+            range,
         };
         let directives = RequestDirectives::parse(&ctx.headers);
         let now = Instant::now();
@@ -239,7 +265,9 @@ impl Node {
                 };
                 return self.serve_entry(&ctx, &entry, status, now);
             }
-            Lookup::Stale(entry) if acceptable(&entry, true) => {
+            // A range of a stale entry is cut only after revalidation: the parts of a
+            // representation the client assembles must come from one that is current.
+            Lookup::Stale(entry) if acceptable(&entry, true) && ctx.range.is_none() => {
                 self.refresh(&ctx, false, Some(Arc::clone(&entry)));
                 return self.serve_entry(&ctx, &entry, CacheStatus::Stale, now);
             }
@@ -267,18 +295,60 @@ impl Node {
         self.miss(ctx, stored, force).await
     }
 
-    /// A response from a stored entry: a `304` when the client's validators match it
-    /// (RFC 9110 §13.2.2), else the entry.
+    /// A response from a stored entry: a `304` when the client's validators match it,
+    /// else the ranges asked for, else the whole entry. The conditional is evaluated
+    /// before `If-Range` and `Range` (RFC 9110 §13.2.2), so a `304` wins over a `206`.
     fn serve_entry(&self, ctx: &Ctx, entry: &Entry, status: CacheStatus, now: Instant) -> Response {
-        let not_modified = is_conditional(&ctx.headers)
-            && entry.status == StatusCode::OK
-            && semantics::not_modified(&ctx.headers, &entry.headers);
-        if not_modified {
+        if self.client_has_it(ctx, entry.status, &entry.headers) {
             self.answered(ctx, status, 0, None);
             return not_modified_response(entry, status, now);
         }
+        if let Some(range) = &ctx.range
+            && let Some(response) = range.entry_response(entry, status, now)
+        {
+            self.answered(ctx, status, body_len(&response), None);
+            return response;
+        }
         self.answered(ctx, status, entry.body.len() as u64, None);
         entry_response(entry, status, ctx.head_only, now)
+    }
+
+    /// Whether the client's conditional request matches a `status` response with
+    /// `headers` (RFC 9110 §13.2.2): it holds the current representation already.
+    fn client_has_it(&self, ctx: &Ctx, status: StatusCode, headers: &http::HeaderMap) -> bool {
+        is_conditional(&ctx.headers)
+            && status == StatusCode::OK
+            && semantics::not_modified(&ctx.headers, headers)
+    }
+
+    /// What `ctx`'s range request (if any) makes of a flight's `head`.
+    fn range_of_flight(
+        &self,
+        ctx: &Ctx,
+        head: &crate::flight::Head,
+        subscriber: FlightSubscriber,
+        status: CacheStatus,
+    ) -> FromFlight {
+        let Some(range) = &ctx.range else {
+            return FromFlight::Full(subscriber);
+        };
+        if self.client_has_it(ctx, head.status, &head.headers) {
+            // The conditional comes before the range (RFC 9110 §13.2.2); a flight
+            // answers it as a plain request.
+            return FromFlight::Full(subscriber);
+        }
+        let max = self.inner.config.cache.max_object_bytes;
+        match range.flight_response(head, subscriber, status, max) {
+            Some(Ok(response)) => FromFlight::Answer(response),
+            Some(Err(subscriber)) => FromFlight::Full(subscriber),
+            None => FromFlight::Origin,
+        }
+    }
+
+    /// A range request the cache cannot serve, passed to the origin unchanged.
+    async fn range_to_origin(&self, ctx: &Ctx, range: &RangeRequest) -> Response {
+        self.pass_through(&ctx.tenant, range.to_origin_request(), ctx.client_addr)
+            .await
     }
 
     fn answered(&self, ctx: &Ctx, status: CacheStatus, bytes: u64, fill_ms: Option<u32>) {
@@ -309,6 +379,11 @@ impl Node {
     }
 
     async fn miss(&self, mut ctx: Ctx, stored: Option<Arc<Entry>>, force: bool) -> Response {
+        if let Some(range) = &ctx.range
+            && self.inner.too_large.contains(&ctx.key)
+        {
+            return self.range_to_origin(&ctx, range).await;
+        }
         if !self.inner.config.flight.collapse {
             let permit = self.inner.registry.lead_alone(&ctx.key, Priority::User);
             let subscriber = permit.subscribe();
@@ -362,12 +437,34 @@ impl Node {
         match subscriber.head().await {
             HeadOutcome::Head(head) => {
                 let fill_ms = millis(started.elapsed());
+                let subscriber =
+                    match self.range_of_flight(ctx, &head, subscriber, CacheStatus::Miss) {
+                        FromFlight::Full(subscriber) => subscriber,
+                        FromFlight::Answer(response) => {
+                            self.answered(
+                                ctx,
+                                CacheStatus::Miss,
+                                body_len(&response),
+                                Some(fill_ms),
+                            );
+                            return response;
+                        }
+                        FromFlight::Origin => return self.direct(ctx).await,
+                    };
                 let bytes = content_length(&head.headers).unwrap_or(0);
                 self.answered(ctx, CacheStatus::Miss, bytes, Some(fill_ms));
                 flight_response(&head, subscriber, CacheStatus::Miss, ctx.head_only)
             }
             HeadOutcome::Bypass(Some((head, body))) => {
                 let bytes = content_length(&head.headers).unwrap_or(0);
+                if bytes > self.inner.config.cache.max_object_bytes {
+                    self.inner.too_large.remember(&ctx.key);
+                }
+                if ctx.range.is_some() {
+                    // The whole object, too large to share: the range goes to the
+                    // origin instead (dropping `body` closes that fetch).
+                    return self.direct(ctx).await;
+                }
                 self.answered(
                     ctx,
                     CacheStatus::Miss,
@@ -429,6 +526,15 @@ impl Node {
                         Some(self.direct(ctx).await)
                     };
                 }
+                let status = CacheStatus::Collapsed;
+                let subscriber = match self.range_of_flight(ctx, &head, subscriber, status) {
+                    FromFlight::Full(subscriber) => subscriber,
+                    FromFlight::Answer(response) => {
+                        self.answered(ctx, status, body_len(&response), Some(millis(waited)));
+                        return Some(response);
+                    }
+                    FromFlight::Origin => return Some(self.direct(ctx).await),
+                };
                 let bytes = content_length(&head.headers).unwrap_or(0);
                 self.answered(ctx, CacheStatus::Collapsed, bytes, Some(millis(waited)));
                 Some(flight_response(
@@ -450,8 +556,12 @@ impl Node {
     }
 
     /// An uncollapsed, uncached GET of the key with the client's forwarded headers
-    /// (hedges, per-user responses, `no-store` requests).
+    /// (hedges, per-user responses, `no-store` requests); a range request goes to the
+    /// origin as the client sent it.
     async fn direct(&self, ctx: &Ctx) -> Response {
+        if let Some(range) = &ctx.range {
+            return self.range_to_origin(ctx, range).await;
+        }
         let started = Instant::now();
         let response = match self.inner.origin.limiter().acquire_user().await {
             Ok(_slot) => {

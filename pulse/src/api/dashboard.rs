@@ -53,7 +53,7 @@ mod tests {
     use tower::ServiceExt;
 
     use super::ASSETS;
-    use crate::app;
+    use crate::api::app;
 
     #[tokio::test]
     async fn the_page_and_its_assets_are_served_from_the_binary() {

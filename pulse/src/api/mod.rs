@@ -30,10 +30,13 @@ use models::{CacheKey, MAX_KEY_LEN, RegionId, TenantId};
 use serde::{Deserialize, Serialize};
 use utoipa::{IntoParams, OpenApi, ToSchema};
 
-use crate::{
-    HotKey, KeyStats, Metrics, OutcomeCounts, QueryError, RegionCount, RouteLabel, SharedHeatMap,
-    SharedPredictor, TenantSummary, Trend, Velocities, Window, WindowStats,
+use crate::heat::{
+    HotKey, KeyStats, OutcomeCounts, QueryError, RegionCount, TenantSummary, Trend, Velocities,
+    Window, WindowStats,
 };
+use crate::ingest::SharedHeatMap;
+use crate::metrics::{Metrics, RouteLabel};
+use crate::prewarm::SharedPredictor;
 
 /// Most rows one heat-map request may ask for.
 pub const MAX_HEATMAP_ROWS: usize = 1_000;
@@ -418,7 +421,7 @@ mod tests {
     use tower::ServiceExt;
 
     use super::*;
-    use crate::{HeatConfig, HeatMap};
+    use crate::heat::{HeatConfig, HeatMap};
 
     const T0: u64 = 1_764_470_000_000;
 

@@ -6,12 +6,12 @@ use std::collections::BTreeMap;
 use axum::Json;
 use axum::extract::rejection::QueryRejection;
 use axum::extract::{Query, State};
-use models::{Evaluation, RegionTargets, ScoringModel, Transform};
+use models::RegionTargets;
 use serde::{Deserialize, Serialize};
 use utoipa::{IntoParams, ToSchema};
 
 use super::{ApiError, AppState, ErrorBody, count_param, tenant_param};
-use crate::{Decision, DecisionPolicy, Skip, Verdict};
+use crate::predict::{Decision, DecisionPolicy, Evaluation, ScoringModel, Transform, Verdict};
 
 /// Most decisions one request may ask for.
 pub const MAX_PREDICTIONS: usize = 500;
@@ -169,21 +169,15 @@ pub(super) async fn predictions(
         .ok_or_else(ApiError::prediction_off)?;
     let p = predictor.lock().unwrap_or_else(|e| e.into_inner());
     let counts = p.counts();
-    let skips = [
-        Skip::BelowThreshold,
-        Skip::NothingToWarm,
-        Skip::Cooldown,
-        Skip::OverBudget,
-    ];
     Ok(Json(PredictionsResponse {
         totals: DecisionTotals {
             sent: counts.sent,
             useful: counts.useful,
             wasted: counts.wasted,
-            skipped: skips
-                .iter()
-                .enumerate()
-                .map(|(i, s)| (s.as_str().to_owned(), counts.skipped[i]))
+            skipped: counts
+                .skips()
+                .into_iter()
+                .map(|(skip, n)| (skip.as_str().to_owned(), n))
                 .collect(),
             scored: p.scored(),
         },
@@ -343,10 +337,10 @@ mod tests {
     use axum::http::StatusCode;
 
     use super::super::tests::{get, keys, properties, state};
-    use crate::{
-        BurstKind, PredictorConfig, ReplayOptions, Replayer, TraceSpec, app, default_model,
-        generate_trace,
-    };
+    use crate::api::app;
+    use crate::backtest::{ReplayOptions, Replayer};
+    use crate::predict::{PredictorConfig, default_model};
+    use crate::trace::{BurstKind, TraceSpec, generate as generate_trace};
 
     /// A predictor that has watched one viral event spread.
     fn state_with_decisions() -> (super::AppState, String) {
@@ -393,7 +387,7 @@ mod tests {
         assert_eq!(d["verdict"], "useful");
         assert!(!d["lead_times"].as_array().unwrap().is_empty());
         let features = d["features"].as_array().unwrap();
-        assert_eq!(features.len(), models::FEATURE_COUNT);
+        assert_eq!(features.len(), crate::predict::FEATURE_COUNT);
         let size = |f: &serde_json::Value| f["contribution"].as_f64().unwrap().abs();
         assert!(
             features.windows(2).all(|w| size(&w[0]) >= size(&w[1])),
@@ -425,7 +419,7 @@ mod tests {
         assert_eq!(card["name"], default_model().name.as_str());
         assert_eq!(
             card["features"].as_array().unwrap().len(),
-            models::FEATURE_COUNT
+            crate::predict::FEATURE_COUNT
         );
         assert_eq!(card["threshold"], 0.85);
     }

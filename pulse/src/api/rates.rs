@@ -1,5 +1,6 @@
-//! `GET /api/rates`: events/s and misses/s per second over the last 60 s of event
-//! time, for the dashboard's load chart.
+//! `GET /api/rates`: requests/s and misses/s per second over the last 60 s of event
+//! time, for the dashboard's load chart. Requests are client demand
+//! ([`Outcome::is_demand`](models::Outcome::is_demand)): pre-warm fills do not count.
 //!
 //! The heat map keeps no per-second totals of a tenant, only sketches per bucket, so
 //! the series is the sum over the tenant's hottest keys (the heat map's candidates
@@ -19,7 +20,7 @@ use serde::{Deserialize, Serialize};
 use utoipa::{IntoParams, ToSchema};
 
 use super::{ApiError, AppState, ErrorBody, count_param, required_tenant};
-use crate::{COARSE_BUCKETS, COARSE_MS, Window};
+use crate::heat::{COARSE_BUCKETS, COARSE_MS, Window};
 
 /// Most keys one rates request may sum over.
 const MAX_RATE_KEYS: usize = 100;
@@ -39,9 +40,10 @@ pub(crate) struct RatesQuery {
 pub(crate) struct RatePoint {
     /// Start of the second, event time, ms since the Unix epoch.
     start_ms: u64,
-    /// Events in that second (sketch estimate), which is also events/s.
+    /// Client requests in that second (sketch estimate), which is also requests/s;
+    /// pre-warm fills are not requests.
     events: u64,
-    /// Miss-like events (`miss`, `stale`, `prefetch_fill`) in that second.
+    /// Miss-like requests (`miss`, `stale`, `collapsed`) in that second.
     misses: u64,
 }
 
@@ -96,7 +98,7 @@ pub(super) async fn rates(
         let window = |end: Option<u64>| -> Result<(u64, u64), ApiError> {
             let Some(end) = end else { return Ok((0, 0)) };
             let w = &heat.key_windows(&tenant, &row.key, end)?[3];
-            Ok((w.total, w.misses))
+            Ok((w.demand, w.misses))
         };
         let mut before = window(ends[0])?;
         for i in 0..COARSE_BUCKETS {
@@ -131,13 +133,16 @@ mod tests {
     use models::{AccessEvent, CacheKey, NodeId, Outcome, RegionId, TenantId};
 
     use super::super::tests::{get, keys, properties};
-    use crate::{HeatConfig, HeatMap, Metrics, app};
+    use crate::api::app;
+    use crate::heat::{HeatConfig, HeatMap};
+    use crate::metrics::Metrics;
 
     /// Start of a second, so event `i` of second `s` is at `T0 + s * 1000 + i`.
     const T0: u64 = 1_764_470_000_000;
 
     /// Second `s` (0..10) has `s + 1` events of `/hot` (one miss) and one of `/cold`
-    /// in even seconds; seconds 3 to 5 have none of `/hot` (a gap in the ring).
+    /// in even seconds; seconds 3 to 5 have none of `/hot` (a gap in the ring). Every
+    /// second also has two pre-warm fills of `/hot`, which are no requests.
     fn state() -> super::AppState {
         let mut heat = HeatMap::new(HeatConfig::default());
         let event = |ts, key: &str, outcome| {
@@ -160,6 +165,10 @@ mod tests {
             }
             if s % 2 == 0 {
                 heat.apply(&event(T0 + s * 1000 + 500, "/cold", Outcome::Hit))
+                    .unwrap();
+            }
+            for _ in 0..2 {
+                heat.apply(&event(T0 + s * 1000, "/hot", Outcome::PrefetchFill))
                     .unwrap();
             }
         }

@@ -6,10 +6,10 @@
 
 use std::collections::{HashMap, VecDeque};
 
-use models::{
-    CacheKey, Outcome, PrewarmCommand, RegionId, RegionRef, RegionTargets, Score, TenantId,
-};
+use models::{CacheKey, Outcome, PrewarmCommand, RegionId, RegionRef, RegionTargets, TenantId};
 use serde::Serialize;
+
+use super::model::Score;
 
 /// The decision rules.
 #[derive(Debug, Clone, PartialEq)]
@@ -55,7 +55,16 @@ pub enum Skip {
 }
 
 impl Skip {
-    /// Metric label.
+    /// Every reason, in declaration order: `Skip as usize` indexes
+    /// [`DecisionCounts::skipped`].
+    pub const ALL: [Skip; 4] = [
+        Skip::BelowThreshold,
+        Skip::NothingToWarm,
+        Skip::Cooldown,
+        Skip::OverBudget,
+    ];
+
+    /// The metric label `reason`, and the key in `/api/predictions`' totals.
     pub fn as_str(self) -> &'static str {
         match self {
             Skip::BelowThreshold => "below_threshold",
@@ -120,8 +129,15 @@ pub struct DecisionCounts {
     pub useful: u64,
     /// Commands that expired unused.
     pub wasted: u64,
-    /// Scored keys skipped, by reason: below threshold, nothing to warm, cooldown, budget.
-    pub skipped: [u64; 4],
+    /// Scored keys skipped, by reason: `skipped[skip as usize]`, in [`Skip::ALL`]'s order.
+    pub skipped: [u64; Skip::ALL.len()],
+}
+
+impl DecisionCounts {
+    /// Scored keys skipped for each reason, in [`Skip::ALL`]'s order.
+    pub fn skips(&self) -> [(Skip, u64); Skip::ALL.len()] {
+        Skip::ALL.map(|skip| (skip, self.skipped[skip as usize]))
+    }
 }
 
 /// The decision state: cooldowns, budgets, and outstanding commands.
@@ -232,8 +248,8 @@ impl Decider {
         region: &RegionRef<'_>,
         outcome: Outcome,
     ) {
-        if outcome == Outcome::PrefetchFill {
-            return; // the pre-warm itself, not demand
+        if !outcome.is_demand() {
+            return; // the pre-warm itself
         }
         for decision in self.decisions.iter_mut().rev() {
             let c = &decision.command;
@@ -330,6 +346,15 @@ mod tests {
         assert_eq!(c.regions, RegionTargets::Only(regions(&["eu"])));
         assert_eq!(c.expires_at_ms, DecisionPolicy::default().command_ttl_ms);
         assert_eq!(d.counts().skipped, [1, 1, 0, 0]);
+        assert_eq!(
+            d.counts().skips(),
+            [
+                (Skip::BelowThreshold, 1),
+                (Skip::NothingToWarm, 1),
+                (Skip::Cooldown, 0),
+                (Skip::OverBudget, 0)
+            ]
+        );
     }
 
     #[test]

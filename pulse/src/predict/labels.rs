@@ -6,9 +6,10 @@
 
 use std::collections::{HashMap, VecDeque};
 
-use models::{CacheKey, Features, TenantId};
+use models::{CacheKey, TenantId};
 use serde::Serialize;
 
+use super::features::Features;
 use super::tracker::Tracker;
 
 /// Requests a newly reached region must make for the label to be viral.

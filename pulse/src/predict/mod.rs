@@ -2,7 +2,7 @@
 //!
 //! Every tick, for each tenant, the heat map's candidates (its Top-K of the last two
 //! seconds) become *tracked* keys; each tracked key that saw events since the last
-//! tick is scored: its [`Features`](models::Features) are extracted from the sketch
+//! tick is scored: its [`Features`] are extracted from the sketch
 //! windows and the tracker, the [`ScoringModel`] gives a confidence, and the
 //! [`Decider`] turns a confident score into a [`PrewarmCommand`] for the regions that
 //! have not asked for the key yet. Keys outside the candidates are never scored.
@@ -13,7 +13,9 @@
 //! # Layout
 //! - `tracker`: exact, bounded per-key history the sketches do not hold (regions,
 //!   referrers, bursts) and per-tenant baselines.
-//! - `features`: the feature vector of one key.
+//! - `features`: [`Features`], the feature vector of one key, and its extraction.
+//! - `model`: [`ScoringModel`] (linfa-linear regression, calibrated), its file format,
+//!   its model card and training; [`default_model`], the one shipped in the binary.
 //! - `decide`: [`Decider`], threshold, cooldown and tenant budgets, and the
 //!   useful/wasted verdict of each command.
 //! - `labels`: labels each scoring moment by whether demand came, for training.
@@ -22,18 +24,24 @@
 mod decide;
 mod features;
 mod labels;
+mod model;
 mod retrain;
 mod tracker;
 
 use std::sync::Arc;
 
-use models::{AccessEventRef, PrewarmCommand, ScoringModel, TenantId};
+use models::{AccessEventRef, PrewarmCommand, TenantId};
 
 pub use decide::{Decider, Decision, DecisionCounts, DecisionPolicy, Skip, Verdict};
+pub use features::{FEATURE_COUNT, FEATURE_NAMES, Features};
 pub use labels::{MIN_REGION_DEMAND, Sample};
+pub use model::{
+    Calibration, Evaluation, MAX_Z, MODEL_FORMAT, ModelError, Score, ScoringModel, TrainOptions,
+    TrainingMetrics, Transform, default_model,
+};
 pub use retrain::{RetrainOutcome, retrain};
 
-use crate::HeatMap;
+use crate::heat::HeatMap;
 use features::extract;
 use labels::Labeler;
 use tracker::Tracker;

@@ -2,9 +2,8 @@
 //! compare it with the current model on the newest part (held out), and keep it only
 //! if it is not worse.
 
-use models::{Evaluation, ScoringModel, TrainOptions};
-
 use super::Sample;
+use super::model::{Evaluation, ScoringModel, TrainOptions};
 
 /// What a retrain decided.
 #[derive(Debug, Clone)]
@@ -74,9 +73,8 @@ pub fn retrain(
 
 #[cfg(test)]
 mod tests {
-    use models::Features;
-
     use super::*;
+    use crate::predict::Features;
 
     /// Viral samples accelerate and spread; quiet ones do not.
     fn samples(n: usize, flip: impl Fn(usize) -> bool) -> Vec<Sample> {

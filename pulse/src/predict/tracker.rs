@@ -9,7 +9,7 @@
 
 use std::collections::{HashMap, VecDeque};
 
-use models::{AccessEventRef, CacheKey, Outcome, RegionId, RegionRef, TenantId};
+use models::{AccessEventRef, CacheKey, RegionId, RegionRef, TenantId};
 
 /// Seconds of per-key referrer history.
 pub(crate) const HISTORY_S: u64 = 60;
@@ -33,7 +33,10 @@ pub(crate) struct ReferrerSecond {
 /// One region's requests for a tracked key.
 #[derive(Debug, Clone, Copy, Default)]
 pub(crate) struct RegionSeen {
+    /// Client requests ([`Outcome::is_demand`](models::Outcome::is_demand)).
     pub(crate) count: u32,
+    /// A pre-warm filled the key here: the region holds it, though nobody asked.
+    pub(crate) warmed: bool,
     pub(crate) first_ms: u64,
     pub(crate) last_ms: u64,
 }
@@ -65,7 +68,7 @@ impl TrackedKey {
     pub(crate) fn region_seen_since(&self, region: usize, since_ms: u64) -> bool {
         self.regions
             .get(region)
-            .is_some_and(|r| r.count > 0 && r.last_ms >= since_ms)
+            .is_some_and(|r| (r.count > 0 || r.warmed) && r.last_ms >= since_ms)
     }
 
     /// Regions first seen at or after `since_ms`, at least `settle_ms` after tracking
@@ -222,10 +225,10 @@ impl Tracker {
             Some(t) => t,
             None => self.tenants.entry(event.tenant.to_owned_id()).or_default(),
         };
-        if event.outcome == Outcome::PrefetchFill {
+        if !event.outcome.is_demand() {
             // A pre-warm, not demand: it warms the region but says nothing of referrers.
             if let (Some(key), Some(r)) = (tenant.keys.get_mut(event.key.as_str()), region) {
-                note_region(key, r, event.ts_ms, 0);
+                note_region(key, r, event.ts_ms, false);
             }
             return false;
         }
@@ -252,7 +255,7 @@ impl Tracker {
         };
         key.touched = true;
         if let Some(r) = region {
-            note_region(key, r, event.ts_ms, 1);
+            note_region(key, r, event.ts_ms, true);
         }
         let second = event.ts_ms / 1_000;
         if key.referrers.back().is_none_or(|s| s.second < second) {
@@ -341,22 +344,28 @@ impl Tracker {
     }
 }
 
-fn note_region(key: &mut TrackedKey, region: usize, ts_ms: u64, demand: u32) {
+/// Notes a request (`demand`) or a pre-warm fill of the key in `region`.
+fn note_region(key: &mut TrackedKey, region: usize, ts_ms: u64, demand: bool) {
     if key.regions.len() <= region {
         key.regions.resize(region + 1, RegionSeen::default());
     }
     let slot = &mut key.regions[region];
-    if slot.count == 0 {
+    if slot.count == 0 && !slot.warmed {
         slot.first_ms = ts_ms;
     }
-    // A pre-warm (demand 0) still marks the region as seen: it holds the key now.
-    slot.count = (slot.count + demand).max(1);
+    // A pre-warm still marks the region as seen (it holds the key now), but it is
+    // no request: the count, which labels whether demand came, stays.
+    if demand {
+        slot.count = slot.count.saturating_add(1);
+    } else {
+        slot.warmed = true;
+    }
     slot.last_ms = slot.last_ms.max(ts_ms);
 }
 
 #[cfg(test)]
 mod tests {
-    use models::{AccessEvent, Domain, NodeId};
+    use models::{AccessEvent, Domain, NodeId, Outcome};
 
     use super::*;
 
@@ -371,6 +380,34 @@ mod tests {
         );
         e.referrer = referrer.map(|d| Domain::new(d).unwrap());
         e
+    }
+
+    /// A pre-warm fill marks its region as holding the key, and is no request: it
+    /// touches no referrer history and does not make the key due for scoring.
+    #[test]
+    fn a_pre_warm_fill_is_not_demand() {
+        let mut tracker = Tracker::new(10);
+        let tenant: TenantId = "acme".parse().unwrap();
+        let key: CacheKey = "/a".parse().unwrap();
+        tracker.track(&tenant, std::slice::from_ref(&key), 0);
+        let mut fill = event(1_000, "/a", "ap", Some("t.co"));
+        fill.outcome = Outcome::PrefetchFill;
+        assert!(!tracker.observe(&fill.borrowed()));
+        let t = &tracker.tenants[&tenant];
+        let k = &t.keys[&key];
+        assert!(!k.touched);
+        assert!(k.referrers.is_empty());
+        assert_eq!(t.domain_total, 0.0);
+        let ap = tracker
+            .regions
+            .iter()
+            .position(|r| r.as_str() == "ap")
+            .unwrap();
+        assert!(k.region_seen_since(ap, 1_000));
+        assert_eq!(k.region_count(ap), 0);
+
+        assert!(tracker.observe(&event(1_100, "/a", "ap", Some("t.co")).borrowed()));
+        assert_eq!(tracker.tenants[&tenant].keys[&key].region_count(ap), 1);
     }
 
     #[test]

@@ -5,8 +5,9 @@
 //! requests per second (peak over baseline), hit ratio of the hot keys, client latency,
 //! and for the pre-warm set-up the lead time and the useful and wasted commands.
 //!
-//! `pulse demo` runs it on the embedded broker; the `tests` crate runs it against the
-//! real broker with bounds that hold on a noisy machine.
+//! The `demo` binary (`scripts/demo`) runs it on an embedded broker; the `scenario`
+//! test runs it against the broker under test with bounds that hold on a noisy
+//! machine. Pulse runs as it ships: [`pulse::start`] with a [`PulseConfig`].
 //!
 //! # Layout
 //! - `origin`: [`LoadedOrigin`], the backend.
@@ -15,20 +16,16 @@
 mod load;
 mod origin;
 
-use std::sync::{Arc, Mutex, RwLock};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use models::{NodeId, RegionId, TenantId};
 use prefetcher::{Config, NodeHandle, spawn_node};
+use pulse::{AppState, PulseConfig, PulseHandle, Verdict, percentile};
 use serde::Serialize;
 
 pub use load::{Answer, LoadPlan};
 pub use origin::{LoadedOrigin, OriginProfile};
-
-use crate::{
-    AppState, HeatConfig, HeatMap, Ingest, IngestConfig, Metrics, Predictor, PredictorConfig,
-    PrewarmLoop, PrewarmPublisher, SharedHeatMap, Verdict, default_model,
-};
 
 /// Background keys ranked this high or higher count as hot, with the viral key.
 pub const HOT_RANKS: usize = 5;
@@ -217,11 +214,11 @@ pub async fn run_setup(
 
     // Pulse first, so it is reading before the first event.
     let pulse = match kafka {
-        Some(k) => Some(InProcessPulse::start(k)?),
+        Some(k) => Some(pulse::start(pulse_config(k)).await?),
         None => None,
     };
     if let (Some(pulse), Some(hook)) = (&pulse, &dashboard) {
-        hook(pulse.state.clone());
+        hook(pulse.state());
     }
 
     let mut handles: Vec<NodeHandle> = Vec::new();
@@ -278,7 +275,7 @@ pub async fn run_setup(
 
     let mut report = measure(setup, config, &answers, &origin.per_second(), offset);
     if let Some(pulse) = pulse {
-        pulse.finish(&mut report);
+        finish(pulse, &mut report).await;
     }
     for handle in handles {
         handle.shutdown().await;
@@ -313,7 +310,7 @@ fn measure(
         .map(|a| a.latency)
         .collect();
     latencies.sort_unstable();
-    let ms = |q: f64| crate::percentile(&latencies, q).map_or(0.0, |d| d.as_secs_f64() * 1000.0);
+    let ms = |q: f64| percentile(&latencies, q).map_or(0.0, |d| d.as_secs_f64() * 1000.0);
     let second = |s: usize| origin_per_second.get(s + offset).copied().unwrap_or(0) as f64;
     let at = viral_at.as_secs() as usize;
     let baseline = (at.saturating_sub(5)..at).map(second).sum::<f64>() / 5.0;
@@ -336,72 +333,48 @@ fn measure(
     }
 }
 
-/// Pulse in this process: ingest, heat map, predictor and publisher.
-struct InProcessPulse {
-    ingest: Ingest,
-    predictor: Arc<Mutex<Predictor>>,
-    state: AppState,
+/// Pulse as it ships, on the scenario's topics, with its own consumer group and its
+/// API on a free port.
+fn pulse_config(kafka: &ScenarioKafka) -> PulseConfig {
+    PulseConfig {
+        brokers: Some(kafka.brokers.clone()),
+        topic: kafka.events_topic.clone(),
+        group: format!("{}-pulse", kafka.events_topic),
+        prewarm_topic: kafka.prewarm_topic.clone(),
+        listen: "127.0.0.1:0".parse().expect("a socket address"),
+        ..PulseConfig::default()
+    }
 }
 
-impl InProcessPulse {
-    fn start(kafka: &ScenarioKafka) -> anyhow::Result<Self> {
-        let heat: SharedHeatMap = Arc::new(RwLock::new(HeatMap::new(HeatConfig::default())));
-        let metrics = Arc::new(Metrics::new());
-        let predictor = Arc::new(Mutex::new(Predictor::new(
-            Some(Arc::new(default_model())),
-            PredictorConfig::default(),
-        )));
-        let publisher = PrewarmPublisher::new(&kafka.brokers, &kafka.prewarm_topic)?;
-        let ingest = Ingest::start_with(
-            IngestConfig {
-                topic: kafka.events_topic.clone(),
-                group_id: format!("{}-pulse", kafka.events_topic),
-                ..IngestConfig::new(kafka.brokers.clone())
-            },
-            heat.clone(),
-            metrics.clone(),
-            Some(Box::new(PrewarmLoop::new(
-                predictor.clone(),
-                publisher,
-                metrics.clone(),
-            ))),
-        )?;
-        Ok(InProcessPulse {
-            state: AppState {
-                heat,
-                metrics,
-                predictor: Some(predictor.clone()),
-            },
-            ingest,
-            predictor,
+/// Stops pulse (ingest first, so no decision changes meanwhile) and adds the pre-warm
+/// figures to the report.
+async fn finish(pulse: PulseHandle, report: &mut SetupReport) {
+    let predictor = pulse.predictor().cloned();
+    pulse.shutdown().await;
+    let Some(predictor) = predictor else {
+        return;
+    };
+    let p = predictor.lock().unwrap_or_else(|e| e.into_inner());
+    let mut leads: Vec<Duration> = p
+        .decisions()
+        .flat_map(|d| {
+            d.lead_times_ms
+                .iter()
+                .map(|(_, ms)| Duration::from_millis(*ms))
         })
-    }
-
-    /// Stops ingest and adds the pre-warm figures to the report.
-    fn finish(self, report: &mut SetupReport) {
-        self.ingest.stop();
-        let p = self.predictor.lock().unwrap_or_else(|e| e.into_inner());
-        let mut leads: Vec<Duration> = p
-            .decisions()
-            .flat_map(|d| {
-                d.lead_times_ms
-                    .iter()
-                    .map(|(_, ms)| Duration::from_millis(*ms))
-            })
-            .collect();
-        leads.sort_unstable();
-        report.prewarm_lead_ms = crate::percentile(&leads, 0.5).map(|d| d.as_secs_f64() * 1000.0);
-        report.prewarm_useful = Some(
-            p.decisions()
-                .filter(|d| d.verdict == Verdict::Useful)
-                .count() as u64,
-        );
-        report.prewarm_wasted = Some(
-            p.decisions()
-                .filter(|d| d.verdict == Verdict::Wasted)
-                .count() as u64,
-        );
-    }
+        .collect();
+    leads.sort_unstable();
+    report.prewarm_lead_ms = percentile(&leads, 0.5).map(|d| d.as_secs_f64() * 1000.0);
+    report.prewarm_useful = Some(
+        p.decisions()
+            .filter(|d| d.verdict == Verdict::Useful)
+            .count() as u64,
+    );
+    report.prewarm_wasted = Some(
+        p.decisions()
+            .filter(|d| d.verdict == Verdict::Wasted)
+            .count() as u64,
+    );
 }
 
 /// The report as a Markdown table, one row per set-up.

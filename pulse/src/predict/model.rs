@@ -10,10 +10,18 @@
 use linfa::Dataset;
 use linfa::traits::Fit;
 use linfa_linear::LinearRegression;
+use models::{FeatureContribution, Reason};
 use ndarray::{Array1, Array2};
 use serde::{Deserialize, Serialize};
 
-use crate::{FEATURE_COUNT, FEATURE_NAMES, FeatureContribution, Features, Reason};
+use super::features::{FEATURE_COUNT, FEATURE_NAMES, Features};
+
+/// The model pulse scores with unless told otherwise: trained by
+/// `scripts/train-default-model` on a generated trace and shipped in the binary.
+pub fn default_model() -> ScoringModel {
+    ScoringModel::from_json(include_str!("../../model/default.json"))
+        .expect("the shipped model file is valid")
+}
 
 /// Largest standardised value a feature may have when scored.
 pub const MAX_Z: f64 = 4.0;

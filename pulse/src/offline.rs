@@ -1,0 +1,253 @@
+//! The offline commands as library calls: where `pulse train` and `pulse backtest`
+//! read events from ([`EventSource`], [`load_events`]), fitting a model on replayed
+//! traces ([`train_model`]), the backtest table ([`backtest_table`]), and writing a
+//! generated trace with its truth ([`write_trace`]). The binary only turns flags into
+//! these arguments.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use models::AccessEvent;
+
+use crate::backtest::{BacktestRow, ReplayOptions, backtest, read_events, read_topic, replay};
+use crate::predict::{Features, ModelError, ScoringModel, TrainOptions};
+use crate::trace::{Burst, Trace};
+
+/// Where events are read from: a JSON-lines file, or a Kafka topic read from its
+/// beginning to its end (`kafka://HOST:PORT[,HOST:PORT…]/TOPIC`).
+#[derive(Debug, Clone, PartialEq)]
+pub enum EventSource {
+    /// A JSON-lines file (the Kafka message format, one per line).
+    File(PathBuf),
+    /// Every partition of a topic, from its beginning to its end as it is now.
+    Topic {
+        /// `bootstrap.servers`.
+        brokers: String,
+        /// The topic.
+        topic: String,
+    },
+}
+
+impl std::str::FromStr for EventSource {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        let Some(rest) = s.strip_prefix("kafka://") else {
+            return Ok(EventSource::File(PathBuf::from(s)));
+        };
+        match rest.split_once('/') {
+            Some((brokers, topic)) if !brokers.is_empty() && !topic.is_empty() => {
+                Ok(EventSource::Topic {
+                    brokers: brokers.to_owned(),
+                    topic: topic.to_owned(),
+                })
+            }
+            _ => Err(format!("{s}: expected kafka://HOST:PORT/TOPIC")),
+        }
+    }
+}
+
+impl std::fmt::Display for EventSource {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            EventSource::File(path) => write!(f, "{}", path.display()),
+            EventSource::Topic { brokers, topic } => write!(f, "kafka://{brokers}/{topic}"),
+        }
+    }
+}
+
+/// Why an offline command failed. `what` names the argument (a flag, for the binary).
+#[derive(Debug, thiserror::Error)]
+pub enum OfflineError {
+    /// The file could not be read.
+    #[error("{what}: {source_name}: {error}")]
+    Read {
+        /// The argument.
+        what: String,
+        /// The file or topic.
+        source_name: String,
+        /// The I/O or Kafka error, as text.
+        error: String,
+    },
+    /// The source held no event that decodes.
+    #[error("{what}: {source_name} holds no events")]
+    Empty {
+        /// The argument.
+        what: String,
+        /// The file or topic.
+        source_name: String,
+    },
+    /// The model could not be fitted.
+    #[error("training: {0}")]
+    Model(#[from] ModelError),
+    /// A threshold outside [0, 1].
+    #[error("thresholds: {0} is outside [0, 1]")]
+    Threshold(f64),
+}
+
+/// Reads the events of `source` in time order; messages that do not decode are logged
+/// and skipped, and a source without any event is an error. `what` names the argument
+/// in errors.
+pub fn load_events(source: &EventSource, what: &str) -> Result<Vec<AccessEvent>, OfflineError> {
+    let read = match source {
+        EventSource::File(path) => read_events(path).map_err(|e| e.to_string()),
+        EventSource::Topic { brokers, topic } => {
+            read_topic(brokers, topic, Duration::from_secs(10)).map_err(|e| e.to_string())
+        }
+    };
+    let read = read.map_err(|error| OfflineError::Read {
+        what: what.to_owned(),
+        source_name: source.to_string(),
+        error,
+    })?;
+    if !read.rejected.is_empty() {
+        tracing::warn!(%source, rejected = ?read.rejected, "skipped messages that do not decode");
+    }
+    if read.events.is_empty() {
+        return Err(OfflineError::Empty {
+            what: what.to_owned(),
+            source_name: source.to_string(),
+        });
+    }
+    Ok(read.events)
+}
+
+/// The labelled samples a replay of `events` collects, for training.
+pub fn training_samples(events: &[AccessEvent]) -> Vec<(Features, bool)> {
+    let run = replay(events, None, &ReplayOptions::default());
+    tracing::info!(
+        events = events.len(),
+        samples = run.samples.len(),
+        "replayed"
+    );
+    run.samples.iter().map(|s| (s.features, s.viral)).collect()
+}
+
+/// Fits a model on the samples of `train` and measures it on those of `held_out`.
+pub fn train_model(
+    train: &[EventSource],
+    held_out: Option<&EventSource>,
+    options: &TrainOptions,
+) -> Result<ScoringModel, OfflineError> {
+    let mut samples = Vec::new();
+    for source in train {
+        samples.extend(training_samples(&load_events(source, "events")?));
+    }
+    let held_out = match held_out {
+        Some(source) => training_samples(&load_events(source, "held_out")?),
+        None => Vec::new(),
+    };
+    Ok(ScoringModel::train(&samples, &held_out, options)?)
+}
+
+/// The lines `pulse train` prints about a fitted model.
+pub fn train_summary(model: &ScoringModel) -> String {
+    let m = &model.metrics;
+    let mut out = format!(
+        "{}: {} samples ({} viral), R² {:.3}; at {:.2}: train precision {:.3} recall {:.3}",
+        model.name,
+        m.samples,
+        m.positives,
+        m.r2,
+        m.train.threshold,
+        m.train.precision(),
+        m.train.recall()
+    );
+    if let Some(h) = &m.held_out {
+        out.push_str(&format!(
+            "\nheld out: precision {:.3} recall {:.3}",
+            h.precision(),
+            h.recall()
+        ));
+    }
+    out
+}
+
+/// Replays `events` with `model` at each threshold and returns the Markdown table
+/// `pulse backtest` prints (a model line, then one row per threshold).
+pub fn backtest_table(
+    events: &[AccessEvent],
+    truth: Option<&[Burst]>,
+    model: ScoringModel,
+    thresholds: &[f64],
+) -> Result<String, OfflineError> {
+    if let Some(t) = thresholds.iter().find(|t| !(0.0..=1.0).contains(*t)) {
+        return Err(OfflineError::Threshold(*t));
+    }
+    let mut out = format!("model {}, {} events\n", model.name, events.len());
+    out.push_str(
+        "| threshold | commands | precision | recall | median lead | useful | wasted | decision p99 |\n",
+    );
+    out.push_str("|---:|---:|---:|---:|---:|---:|---:|---:|\n");
+    let model = Arc::new(model);
+    for threshold in thresholds {
+        let row = &backtest(
+            events,
+            truth,
+            model.clone(),
+            &[*threshold],
+            &ReplayOptions::default(),
+        )[0];
+        out.push_str(&table_row(row));
+    }
+    Ok(out)
+}
+
+fn table_row(row: &BacktestRow) -> String {
+    format!(
+        "| {:.2} | {} | {:.3} | {} | {} | {} | {} | {} |\n",
+        row.threshold,
+        row.commands,
+        row.precision,
+        row.recall.map_or("n/a".into(), |r| format!("{r:.3}")),
+        row.median_lead_ms
+            .map_or("n/a".into(), |ms| format!("{:.1} s", ms as f64 / 1000.0)),
+        row.useful,
+        row.wasted,
+        row.decision_p99.map_or("n/a".into(), |d| format!(
+            "{:.2} ms",
+            d.as_secs_f64() * 1000.0
+        ))
+    )
+}
+
+/// Writes a generated trace's events (JSON lines) and, if asked, its truth (JSON).
+pub fn write_trace(trace: &Trace, out: &Path, truth: Option<&Path>) -> std::io::Result<()> {
+    crate::backtest::write_events(out, &trace.events)?;
+    if let Some(path) = truth {
+        let json = serde_json::to_string_pretty(&trace.bursts).map_err(std::io::Error::other)?;
+        std::fs::write(path, json)?;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn event_sources_parse_files_and_topics() {
+        assert_eq!(
+            "events.jsonl".parse::<EventSource>(),
+            Ok(EventSource::File("events.jsonl".into()))
+        );
+        assert_eq!(
+            "kafka://127.0.0.1:9092/edge-events".parse::<EventSource>(),
+            Ok(EventSource::Topic {
+                brokers: "127.0.0.1:9092".into(),
+                topic: "edge-events".into()
+            })
+        );
+        assert!("kafka://127.0.0.1:9092".parse::<EventSource>().is_err());
+        assert!("kafka:///t".parse::<EventSource>().is_err());
+    }
+
+    #[test]
+    fn a_threshold_outside_the_unit_interval_is_refused() {
+        let model = crate::predict::default_model();
+        assert!(matches!(
+            backtest_table(&[], None, model, &[0.5, 1.5]),
+            Err(OfflineError::Threshold(t)) if t == 1.5
+        ));
+    }
+}

@@ -1,0 +1,529 @@
+//! The one assembly of pulse: a [`PulseConfig`] goes in, [`start`] wires the parts
+//! together, and a [`PulseHandle`] comes out. `pulse serve`, every test, the ingest
+//! benchmark and the reference scenario run pulse through here, so they all run the
+//! service that ships.
+//!
+//! What `start` does, in order:
+//! 1. validates the config (the error names the field);
+//! 2. without `brokers`, starts an [`EmbeddedBroker`] and creates the topics on it;
+//! 3. restores the heat map from the checkpoint file, if there is one with the same
+//!    sketch settings;
+//! 4. with `prewarm` on, loads the model and starts the predictor with its pre-warm
+//!    publisher (run on the ingest thread after each batch) and, with a retrain
+//!    interval, the retrainer;
+//! 5. starts ingest, then binds the API listener and serves the dashboard API (behind
+//!    the bearer token, when one is set).
+//!
+//! [`PulseHandle::shutdown`] undoes it in reverse: the API stops, the retrainer stops,
+//! ingest writes its final checkpoint and commits, and the embedded broker goes last.
+//!
+//! ```no_run
+//! # async fn demo() -> Result<(), pulse::StartError> {
+//! let config = pulse::PulseConfig {
+//!     brokers: Some("127.0.0.1:9092".into()),
+//!     listen: "127.0.0.1:0".parse().unwrap(),
+//!     ..pulse::PulseConfig::default()
+//! };
+//! let pulse = pulse::start(config).await?;
+//! println!("dashboard at {}", pulse.api_url());
+//! pulse.shutdown().await;
+//! # Ok(()) }
+//! ```
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::Duration;
+
+use axum::Router;
+use rdkafka::error::KafkaError;
+use serde::{Deserialize, Serialize};
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+
+use crate::api::{AppState, app, require_api_token};
+use crate::broker::{BrokerError, EmbeddedBroker};
+use crate::checkpoint::{self, CheckpointError};
+use crate::heat::{HeatConfig, HeatMap};
+use crate::ingest::{BatchObserver, Ingest, IngestConfig, IngestError, SharedHeatMap};
+use crate::metrics::Metrics;
+use crate::predict::{
+    DecisionPolicy, ModelError, Predictor, PredictorConfig, ScoringModel, default_model,
+};
+use crate::prewarm::{PrewarmLoop, PrewarmPublisher, Retrainer, SharedPredictor};
+use crate::{EVENTS_TOPIC, PREWARM_TOPIC};
+
+/// Everything `pulse serve` can be told. Every field has a default (the flags'
+/// defaults); unknown fields are an error.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct PulseConfig {
+    /// Kafka bootstrap servers (`HOST:PORT,...`); `None` starts an embedded broker.
+    pub brokers: Option<String>,
+    /// The events topic.
+    pub topic: String,
+    /// The consumer group.
+    pub group: String,
+    /// Where the dashboard API listens (port 0 picks a free one).
+    pub listen: SocketAddr,
+    /// Checkpoint file: restored at start, written periodically and at shutdown;
+    /// offsets are committed after each checkpoint.
+    pub checkpoint: Option<PathBuf>,
+    /// Seconds between checkpoints.
+    pub checkpoint_interval_secs: u64,
+    /// Seconds between offset commits when there is no checkpoint file.
+    pub commit_interval_secs: u64,
+    /// Where rejected messages go (with a `pulse-reject-reason` header), if anywhere.
+    pub dead_letter_topic: Option<String>,
+    /// Sketch sizes and limits.
+    pub heat: HeatConfig,
+    /// Predict and send pre-warm commands; off: heat map and API only.
+    pub prewarm: bool,
+    /// The topic pre-warm commands go to.
+    pub prewarm_topic: String,
+    /// The scoring model file (JSON, from `pulse train`); the shipped model without it.
+    pub model: Option<PathBuf>,
+    /// Minimum confidence for a pre-warm command, in [0, 1].
+    pub threshold: f64,
+    /// How long a key waits after a command before it can get another.
+    pub cooldown_ms: u64,
+    /// How long a command stays valid at the edges.
+    pub command_ttl_ms: u64,
+    /// Each tenant's committed rate of commands per second.
+    pub tenant_rate_per_s: f64,
+    /// Each tenant's burst allowance, in commands.
+    pub tenant_burst: f64,
+    /// Seconds between background retrains on pulse's own labelled decisions (0: never).
+    pub retrain_interval_secs: u64,
+    /// Require `Authorization: Bearer <token>` on every `/api/*` route.
+    pub api_token: Option<String>,
+    /// Partitions of the topics created on the embedded broker.
+    pub embedded_partitions: i32,
+}
+
+impl Default for PulseConfig {
+    fn default() -> Self {
+        let policy = DecisionPolicy::default();
+        PulseConfig {
+            brokers: None,
+            topic: EVENTS_TOPIC.to_owned(),
+            group: "pulse".to_owned(),
+            listen: SocketAddr::from(([127, 0, 0, 1], 8080)),
+            checkpoint: None,
+            checkpoint_interval_secs: 10,
+            commit_interval_secs: 2,
+            dead_letter_topic: None,
+            heat: HeatConfig::default(),
+            prewarm: true,
+            prewarm_topic: PREWARM_TOPIC.to_owned(),
+            model: None,
+            threshold: policy.threshold,
+            cooldown_ms: policy.cooldown_ms,
+            command_ttl_ms: policy.command_ttl_ms,
+            tenant_rate_per_s: policy.tenant_rate_per_s,
+            tenant_burst: policy.tenant_burst,
+            retrain_interval_secs: 300,
+            api_token: None,
+            embedded_partitions: 4,
+        }
+    }
+}
+
+/// A [`PulseConfig`] field that is refused, and why.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[error("{field}: {reason}")]
+pub struct PulseConfigError {
+    /// The field, as named in [`PulseConfig`] (`heat.top_k` for the sketch settings).
+    pub field: &'static str,
+    /// What is wrong with it.
+    pub reason: String,
+}
+
+fn refuse(field: &'static str, reason: impl Into<String>) -> Result<(), PulseConfigError> {
+    Err(PulseConfigError {
+        field,
+        reason: reason.into(),
+    })
+}
+
+impl PulseConfig {
+    /// Checks every field; the error names the first one that is wrong.
+    pub fn validate(&self) -> Result<(), PulseConfigError> {
+        if let Some(b) = &self.brokers {
+            if b.trim().is_empty() || b.split(',').any(|s| !s.contains(':')) {
+                return refuse(
+                    "brokers",
+                    format!("expected HOST:PORT[,HOST:PORT...], got {b:?}"),
+                );
+            }
+        }
+        if self.topic.trim().is_empty() {
+            return refuse("topic", "must not be empty");
+        }
+        if self.group.trim().is_empty() {
+            return refuse("group", "must not be empty");
+        }
+        if let Some(dlq) = &self.dead_letter_topic {
+            if dlq.trim().is_empty() || *dlq == self.topic {
+                return refuse(
+                    "dead_letter_topic",
+                    "must be non-empty and differ from topic",
+                );
+            }
+        }
+        if self.checkpoint_interval_secs == 0 {
+            return refuse("checkpoint_interval_secs", "must be at least 1");
+        }
+        if self.commit_interval_secs == 0 {
+            return refuse("commit_interval_secs", "must be at least 1");
+        }
+        if let Err(e) = self.heat.validate() {
+            let field = match e.field {
+                "error" => "heat.error",
+                "confidence" => "heat.confidence",
+                "top_k" => "heat.top_k",
+                "region_top_k" => "heat.region_top_k",
+                _ => "heat.max_tenants",
+            };
+            return refuse(field, e.reason);
+        }
+        if !(0.0..=1.0).contains(&self.threshold) {
+            return refuse("threshold", format!("{} is outside [0, 1]", self.threshold));
+        }
+        if self.command_ttl_ms < 1_000 {
+            return refuse("command_ttl_ms", "must be at least 1 s");
+        }
+        if !(self.tenant_rate_per_s > 0.0 && self.tenant_rate_per_s.is_finite()) {
+            return refuse("tenant_rate_per_s", "must be positive");
+        }
+        if !(self.tenant_burst >= 1.0 && self.tenant_burst.is_finite()) {
+            return refuse("tenant_burst", "must be at least 1");
+        }
+        if self.prewarm_topic.trim().is_empty() || self.prewarm_topic == self.topic {
+            return refuse("prewarm_topic", "must be non-empty and differ from topic");
+        }
+        if !(1..=1_000).contains(&self.embedded_partitions) {
+            return refuse("embedded_partitions", "1 to 1000");
+        }
+        Ok(())
+    }
+
+    /// The decision rules these settings give.
+    pub fn policy(&self) -> DecisionPolicy {
+        DecisionPolicy {
+            threshold: self.threshold,
+            cooldown_ms: self.cooldown_ms,
+            command_ttl_ms: self.command_ttl_ms,
+            tenant_rate_per_s: self.tenant_rate_per_s,
+            tenant_burst: self.tenant_burst,
+            ..DecisionPolicy::default()
+        }
+    }
+}
+
+/// Why pulse could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    /// The configuration is invalid.
+    #[error("invalid pulse config: {0}")]
+    Config(#[from] PulseConfigError),
+    /// The embedded broker could not start or create a topic.
+    #[error(transparent)]
+    Broker(#[from] BrokerError),
+    /// The checkpoint file exists but cannot be read.
+    #[error("checkpoint: {0}")]
+    Checkpoint(#[from] CheckpointError),
+    /// The model file cannot be read.
+    #[error("model: {path}: {source}")]
+    ModelFile {
+        /// The file.
+        path: PathBuf,
+        /// The I/O error.
+        source: std::io::Error,
+    },
+    /// The model file is not a valid model.
+    #[error("model: {path}: {source}")]
+    Model {
+        /// The file.
+        path: PathBuf,
+        /// What is wrong with it.
+        source: ModelError,
+    },
+    /// The pre-warm producer could not be created.
+    #[error("pre-warm publisher: {0}")]
+    Publisher(KafkaError),
+    /// Ingest could not start.
+    #[error(transparent)]
+    Ingest(#[from] IngestError),
+    /// The API listener could not bind.
+    #[error("listen: binding {addr}: {source}")]
+    Bind {
+        /// The address.
+        addr: SocketAddr,
+        /// The I/O error.
+        source: std::io::Error,
+    },
+}
+
+/// A running pulse. [`PulseHandle::shutdown`] stops it in order (final checkpoint and
+/// commit included); dropping it stops the API and, as their own drops do, the
+/// retrainer and ingest.
+pub struct PulseHandle {
+    api_addr: SocketAddr,
+    brokers: String,
+    state: AppState,
+    router: Router,
+    shutdown_tx: watch::Sender<bool>,
+    api: Option<JoinHandle<()>>,
+    retrainer: Option<Retrainer>,
+    ingest: Option<Ingest>,
+    // Declared last: dropped after ingest has stopped.
+    embedded: Option<EmbeddedBroker>,
+}
+
+/// Starts pulse as `config` says. See the module documentation for the order.
+pub async fn start(config: PulseConfig) -> Result<PulseHandle, StartError> {
+    config.validate()?;
+    let mut embedded = None;
+    let brokers = match &config.brokers {
+        Some(b) => b.clone(),
+        None => {
+            let broker = EmbeddedBroker::start(1)?;
+            broker.create_topic(&config.topic, config.embedded_partitions)?;
+            broker.create_topic(&config.prewarm_topic, config.embedded_partitions)?;
+            if let Some(dlq) = &config.dead_letter_topic {
+                broker.create_topic(dlq, 1)?;
+            }
+            let address = broker.bootstrap_servers().to_owned();
+            tracing::info!(bootstrap = %address, "no brokers configured: started an embedded broker");
+            embedded = Some(broker);
+            address
+        }
+    };
+
+    let heat = Arc::new(RwLock::new(restore(&config)?));
+    let metrics = Arc::new(Metrics::new());
+    // Prediction runs on the ingest thread after each batch; the retrainer beside it.
+    let mut observer: Option<Box<dyn BatchObserver>> = None;
+    let mut predictor: Option<SharedPredictor> = None;
+    let mut retrainer = None;
+    if config.prewarm {
+        let model = load_model(&config)?;
+        tracing::info!(model = %model.name, threshold = config.threshold, "prediction on");
+        let shared = Arc::new(Mutex::new(Predictor::new(
+            Some(Arc::new(model)),
+            PredictorConfig {
+                policy: config.policy(),
+                ..PredictorConfig::default()
+            },
+        )));
+        let publisher = PrewarmPublisher::new(&brokers, &config.prewarm_topic)
+            .map_err(StartError::Publisher)?;
+        observer = Some(Box::new(PrewarmLoop::new(
+            shared.clone(),
+            publisher,
+            metrics.clone(),
+        )));
+        if config.retrain_interval_secs > 0 {
+            retrainer = Some(Retrainer::start(
+                shared.clone(),
+                Duration::from_secs(config.retrain_interval_secs),
+                config.threshold,
+                metrics.clone(),
+            ));
+        }
+        predictor = Some(shared);
+    }
+    let ingest = Ingest::start_with(
+        IngestConfig {
+            brokers: brokers.clone(),
+            topic: config.topic.clone(),
+            group_id: config.group.clone(),
+            dead_letter_topic: config.dead_letter_topic.clone(),
+            checkpoint: config.checkpoint.clone(),
+            checkpoint_interval: Duration::from_secs(config.checkpoint_interval_secs),
+            commit_interval: Duration::from_secs(config.commit_interval_secs),
+        },
+        heat.clone(),
+        metrics.clone(),
+        observer,
+    )?;
+
+    let listener = TcpListener::bind(config.listen)
+        .await
+        .map_err(|source| StartError::Bind {
+            addr: config.listen,
+            source,
+        })?;
+    let api_addr = listener.local_addr().map_err(|source| StartError::Bind {
+        addr: config.listen,
+        source,
+    })?;
+    let state = AppState {
+        heat,
+        metrics,
+        predictor,
+    };
+    let router = require_api_token(app(state.clone()), config.api_token.as_deref());
+    let (shutdown_tx, mut shutdown_rx) = watch::channel(false);
+    let served = router.clone();
+    let api = tokio::spawn(async move {
+        let stopped = async move {
+            let _ = shutdown_rx.wait_for(|stop| *stop).await;
+        };
+        if let Err(e) = axum::serve(listener, served)
+            .with_graceful_shutdown(stopped)
+            .await
+        {
+            tracing::error!(error = %e, "dashboard API stopped");
+        }
+    });
+    tracing::info!(address = %api_addr, "dashboard API listening");
+    Ok(PulseHandle {
+        api_addr,
+        brokers,
+        state,
+        router,
+        shutdown_tx,
+        api: Some(api),
+        retrainer,
+        ingest: Some(ingest),
+        embedded,
+    })
+}
+
+/// The heat map from the checkpoint when it has the configured sketch settings; an
+/// empty one otherwise.
+fn restore(config: &PulseConfig) -> Result<HeatMap, StartError> {
+    let Some(path) = &config.checkpoint else {
+        return Ok(HeatMap::new(config.heat.clone()));
+    };
+    Ok(match checkpoint::load(path)? {
+        Some(heat) if *heat.config() == config.heat => {
+            tracing::info!(path = %path.display(), tenants = heat.tenants_len(), "restored checkpoint");
+            heat
+        }
+        Some(_) => {
+            tracing::warn!(path = %path.display(), "checkpoint has other sketch settings; starting empty");
+            HeatMap::new(config.heat.clone())
+        }
+        None => HeatMap::new(config.heat.clone()),
+    })
+}
+
+fn load_model(config: &PulseConfig) -> Result<ScoringModel, StartError> {
+    let Some(path) = &config.model else {
+        return Ok(default_model());
+    };
+    let text = std::fs::read_to_string(path).map_err(|source| StartError::ModelFile {
+        path: path.clone(),
+        source,
+    })?;
+    ScoringModel::from_json(&text).map_err(|source| StartError::Model {
+        path: path.clone(),
+        source,
+    })
+}
+
+impl PulseHandle {
+    /// Where the dashboard API listens.
+    pub fn api_addr(&self) -> SocketAddr {
+        self.api_addr
+    }
+
+    /// `http://` + the API's address.
+    pub fn api_url(&self) -> String {
+        format!("http://{}", self.api_addr)
+    }
+
+    /// The `bootstrap.servers` pulse uses: the configured ones, or the embedded
+    /// broker's.
+    pub fn brokers(&self) -> &str {
+        &self.brokers
+    }
+
+    /// Whether pulse runs its own embedded broker.
+    pub fn embedded_broker(&self) -> bool {
+        self.embedded.is_some()
+    }
+
+    /// The metrics `/metrics` serves.
+    pub fn metrics(&self) -> &Arc<Metrics> {
+        &self.state.metrics
+    }
+
+    /// The heat map the ingest thread writes.
+    pub fn heat(&self) -> &SharedHeatMap {
+        &self.state.heat
+    }
+
+    /// The predictor, when prediction is on.
+    pub fn predictor(&self) -> Option<&SharedPredictor> {
+        self.state.predictor.as_ref()
+    }
+
+    /// What the API handlers share (for a dashboard served elsewhere).
+    pub fn state(&self) -> AppState {
+        self.state.clone()
+    }
+
+    /// The router the API listener serves, token check included (for `oneshot`).
+    pub fn router(&self) -> Router {
+        self.router.clone()
+    }
+
+    /// Stops the API, then the retrainer, then ingest (final checkpoint and commit,
+    /// off the async threads), then the embedded broker.
+    pub async fn shutdown(mut self) {
+        let _ = self.shutdown_tx.send(true);
+        if let Some(api) = self.api.take() {
+            let _ = api.await;
+        }
+        let retrainer = self.retrainer.take();
+        let ingest = self.ingest.take();
+        let embedded = self.embedded.take();
+        let stopped = tokio::task::spawn_blocking(move || {
+            if let Some(retrainer) = retrainer {
+                retrainer.stop();
+            }
+            if let Some(ingest) = ingest {
+                ingest.stop();
+            }
+            drop(embedded);
+        })
+        .await;
+        if let Err(e) = stopped {
+            tracing::error!(error = %e, "pulse shutdown panicked");
+        }
+        tracing::info!("pulse stopped");
+    }
+}
+
+impl Drop for PulseHandle {
+    fn drop(&mut self) {
+        let _ = self.shutdown_tx.send(true);
+    }
+}
+
+/// Resolves on SIGINT or SIGTERM: the signal `pulse serve` stops on.
+pub async fn shutdown_signal() {
+    let ctrl_c = async {
+        let _ = tokio::signal::ctrl_c().await;
+    };
+    #[cfg(unix)]
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    #[cfg(not(unix))]
+    let term = std::future::pending::<()>();
+    tokio::select! {
+        () = ctrl_c => {}
+        () = term => {}
+    }
+}
