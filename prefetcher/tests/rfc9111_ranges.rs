@@ -129,6 +129,33 @@ async fn s4_2_4_a_range_of_a_stale_entry_is_cut_after_revalidation() {
     assert_eq!(hit.body.as_deref().unwrap(), b"ABCDEFGHIJ");
 }
 
+/// RFC 9110 §13.2.2 on a stale entry: a matching `If-None-Match` is answered `304`
+/// from it (with the refresh in the background), as without a `Range`.
+#[tokio::test]
+async fn rfc9110_s13_2_2_a_stale_entry_answers_a_matching_conditional_range_with_304() {
+    let rig = Rig::start().await;
+    rig.origin.script("/sc", |_, _| {
+        Scripted::new(
+            200,
+            &[
+                ("cache-control", "max-age=0, stale-while-revalidate=600"),
+                ("etag", "\"v1\""),
+            ],
+        )
+        .with_body("abcdefghij")
+    });
+    rig.get("/sc", &[]).await;
+    let matching = rig
+        .get(
+            "/sc",
+            &[("if-none-match", "\"v1\""), ("range", "bytes=0-2")],
+        )
+        .await;
+    assert_eq!(matching.status, StatusCode::NOT_MODIFIED);
+    assert_eq!(x_cache(&matching), "STALE");
+    rig.settle().await;
+}
+
 /// RFC 9110 §13.2.2: `If-None-Match` is evaluated before `Range`: a match is a `304`
 /// (not a `206`), a mismatch lets the range be served.
 #[tokio::test]

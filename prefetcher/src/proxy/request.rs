@@ -267,7 +267,12 @@ impl Node {
             }
             // A range of a stale entry is cut only after revalidation: the parts of a
             // representation the client assembles must come from one that is current.
-            Lookup::Stale(entry) if acceptable(&entry, true) && ctx.range.is_none() => {
+            // A conditional that matches comes first (RFC 9110 §13.2.2): its `304`.
+            Lookup::Stale(entry)
+                if acceptable(&entry, true)
+                    && (ctx.range.is_none()
+                        || self.client_has_it(&ctx, entry.status, &entry.headers)) =>
+            {
                 self.refresh(&ctx, false, Some(Arc::clone(&entry)));
                 return self.serve_entry(&ctx, &entry, CacheStatus::Stale, now);
             }
