@@ -1,16 +1,20 @@
-//! The L1 cache and its freshness rules: TTL from `Cache-Control`/`Expires` or a
-//! jittered default, a stale-while-revalidate grace window, XFetch early refresh.
+//! The L1 cache and its freshness rules (RFC 9111 §4.2): lifetime from `s-maxage`,
+//! `max-age` or `Expires` (the targeted fields of RFC 9213 first), else the configured
+//! default (off unless set), else a heuristic share of the `Last-Modified` age; the
+//! `stale-while-revalidate` and `stale-if-error` windows; variants of a URL whose
+//! responses `Vary`; XFetch early refresh.
 //!
 //! Storage is moka (bounded in bytes by a weigher, per-entry expiry at the end of the
 //! grace window); freshness decisions use [`tokio::time::Instant`] so tests can pause
 //! time.
 
-use std::sync::Arc;
+use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
 use bytes::Bytes;
-use http::{HeaderMap, HeaderValue, StatusCode, header};
+use http::{HeaderMap, HeaderName, HeaderValue, StatusCode, header};
 use moka::notification::RemovalCause;
 use prometheus_client::metrics::counter::Counter;
 use rand::Rng;
@@ -18,6 +22,22 @@ use tokio::time::Instant;
 
 use crate::config::CacheConfig;
 use crate::flight::FlightKey;
+use crate::semantics::{MAX_AGE_SECS, ResponseDirectives, Vary, variant_of};
+
+/// How long a stored response may be used, from when it came from the origin.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Freshness {
+    /// Freshness lifetime left (jitter applied, upstream `Age` taken off).
+    pub ttl: Duration,
+    /// Past `ttl`: served stale while one refresh runs (`stale-while-revalidate`, or
+    /// the config's grace when the origin is silent).
+    pub grace: Duration,
+    /// Past `ttl`: served stale instead of an origin error (`stale-if-error`, or the
+    /// config's grace when the origin is silent).
+    pub if_error: Duration,
+    /// Past every window: kept this long only to be revalidated with its validators.
+    pub keep: Duration,
+}
 
 /// One stored response.
 #[derive(Debug)]
@@ -33,6 +53,8 @@ pub struct Entry {
     pub body: Bytes,
     fresh_until: Instant,
     stale_until: Instant,
+    error_until: Instant,
+    keep_until: Instant,
     fill_time: Duration,
     fetched_at: Instant,
     initial_age: u64,
@@ -40,18 +62,12 @@ pub struct Entry {
     weight: u32,
 }
 
-/// The largest `Age` (RFC 9111 §1.2.2: delta-seconds past 2^31 are sent as 2^31).
-const MAX_AGE_SECS: u64 = 1 << 31;
-
-/// The `Age` an origin sent, in seconds (RFC 9111 §5.1); 0 when absent or invalid.
-/// A previous cache (a shield tier) sends one; the freshness lifetime is counted
-/// from the origin's response, not from when this node got it.
+/// The `Age` an origin sent, in seconds (RFC 9111 §5.1); 0 when absent or invalid,
+/// the first member of a list. A previous cache (a shield tier) sends one; the
+/// freshness lifetime is counted from the origin's response, not from when this node
+/// got it.
 pub fn origin_age(headers: &HeaderMap) -> u64 {
-    headers
-        .get(header::AGE)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.trim().parse::<u64>().ok())
-        .map_or(0, |secs| secs.min(MAX_AGE_SECS))
+    crate::semantics::age_of(headers)
 }
 
 impl Entry {
@@ -60,10 +76,27 @@ impl Entry {
     /// `Age` in `headers` is dropped; `x-cache` and `Age` slots are appended.
     pub fn new(
         status: StatusCode,
-        mut headers: HeaderMap,
+        headers: HeaderMap,
         body: Bytes,
         ttl: Duration,
         grace: Duration,
+        fill_time: Duration,
+        prefetched: bool,
+    ) -> Entry {
+        let freshness = Freshness {
+            ttl,
+            grace,
+            ..Freshness::default()
+        };
+        Entry::stored(status, headers, body, freshness, fill_time, prefetched)
+    }
+
+    /// A stored response with every window of `freshness`.
+    pub fn stored(
+        status: StatusCode,
+        mut headers: HeaderMap,
+        body: Bytes,
+        freshness: Freshness,
         fill_time: Duration,
         prefetched: bool,
     ) -> Entry {
@@ -79,12 +112,20 @@ impl Entry {
             .map(|(k, v)| k.as_str().len() + v.len() + 32)
             .sum();
         let weight = (body.len() + header_bytes + 256).min(u32::MAX as usize) as u32;
+        let fresh_until = now + freshness.ttl;
+        let stale_until = fresh_until + freshness.grace;
+        let error_until = fresh_until + freshness.if_error;
+        let keep_until = stale_until
+            .max(error_until)
+            .max(fresh_until + freshness.keep);
         Entry {
             status,
             headers,
             body,
-            fresh_until: now + ttl,
-            stale_until: now + ttl + grace,
+            fresh_until,
+            stale_until,
+            error_until,
+            keep_until,
             fill_time,
             fetched_at: now,
             initial_age: 0,
@@ -130,8 +171,29 @@ impl Entry {
         self.fill_time
     }
 
+    /// Whether the entry is fresh at `now`.
+    pub fn is_fresh(&self, now: Instant) -> bool {
+        now < self.fresh_until
+    }
+
+    /// How much longer the entry stays fresh at `now`.
+    pub fn fresh_for(&self, now: Instant) -> Duration {
+        self.fresh_until.saturating_duration_since(now)
+    }
+
+    /// Whether the entry may stand in for an origin error at `now` (`stale-if-error`).
+    pub fn usable_on_error(&self, now: Instant) -> bool {
+        now < self.error_until
+    }
+
+    /// Whether the entry carries a validator (`ETag` or `Last-Modified`) for a
+    /// conditional refresh.
+    pub fn has_validators(&self) -> bool {
+        self.headers.contains_key(header::ETAG) || self.headers.contains_key(header::LAST_MODIFIED)
+    }
+
     fn lifetime(&self) -> Duration {
-        self.stale_until.saturating_duration_since(Instant::now())
+        self.keep_until.saturating_duration_since(Instant::now())
     }
 }
 
@@ -147,7 +209,10 @@ pub enum Lookup {
     },
     /// Expired but inside its grace window: serve it and refresh in the background.
     Stale(Arc<Entry>),
-    /// Nothing usable.
+    /// Expired past its grace window, kept to be revalidated (or served on an origin
+    /// error): the request fills, conditionally when the entry has validators.
+    Expired(Arc<Entry>),
+    /// Nothing stored.
     Miss,
 }
 
@@ -174,12 +239,27 @@ impl moka::Expiry<FlightKey, Arc<Entry>> for EntryExpiry {
     }
 }
 
+/// The variants stored for one URL whose responses `Vary`.
+#[derive(Debug)]
+struct VarySpec {
+    names: Arc<[HeaderName]>,
+    /// Stored variants, oldest first; at most `max_variants`. A `std::sync::Mutex`:
+    /// held for one list operation on a store or an invalidation, never on a hit.
+    variants: Mutex<VecDeque<Arc<str>>>,
+}
+
 /// The node's L1 cache, bounded in bytes.
 #[derive(Clone)]
 pub struct L1Cache {
     entries: moka::sync::Cache<FlightKey, Arc<Entry>>,
+    /// URL (primary key) → what its responses vary on and which variants are stored.
+    vary: moka::sync::Cache<FlightKey, Arc<VarySpec>>,
     xfetch_beta: f64,
+    max_variants: usize,
 }
+
+/// Most URLs whose `Vary` is remembered (each entry is small: names and variant keys).
+const MAX_VARY_SPECS: u64 = 1 << 20;
 
 impl L1Cache {
     /// A cache holding at most `config.max_bytes`.
@@ -197,8 +277,11 @@ impl L1Cache {
         let mut builder = moka::sync::Cache::builder()
             .max_capacity(config.max_bytes)
             .weigher(|k: &FlightKey, v: &Arc<Entry>| {
-                v.weight
-                    .saturating_add((k.key().as_str().len() + k.tenant().as_str().len()) as u32)
+                v.weight.saturating_add(
+                    (k.key().as_str().len()
+                        + k.tenant().as_str().len()
+                        + k.variant().map_or(0, str::len)) as u32,
+                )
             })
             .expire_after(EntryExpiry);
         if let Some(wasted) = wasted {
@@ -210,9 +293,15 @@ impl L1Cache {
             });
         }
         let entries = builder.build();
+        let vary = moka::sync::Cache::builder()
+            .max_capacity(MAX_VARY_SPECS)
+            .time_to_idle(Duration::from_secs(24 * 3600))
+            .build();
         L1Cache {
             entries,
+            vary,
             xfetch_beta: config.xfetch_beta,
+            max_variants: config.max_variants.max(1),
         }
     }
 
@@ -236,7 +325,10 @@ impl L1Cache {
             }
         } else if now < entry.stale_until {
             Lookup::Stale(entry)
+        } else if now < entry.keep_until {
+            Lookup::Expired(entry)
         } else {
+            // Moka's own clock removes it soon; this one is the one tests can pause.
             Lookup::Miss
         }
     }
@@ -249,14 +341,107 @@ impl L1Cache {
         }
     }
 
-    /// Stores `entry`, replacing any older one.
+    /// The key a request with `headers` uses for the URL `primary`: the URL itself, or
+    /// the variant its selecting headers pick when the URL's responses `Vary`.
+    pub fn key_for(&self, primary: &FlightKey, headers: &HeaderMap) -> FlightKey {
+        match self.vary.get(primary) {
+            Some(spec) => primary.with_variant(variant_of(&spec.names, headers)),
+            None => primary.clone(),
+        }
+    }
+
+    /// Stores `entry` under `key`, replacing any older one. A response without `Vary`
+    /// stored under a URL replaces every variant the URL had.
     pub fn insert(&self, key: FlightKey, entry: Entry) {
+        if key.variant().is_none() && self.vary.contains_key(&key) {
+            self.invalidate_variants(&key);
+        }
         self.entries.insert(key, Arc::new(entry));
+    }
+
+    /// Records that the URL `primary`'s responses vary on `names` (before a fill's
+    /// head goes out, so requests of other variants get their own flights).
+    pub fn note_vary(&self, primary: &FlightKey, names: Arc<[HeaderName]>) {
+        if self
+            .vary
+            .get(primary)
+            .is_some_and(|spec| spec.names == names)
+        {
+            return;
+        }
+        self.invalidate_variants(primary);
+        self.vary.insert(
+            primary.clone(),
+            Arc::new(VarySpec {
+                names,
+                variants: Mutex::new(VecDeque::new()),
+            }),
+        );
+    }
+
+    /// Stores the variant `variant` of the URL `primary`, whose responses vary on
+    /// `names`. Past `max_variants` the oldest variant of the URL is dropped, so a
+    /// client sending ever new header values cannot grow one URL without bound.
+    pub fn insert_variant(
+        &self,
+        primary: &FlightKey,
+        names: Arc<[HeaderName]>,
+        variant: Arc<str>,
+        entry: Entry,
+    ) {
+        let spec = match self.vary.get(primary) {
+            Some(spec) if spec.names == names => spec,
+            _ => {
+                // First variant, or the origin now varies on other fields: the old
+                // variants were selected by the wrong fields.
+                self.invalidate_variants(primary);
+                let spec = Arc::new(VarySpec {
+                    names,
+                    variants: Mutex::new(VecDeque::new()),
+                });
+                self.vary.insert(primary.clone(), Arc::clone(&spec));
+                spec
+            }
+        };
+        self.entries.invalidate(primary);
+        let evicted = {
+            let mut variants = spec.variants.lock().unwrap_or_else(|p| p.into_inner());
+            if !variants.contains(&variant) {
+                variants.push_back(Arc::clone(&variant));
+            }
+            let mut evicted = Vec::new();
+            while variants.len() > self.max_variants {
+                evicted.extend(variants.pop_front());
+            }
+            evicted
+        };
+        for old in evicted {
+            self.entries.invalidate(&primary.with_variant(old));
+        }
+        self.entries
+            .insert(primary.with_variant(variant), Arc::new(entry));
     }
 
     /// Drops `key`.
     pub fn invalidate(&self, key: &FlightKey) {
         self.entries.invalidate(key);
+    }
+
+    /// Drops every stored response of the URL `primary`: the plain one and every
+    /// variant (RFC 9111 §4.4).
+    pub fn invalidate_url(&self, primary: &FlightKey) {
+        self.entries.invalidate(primary);
+        self.invalidate_variants(primary);
+    }
+
+    fn invalidate_variants(&self, primary: &FlightKey) {
+        if let Some(spec) = self.vary.remove(primary) {
+            let variants =
+                std::mem::take(&mut *spec.variants.lock().unwrap_or_else(|p| p.into_inner()));
+            for variant in variants {
+                self.entries.invalidate(&primary.with_variant(variant));
+            }
+        }
     }
 
     /// Approximate number of entries.
@@ -276,30 +461,38 @@ pub fn xfetch_due(fill: Duration, remaining: Duration, beta: f64, u: f64) -> boo
 /// What may be done with an origin response.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub enum Storability {
-    /// Store it: fresh for `ttl`, then stale-servable for `grace`.
-    Store {
-        /// Freshness lifetime (jitter applied).
-        ttl: Duration,
-        /// Stale-while-revalidate window.
-        grace: Duration,
-    },
+    /// Store it with these windows.
+    Store(Freshness),
     /// Give it to the requests already waiting on this fill, but do not store it.
     ShareOnly,
-    /// Per-user (`private`, `no-store`, `Set-Cookie`, `Vary` on request headers):
-    /// only the leader's client gets it; waiters fetch on their own.
+    /// Per-user (`private`, `no-store`, `Set-Cookie`, `Vary: *`): only the leader's
+    /// client gets it; waiters fetch on their own.
     Private,
 }
 
-/// Statuses stored by default (RFC 9110 heuristically cacheable, less 206/405/414/501).
-fn status_storable(status: StatusCode) -> bool {
+/// Statuses heuristically cacheable (RFC 9110 §15.1), less 206 (ranges are not
+/// stored here), 405, 414 and 501 (rare and cheap to ask again).
+fn heuristically_cacheable(status: StatusCode) -> bool {
     matches!(
         status.as_u16(),
         200 | 203 | 204 | 300 | 301 | 308 | 404 | 410
     )
 }
 
-/// Decides what to do with a (non-5xx) origin response. `u` is a uniform draw in
-/// [0, 1) for the jitter.
+/// Statuses this cache stores when the origin gives them explicit freshness
+/// (RFC 9111 §3: a status the cache understands); redirects that are not
+/// heuristically cacheable need `max-age` or `Expires`.
+fn storable_with_explicit_freshness(status: StatusCode) -> bool {
+    heuristically_cacheable(status) || matches!(status.as_u16(), 302 | 307)
+}
+
+/// The share of a response's `Last-Modified` age used as heuristic freshness
+/// (RFC 9111 §4.2.2 suggests 10 %), and its cap.
+const HEURISTIC_FRACTION: f64 = 0.1;
+const HEURISTIC_MAX: Duration = Duration::from_secs(24 * 3600);
+
+/// Decides what to do with an origin response (not a 5xx, which is never stored).
+/// `u` is a uniform draw in [0, 1) for the jitter.
 pub fn classify(
     status: StatusCode,
     headers: &HeaderMap,
@@ -307,105 +500,105 @@ pub fn classify(
     now: SystemTime,
     u: f64,
 ) -> Storability {
+    // Set-Cookie responses are per user in practice, whatever the RFC allows.
     if headers.contains_key(header::SET_COOKIE) {
         return Storability::Private;
     }
-    let directives = CacheControl::parse(headers);
-    if directives.private || directives.no_store {
+    let d = ResponseDirectives::parse(headers);
+    if d.private || d.no_store || Vary::parse(headers) == Vary::Any {
         return Storability::Private;
     }
-    if let Some(vary) = headers.get(header::VARY) {
-        // Fills send no per-user headers (and no Accept-Encoding), so a response that
-        // varies only on encoding is the same for everyone; anything else is not.
-        let only_encoding = vary.to_str().is_ok_and(|v| {
-            v.split(',')
-                .map(str::trim)
-                .all(|f| f.is_empty() || f.eq_ignore_ascii_case("accept-encoding"))
-        });
-        if !only_encoding {
-            return Storability::Private;
-        }
-    }
-    if directives.no_cache || !status_storable(status) {
+    let explicit = match d.s_maxage.or(d.max_age) {
+        Some(secs) => Some(Duration::from_secs(secs)),
+        None if d.targeted => None,
+        None => expires_ttl(headers, now),
+    };
+    let storable = if explicit.is_some() {
+        storable_with_explicit_freshness(status)
+    } else {
+        heuristically_cacheable(status) || (d.public && storable_with_explicit_freshness(status))
+    };
+    if !storable || status.is_server_error() {
         return Storability::ShareOnly;
     }
     let jitter = config.jitter;
-    let ttl = match directives.s_maxage.or(directives.max_age) {
-        Some(secs) => Some(Duration::from_secs(secs)),
-        None => expires_ttl(headers, now),
-    };
-    let ttl = match ttl {
+    let ttl = match explicit {
         // The origin's lifetime is a ceiling: jitter may only shorten it.
         Some(t) => t.mul_f64(1.0 - jitter * u),
-        None => {
+        // Silent origin: the configured default, if the operator set one ...
+        None if config.default_ttl_ms > 0 => {
             Duration::from_millis(config.default_ttl_ms).mul_f64(1.0 + jitter * (2.0 * u - 1.0))
         }
+        // ... else a share of the time since the last modification (RFC 9111 §4.2.2).
+        None => heuristic_ttl(headers, now),
     };
     // The lifetime runs from the origin's response: time it already spent in a
-    // cache upstream (its `Age`) is used up.
-    let ttl = ttl.saturating_sub(Duration::from_secs(origin_age(headers)));
-    if ttl.is_zero() {
+    // cache upstream (its `Age`) is used up, and so is that much of the stale windows
+    // once it is past the lifetime.
+    let age = Duration::from_secs(origin_age(headers));
+    let ttl = if d.no_cache { Duration::ZERO } else { ttl };
+    let overdue = age.saturating_sub(ttl);
+    let ttl = ttl.saturating_sub(age);
+    let validators =
+        headers.contains_key(header::ETAG) || headers.contains_key(header::LAST_MODIFIED);
+    let config_grace = Duration::from_millis(config.stale_grace_ms);
+    let (grace, if_error) = if d.forbids_stale() {
+        (Duration::ZERO, Duration::ZERO)
+    } else {
+        (
+            d.stale_while_revalidate
+                .map_or(config_grace, Duration::from_secs)
+                .saturating_sub(overdue),
+            d.stale_if_error
+                .map_or(config_grace, Duration::from_secs)
+                .saturating_sub(overdue),
+        )
+    };
+    let keep = if validators {
+        Duration::from_millis(config.keep_for_revalidation_ms)
+    } else {
+        Duration::ZERO
+    };
+    if ttl.is_zero() && grace.is_zero() && if_error.is_zero() && !validators {
+        // Nothing this cache could ever do with it.
         return Storability::ShareOnly;
     }
-    let grace = directives
-        .stale_while_revalidate
-        .map(Duration::from_secs)
-        .unwrap_or(Duration::from_millis(config.stale_grace_ms));
-    Storability::Store { ttl, grace }
+    Storability::Store(Freshness {
+        ttl,
+        grace,
+        if_error,
+        keep,
+    })
+}
+
+fn http_date(headers: &HeaderMap, name: header::HeaderName) -> Option<SystemTime> {
+    headers
+        .get(name)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| httpdate::parse_http_date(v).ok())
 }
 
 fn expires_ttl(headers: &HeaderMap, now: SystemTime) -> Option<Duration> {
-    let expires = headers.get(header::EXPIRES)?.to_str().ok();
+    if !headers.contains_key(header::EXPIRES) {
+        return None;
+    }
     // An unparsable Expires means "already expired" (RFC 9111 §5.3).
-    let Some(expires) = expires.and_then(|v| httpdate::parse_http_date(v).ok()) else {
+    let Some(expires) = http_date(headers, header::EXPIRES) else {
         return Some(Duration::ZERO);
     };
-    let date = headers
-        .get(header::DATE)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| httpdate::parse_http_date(v).ok())
-        .unwrap_or(now);
+    let date = http_date(headers, header::DATE).unwrap_or(now);
     Some(expires.duration_since(date).unwrap_or(Duration::ZERO))
 }
 
-#[derive(Debug, Default)]
-struct CacheControl {
-    private: bool,
-    no_store: bool,
-    no_cache: bool,
-    max_age: Option<u64>,
-    s_maxage: Option<u64>,
-    stale_while_revalidate: Option<u64>,
-}
-
-impl CacheControl {
-    fn parse(headers: &HeaderMap) -> CacheControl {
-        let mut cc = CacheControl::default();
-        for value in headers.get_all(header::CACHE_CONTROL) {
-            let Ok(value) = value.to_str() else {
-                // Unreadable directives: assume the strictest.
-                cc.no_store = true;
-                continue;
-            };
-            for directive in value.split(',') {
-                let (name, arg) = match directive.split_once('=') {
-                    Some((n, a)) => (n.trim(), Some(a.trim().trim_matches('"'))),
-                    None => (directive.trim(), None),
-                };
-                let secs = arg.and_then(|a| a.parse::<u64>().ok());
-                match name.to_ascii_lowercase().as_str() {
-                    "private" => cc.private = true,
-                    "no-store" => cc.no_store = true,
-                    "no-cache" => cc.no_cache = true,
-                    "max-age" => cc.max_age = Some(secs.unwrap_or(0)),
-                    "s-maxage" => cc.s_maxage = Some(secs.unwrap_or(0)),
-                    "stale-while-revalidate" => cc.stale_while_revalidate = secs,
-                    _ => {}
-                }
-            }
-        }
-        cc
-    }
+fn heuristic_ttl(headers: &HeaderMap, now: SystemTime) -> Duration {
+    let Some(modified) = http_date(headers, header::LAST_MODIFIED) else {
+        return Duration::ZERO;
+    };
+    let date = http_date(headers, header::DATE).unwrap_or(now);
+    date.duration_since(modified)
+        .unwrap_or(Duration::ZERO)
+        .mul_f64(HEURISTIC_FRACTION)
+        .min(HEURISTIC_MAX)
 }
 
 #[cfg(test)]
@@ -445,7 +638,7 @@ mod tests {
     fn ttl_comes_from_s_maxage_then_max_age_then_expires_then_default() {
         let c = cfg();
         let ttl = |s: Storability| match s {
-            Storability::Store { ttl, .. } => ttl,
+            Storability::Store(f) => f.ttl,
             other => panic!("not stored: {other:?}"),
         };
         assert_eq!(
@@ -479,9 +672,34 @@ mod tests {
             ttl(classify_now(200, &h, &c, 0.5)),
             Duration::from_secs(120)
         );
+        // A silent origin: nothing stored by default ...
+        assert_eq!(classify_now(200, &[], &c, 0.5), Storability::ShareOnly);
+        // ... the configured default when set ...
+        let with_default = CacheConfig {
+            default_ttl_ms: 60_000,
+            ..cfg()
+        };
         assert_eq!(
-            ttl(classify_now(200, &[], &c, 0.5)),
+            ttl(classify_now(200, &[], &with_default, 0.5)),
             Duration::from_secs(60)
+        );
+        // ... else 10 % of the Last-Modified age (RFC 9111 §4.2.2).
+        let lm = [
+            ("date", httpdate::fmt_http_date(date)),
+            (
+                "last-modified",
+                httpdate::fmt_http_date(date - Duration::from_secs(1000)),
+            ),
+        ];
+        let lm: Vec<(&str, &str)> = lm.iter().map(|(k, v)| (*k, v.as_str())).collect();
+        assert_eq!(
+            ttl(classify_now(200, &lm, &c, 0.5)),
+            Duration::from_secs(100)
+        );
+        assert_eq!(
+            classify_now(302, &lm, &c, 0.5),
+            Storability::ShareOnly,
+            "302 is not heuristically cacheable"
         );
         assert_eq!(
             classify_now(200, &[("expires", "garbage")], &c, 0.5),
@@ -493,10 +711,11 @@ mod tests {
     fn jitter_spreads_the_default_both_ways_and_only_shortens_origin_ttls() {
         let c = CacheConfig {
             jitter: 0.1,
+            default_ttl_ms: 60_000,
             ..CacheConfig::default()
         };
         let ttl = |s: Storability| match s {
-            Storability::Store { ttl, .. } => ttl,
+            Storability::Store(f) => f.ttl,
             other => panic!("not stored: {other:?}"),
         };
         assert_eq!(
@@ -525,7 +744,7 @@ mod tests {
             vec![("cache-control", "private, max-age=60")],
             vec![("cache-control", "no-store")],
             vec![("set-cookie", "s=1"), ("cache-control", "max-age=60")],
-            vec![("vary", "Accept-Language")],
+            vec![("vary", "*"), ("cache-control", "max-age=60")],
         ] {
             assert_eq!(
                 classify_now(200, &h, &c, 0.5),
@@ -543,9 +762,24 @@ mod tests {
         );
         assert_eq!(classify_now(302, &[], &c, 0.5), Storability::ShareOnly);
         assert!(matches!(
-            classify_now(200, &[("vary", "accept-encoding")], &c, 0.5),
-            Storability::Store { .. }
+            classify_now(
+                200,
+                &[("vary", "accept-language"), ("cache-control", "max-age=5")],
+                &c,
+                0.5
+            ),
+            Storability::Store(_)
         ));
+        // no-cache with a validator: stored, but never fresh (always revalidated).
+        match classify_now(
+            200,
+            &[("cache-control", "no-cache, max-age=60"), ("etag", "\"1\"")],
+            &c,
+            0.5,
+        ) {
+            Storability::Store(f) => assert_eq!((f.ttl, f.grace), (Duration::ZERO, Duration::ZERO)),
+            other => panic!("{other:?}"),
+        }
     }
 
     #[test]
@@ -557,7 +791,7 @@ mod tests {
             &c,
             0.5,
         ) {
-            Storability::Store { grace, .. } => assert_eq!(grace, Duration::from_secs(30)),
+            Storability::Store(f) => assert_eq!(f.grace, Duration::from_secs(30)),
             other => panic!("{other:?}"),
         }
     }
@@ -610,16 +844,17 @@ mod tests {
     fn an_origin_age_uses_up_part_of_the_lifetime() {
         let c = cfg();
         let ttl = |h: &[(&str, &str)]| match classify_now(200, h, &c, 0.5) {
-            Storability::Store { ttl, .. } => Some(ttl),
+            Storability::Store(f) => Some(f.ttl),
             _ => None,
         };
         let cc = ("cache-control", "max-age=100");
         assert_eq!(ttl(&[cc, ("age", "30")]), Some(Duration::from_secs(70)));
         assert_eq!(ttl(&[cc, ("age", "100")]), None, "already expired upstream");
         assert_eq!(ttl(&[cc, ("age", "soon")]), Some(Duration::from_secs(100)));
-        assert_eq!(ttl(&[("age", "20")]), Some(Duration::from_secs(40)));
+        assert_eq!(ttl(&[("age", "20")]), None, "no default lifetime");
         assert_eq!(origin_age(&headers(&[("age", " 12 ")])), 12);
         assert_eq!(origin_age(&headers(&[("age", "-1")])), 0);
+        assert_eq!(origin_age(&headers(&[("age", "7200, 0")])), 7200);
         assert_eq!(origin_age(&headers(&[("age", "99999999999")])), 1 << 31);
     }
 
@@ -677,6 +912,55 @@ mod tests {
             wasted.get(),
             1,
             "used, plain and invalidated entries are not waste"
+        );
+    }
+
+    #[test]
+    fn variants_of_a_url_are_capped_and_invalidated_together() {
+        let c = CacheConfig {
+            max_variants: 2,
+            ..cfg()
+        };
+        let cache = L1Cache::new(&c);
+        let url = FlightKey::new(TenantId::new("t").unwrap(), CacheKey::new("/v").unwrap());
+        let names: Arc<[HeaderName]> = vec![header::ACCEPT_ENCODING].into();
+        let entry = || {
+            Entry::new(
+                StatusCode::OK,
+                HeaderMap::new(),
+                Bytes::from_static(b"x"),
+                Duration::from_secs(60),
+                Duration::ZERO,
+                Duration::from_millis(1),
+                false,
+            )
+        };
+        let request = |ae: &str| headers(&[("accept-encoding", ae)]);
+        for ae in ["gzip", "br", "zstd"] {
+            let key = cache.key_for(&url, &request(ae));
+            let variant: Arc<str> = key
+                .variant()
+                .map(Arc::from)
+                .unwrap_or_else(|| crate::semantics::variant_of(&names, &request(ae)));
+            cache.insert_variant(&url, Arc::clone(&names), variant, entry());
+        }
+        let fresh = |ae: &str| {
+            cache
+                .get_fresh(&cache.key_for(&url, &request(ae)))
+                .is_some()
+        };
+        assert!(!fresh("gzip"), "the oldest variant went past the cap");
+        assert!(fresh("br") && fresh("zstd"));
+        assert!(
+            cache.get_fresh(&url).is_none(),
+            "no plain entry for a varying URL"
+        );
+        cache.invalidate_url(&url);
+        assert!(!fresh("br") && !fresh("zstd"));
+        assert_eq!(
+            cache.key_for(&url, &request("br")),
+            url,
+            "the Vary is forgotten"
         );
     }
 }

@@ -163,15 +163,24 @@ pub struct CacheConfig {
     pub max_bytes: u64,
     /// Largest object that is cached or collapsed; larger ones pass through.
     pub max_object_bytes: u64,
-    /// TTL when the origin gives none (no `Cache-Control` max-age, no `Expires`).
+    /// Freshness lifetime when the origin gives none (no `s-maxage`, `max-age` or
+    /// `Expires`): used instead of the RFC 9111 heuristic. 0 (the default) turns it
+    /// off, so only what the origin says, or the heuristic it allows, applies.
     pub default_ttl_ms: u64,
     /// Spread of TTLs as a fraction: the default TTL moves by ± this much, origin TTLs
     /// only shorten by up to this much, so entries stored together do not expire
     /// together. 0 turns it off.
     pub jitter: f64,
-    /// How long past expiry an entry may be served stale while one refresh runs,
-    /// unless the origin sends `stale-while-revalidate`.
+    /// How long past expiry an entry may be served stale while one refresh runs, or
+    /// instead of an origin error, when the origin sends no `stale-while-revalidate` /
+    /// `stale-if-error` and nothing that forbids stale (`must-revalidate`,
+    /// `proxy-revalidate`, `s-maxage`, `no-cache`). 0 (the default) turns it off.
     pub stale_grace_ms: u64,
+    /// Most stored variants of one URL whose responses `Vary`; past it the oldest goes.
+    pub max_variants: usize,
+    /// How long an expired entry with a validator (`ETag`, `Last-Modified`) is kept
+    /// past its last usable moment, to be revalidated with a conditional request.
+    pub keep_for_revalidation_ms: u64,
     /// XFetch β for probabilistic early refresh; 0 turns it off, 1 is the usual value.
     pub xfetch_beta: f64,
 }
@@ -181,9 +190,11 @@ impl Default for CacheConfig {
         CacheConfig {
             max_bytes: 256 * 1024 * 1024,
             max_object_bytes: 16 * 1024 * 1024,
-            default_ttl_ms: 60_000,
+            default_ttl_ms: 0,
             jitter: 0.1,
-            stale_grace_ms: 10_000,
+            stale_grace_ms: 0,
+            max_variants: 16,
+            keep_for_revalidation_ms: 3_600_000,
             xfetch_beta: 0.0,
         }
     }
@@ -452,8 +463,8 @@ impl Config {
         if c.max_object_bytes > u64::from(u32::MAX) / 2 {
             return Err(invalid("cache.max_object_bytes", "must be below 2 GiB"));
         }
-        if c.default_ttl_ms == 0 {
-            return Err(invalid("cache.default_ttl_ms", "must be positive"));
+        if c.max_variants == 0 {
+            return Err(invalid("cache.max_variants", "must be positive"));
         }
         if !(0.0..1.0).contains(&c.jitter) {
             return Err(invalid("cache.jitter", "must be in [0, 1)"));

@@ -105,18 +105,45 @@ impl FillError {
     }
 }
 
-/// What a flight is for: the tenant (from trusted configuration) and the normalised
-/// cache key. Two tenants with the same path never share a flight or an entry.
+/// What a flight is for: the tenant (from trusted configuration), the normalised
+/// cache key and, for a URL whose responses `Vary`, the variant (the secondary key
+/// of RFC 9111 §4.1, from the request's selecting headers). Two tenants with the same
+/// path never share a flight or an entry; two requests share one only when their
+/// selecting headers match.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct FlightKey {
     tenant: TenantId,
     key: CacheKey,
+    variant: Option<Arc<str>>,
 }
 
 impl FlightKey {
-    /// The key of `tenant`'s `key`.
+    /// The key of `tenant`'s `key` (the URL itself, no variant).
     pub fn new(tenant: TenantId, key: CacheKey) -> FlightKey {
-        FlightKey { tenant, key }
+        FlightKey {
+            tenant,
+            key,
+            variant: None,
+        }
+    }
+
+    /// The key of one variant of this key's URL.
+    pub fn with_variant(&self, variant: Arc<str>) -> FlightKey {
+        FlightKey {
+            tenant: self.tenant.clone(),
+            key: self.key.clone(),
+            variant: Some(variant),
+        }
+    }
+
+    /// The URL's key, without a variant.
+    pub fn primary(&self) -> FlightKey {
+        FlightKey::new(self.tenant.clone(), self.key.clone())
+    }
+
+    /// The variant (normalised selecting headers), if the URL's responses vary.
+    pub fn variant(&self) -> Option<&str> {
+        self.variant.as_deref()
     }
 
     /// The tenant.
@@ -141,6 +168,19 @@ pub struct Head {
     pub fetched_at: tokio::time::Instant,
     /// The `Age` the origin sent, in seconds (0 if none).
     pub initial_age: u64,
+    /// When the response `Vary`s: the selecting fields and the leader's variant. A
+    /// waiter that joined before the `Vary` was known shares the response only when
+    /// its own variant is the same.
+    pub vary: Option<Arc<VaryMatch>>,
+}
+
+/// The selecting fields of a response and the variant of the request it answered.
+#[derive(Debug)]
+pub struct VaryMatch {
+    /// The `Vary` field names.
+    pub names: Arc<[http::HeaderName]>,
+    /// The leader's normalised values of them.
+    pub variant: Arc<str>,
 }
 
 impl Head {
@@ -151,6 +191,7 @@ impl Head {
             headers,
             fetched_at: tokio::time::Instant::now(),
             initial_age: 0,
+            vary: None,
         }
     }
 
@@ -561,6 +602,31 @@ mod tests {
 
     fn key(path: &str) -> FlightKey {
         FlightKey::new(TenantId::new("t").unwrap(), CacheKey::new(path).unwrap())
+    }
+
+    #[test]
+    fn requests_of_different_variants_never_share_a_flight() {
+        let registry = FlightRegistry::new(16);
+        let url = key("/v");
+        let gzip = url.with_variant(Arc::from("accept-encoding:gzip\n"));
+        let br = url.with_variant(Arc::from("accept-encoding:br\n"));
+        let _lead_gzip = match registry.acquire(&gzip, Priority::User) {
+            Acquire::Lead(p) => p,
+            _ => panic!("first gzip request leads"),
+        };
+        assert!(matches!(
+            registry.acquire(&br, Priority::User),
+            Acquire::Lead(_)
+        ));
+        assert!(matches!(
+            registry.acquire(&url, Priority::User),
+            Acquire::Lead(_)
+        ));
+        assert!(matches!(
+            registry.acquire(&gzip, Priority::User),
+            Acquire::Join(_)
+        ));
+        assert_eq!(gzip.primary(), url);
     }
 
     fn head() -> Head {

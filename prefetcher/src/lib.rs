@@ -12,7 +12,11 @@
 //! - `config`: [`Config`] (TOML, defaults, `validate()`).
 //! - `status`: the `x-cache` vocabulary ([`X_CACHE`], [`CacheStatus`]) and the
 //!   pre-warm [`RejectReason`]s, each its own metric label.
-//! - `cache`: [`L1Cache`], TTL/jitter/stale-while-revalidate/XFetch rules.
+//! - `semantics`: HTTP caching rules that need no state (RFC 9111 directives, the
+//!   RFC 9213 targeted fields, `Age`, `Vary` and variant keys, hop-by-hop fields,
+//!   conditional requests, the `304` merge).
+//! - `cache`: [`L1Cache`] (entries and the variants of each URL), freshness,
+//!   jitter, stale windows, XFetch.
 //! - `flight`: [`FlightRegistry`], [`FillPermit`], [`FlightSubscriber`], [`FillError`].
 //! - `origin`: [`OriginClient`] (timeouts, pooled connections, `http://` and
 //!   `https://`) and [`Tenant`].
@@ -39,9 +43,10 @@
 //!   access log to access events, pre-warm commands to requests to the local cache.
 //!
 //! Modules depend on each other without a cycle, and no production module names
-//! `testing` (checked by `tests/tests/module_graph.rs`). `status`, `config`, `events` and `flight`
-//! depend on no other module; `tls` on `config`; `limits`, `cache`, `metrics`,
-//! `origin` and `faults` on those; `publisher` on `config`, `events`, `metrics`; `proxy` on everything so far
+//! `testing` (checked by `tests/tests/module_graph.rs`). `status`, `config`, `events`,
+//! `semantics` and `flight` depend on no other module; `tls` on `config`; `limits`,
+//! `cache`, `metrics`, `origin` and `faults` on those; `publisher` on `config`,
+//! `events`, `metrics`; `proxy` on everything so far
 //! but `publisher`; `server` on `proxy`; `prewarm` on `proxy`, `publisher` and below;
 //! `run` on all but `testing`, which is on top; `agent` on `publisher`, `prewarm`,
 //! `limits`, `proxy` (key normalisation) and below, and nothing on it.
@@ -60,6 +65,7 @@ mod prewarm;
 mod proxy;
 mod publisher;
 mod run;
+mod semantics;
 mod server;
 mod status;
 #[cfg(feature = "testing")]
@@ -70,7 +76,7 @@ pub use agent::{
     AgentConfig, AgentError, AgentHandle, AgentMetrics, AgentTenant, FollowStats, Line, LineMapper,
     LogFollower, LogFormat, MalformedLine, Position, SkipReason, WarmConfig, spawn_agent,
 };
-pub use cache::{Entry, L1Cache, Lookup, Storability, classify, origin_age, xfetch_due};
+pub use cache::{Entry, Freshness, L1Cache, Lookup, Storability, classify, origin_age, xfetch_due};
 pub use config::{
     CacheConfig, Config, ConfigError, FlightConfig, KafkaConfig, OffsetReset, OriginConfig,
     PrefetchConfig, RequestLimits, TenantConfig, TlsListenConfig, WaitTimeoutPolicy,
@@ -78,14 +84,23 @@ pub use config::{
 pub use events::{ChannelSink, Dropped, EventSink, NoopSink, OutcomeRecord};
 pub use flight::{
     Acquire, FillError, FillPermit, FlightKey, FlightRegistry, FlightSubscriber, Head, HeadOutcome,
+    VaryMatch,
 };
 pub use limits::{FillClass, FillLimiter, FillSlot, retry_after_secs};
 pub use metrics::Metrics;
 pub use models::Priority;
-pub use origin::{OriginClient, Tenant};
+pub use origin::{
+    ClientAddr, OriginClient, Tenant, fill_headers, forwarded_headers, prewarm_headers,
+};
 pub use prewarm::{PrewarmConsumer, check_prewarm, handle_prewarm};
 pub use proxy::{Node, PrewarmError, PrewarmOutcome, admin_app, app, normalise_key};
 pub use publisher::EventPublisher;
 pub use run::{NodeHandle, NodeOptions, StartError, spawn_node, spawn_node_with};
+pub use semantics::{
+    CDN_CACHE_CONTROL, EDGE_PULSE_CACHE_CONTROL, MAX_AGE_SECS, RequestDirectives,
+    ResponseDirectives, UNKEYED_REWRITES, Vary, add_via, age_of, is_conditional,
+    merge_not_modified, normalise_accept_encoding, not_modified, not_modified_headers,
+    strip_hop_by_hop, variant_of,
+};
 pub use server::{ServeOptions, serve, serve_node, serve_node_tls, shutdown_signal};
 pub use status::{CacheStatus, RejectReason, X_CACHE};

@@ -87,7 +87,8 @@ struct Cli {
     #[arg(long, env = "PREFETCHER_CACHE_BYTES")]
     cache_bytes: Option<u64>,
 
-    /// TTL when the origin sends none, in milliseconds.
+    /// Freshness lifetime when the origin sends none, in milliseconds (0 = off: only
+    /// the origin's headers and the RFC 9111 heuristic apply).
     #[arg(long, env = "PREFETCHER_DEFAULT_TTL_MS")]
     default_ttl_ms: Option<u64>,
 

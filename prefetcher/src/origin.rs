@@ -22,6 +22,7 @@ use crate::config::{
 };
 use crate::flight::FillError;
 use crate::limits::FillLimiter;
+use crate::semantics::{UNKEYED_REWRITES, add_via};
 use crate::tls::{ServerNames, origin_client_config, tls_failure};
 
 /// A tenant as the node resolved it from trusted configuration.
@@ -61,23 +62,94 @@ impl Tenant {
     }
 }
 
-/// Hop-by-hop headers (RFC 9110 §7.6.1) and ours, never copied between hops.
-pub(crate) fn strip_hop_by_hop(headers: &mut HeaderMap) {
+pub(crate) use crate::semantics::strip_hop_by_hop;
+
+/// The client's connection as the listener saw it: its address becomes the hop this
+/// node appends to `X-Forwarded-For`, and whether it came over TLS sets
+/// `X-Forwarded-Proto`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ClientAddr {
+    /// The client's socket address.
+    pub addr: std::net::SocketAddr,
+    /// The connection came through the TLS listener.
+    pub tls: bool,
+}
+
+/// The headers a client request is forwarded with (RFC 9110 §7.6): the client's
+/// end-to-end fields, without hop-by-hop ones (and those named in `Connection`),
+/// without the unkeyed rewrite fields ([`UNKEYED_REWRITES`]) and `Forwarded`, with
+/// `Via` and `X-Forwarded-For`/`-Proto` added; `Host` is set per tenant when sent.
+pub fn forwarded_headers(
+    client: &HeaderMap,
+    version: http::Version,
+    client_addr: Option<ClientAddr>,
+) -> HeaderMap {
+    let mut headers = client.clone();
+    strip_hop_by_hop(&mut headers);
+    for name in UNKEYED_REWRITES {
+        headers.remove(name);
+    }
+    headers.remove(header::FORWARDED);
+    headers.remove(header::HOST);
+    add_via(&mut headers, version);
+    if let Some(ClientAddr { addr, .. }) = client_addr {
+        let ip = addr.ip().to_string();
+        let value = match headers.get(X_FORWARDED_FOR).and_then(|v| v.to_str().ok()) {
+            Some(earlier) => format!("{earlier}, {ip}"),
+            None => ip,
+        };
+        if let Ok(value) = HeaderValue::from_str(&value) {
+            headers.insert(X_FORWARDED_FOR, value);
+        }
+    }
+    let proto = match client_addr {
+        Some(ClientAddr { tls: true, .. }) => "https",
+        _ => "http",
+    };
+    headers.insert(X_FORWARDED_PROTO, HeaderValue::from_static(proto));
+    headers
+}
+
+/// The headers of a fill for a client request: [`forwarded_headers`] less what would
+/// make the origin's answer unfit to store for others: the client's own validators
+/// (this node validates with its stored ones and answers the client's itself), `Range`
+/// and anything that describes a request body.
+pub fn fill_headers(
+    client: &HeaderMap,
+    version: http::Version,
+    client_addr: Option<ClientAddr>,
+) -> HeaderMap {
+    let mut headers = forwarded_headers(client, version, client_addr);
     for name in [
-        header::CONNECTION,
-        header::TE,
-        header::TRAILER,
-        header::TRANSFER_ENCODING,
-        header::UPGRADE,
-        header::PROXY_AUTHORIZATION,
-        header::PROXY_AUTHENTICATE,
+        header::IF_NONE_MATCH,
+        header::IF_MODIFIED_SINCE,
+        header::IF_MATCH,
+        header::IF_UNMODIFIED_SINCE,
+        header::IF_RANGE,
+        header::RANGE,
+        header::CONTENT_LENGTH,
+        header::CONTENT_TYPE,
+        header::EXPECT,
     ] {
         headers.remove(name);
     }
-    headers.remove("keep-alive");
-    headers.remove("proxy-connection");
-    headers.remove("x-cache");
+    headers
 }
+
+/// The headers of a pre-warm fill: a plain `GET` as a client without preferences
+/// sends it, so it fills the variant such a request selects.
+pub fn prewarm_headers() -> HeaderMap {
+    let mut headers = HeaderMap::with_capacity(4);
+    headers.insert(
+        header::USER_AGENT,
+        HeaderValue::from_static("edge-pulse-prefetcher"),
+    );
+    add_via(&mut headers, http::Version::HTTP_11);
+    headers
+}
+
+const X_FORWARDED_FOR: &str = "x-forwarded-for";
+const X_FORWARDED_PROTO: &str = "x-forwarded-proto";
 
 /// The origin client and the fill limits.
 #[derive(Clone)]
@@ -164,34 +236,33 @@ impl OriginClient {
         &self.limiter
     }
 
-    /// A fill request: `GET` of the key with no client headers at all, so the response
-    /// is the same for every client that shares it. A 5xx is an error.
+    /// A fill request: `GET` of the key with `headers` (from [`fill_headers`] or
+    /// [`prewarm_headers`], plus validators for a revalidation) and the tenant's
+    /// `Host`. The origin's status, 5xx included, is the caller's to judge.
     pub async fn get(
         &self,
         tenant: &Tenant,
         key: &CacheKey,
+        mut headers: HeaderMap,
     ) -> Result<Response<Incoming>, FillError> {
-        let request = Request::builder()
+        headers.insert(header::HOST, tenant.host.clone());
+        let mut request = Request::builder()
             .method(Method::GET)
             .uri(tenant.uri(key.as_str())?)
-            .header(header::HOST, tenant.host.clone())
-            .header(header::USER_AGENT, "edge-pulse-prefetcher")
-            .header(header::VIA, "1.1 edge-pulse")
             .body(Body::empty())
             .map_err(|e| FillError::Connect(e.to_string()))?;
-        let response = self.send(request).await?;
-        if response.status().is_server_error() {
-            return Err(FillError::Upstream(response.status().as_u16()));
-        }
-        Ok(response)
+        *request.headers_mut() = headers;
+        self.send(request).await
     }
 
-    /// A pass-through request (other methods, credentials, ranges): the client's
-    /// request with its body, hop-by-hop headers removed and the tenant's `Host`.
+    /// A pass-through request (other methods, credentials, ranges, a `GET` with a
+    /// body): the client's request with its body and [`forwarded_headers`], and the
+    /// tenant's `Host`.
     pub async fn forward(
         &self,
         tenant: &Tenant,
         request: Request<Body>,
+        client_addr: Option<ClientAddr>,
     ) -> Result<Response<Incoming>, FillError> {
         let (mut parts, body) = request.into_parts();
         let path = parts
@@ -200,11 +271,8 @@ impl OriginClient {
             .map(|p| p.as_str())
             .unwrap_or("/");
         parts.uri = tenant.uri(path)?;
-        strip_hop_by_hop(&mut parts.headers);
+        parts.headers = forwarded_headers(&parts.headers, parts.version, client_addr);
         parts.headers.insert(header::HOST, tenant.host.clone());
-        parts
-            .headers
-            .append(header::VIA, HeaderValue::from_static("1.1 edge-pulse"));
         parts.version = http::Version::HTTP_11;
         self.send(Request::from_parts(parts, body)).await
     }

@@ -22,6 +22,7 @@ use hyper_util::service::TowerToHyperService;
 use tokio::net::TcpListener;
 use tokio_rustls::TlsAcceptor;
 
+use crate::origin::ClientAddr;
 use crate::proxy::Node;
 
 /// Options of [`serve`].
@@ -55,14 +56,8 @@ pub async fn serve(
     shutdown: impl Future<Output = ()>,
     options: ServeOptions,
 ) {
-    serve_with(
-        listener,
-        TowerToHyperService::new(router),
-        None,
-        shutdown,
-        options,
-    )
-    .await;
+    let service = TowerToHyperService::new(router);
+    serve_with(listener, move |_| service.clone(), None, shutdown, options).await;
 }
 
 /// Serves `node`'s proxy on `listener` (the same requests and answers as
@@ -73,7 +68,8 @@ pub async fn serve_node(
     shutdown: impl Future<Output = ()>,
     options: ServeOptions,
 ) {
-    serve_with(listener, ProxyService(node), None, shutdown, options).await;
+    let service = move |client| ProxyService(node.clone(), client);
+    serve_with(listener, service, None, shutdown, options).await;
 }
 
 /// Serves `node`'s proxy over TLS on `listener`, like [`serve_node`]: HTTP/2 or
@@ -88,22 +84,18 @@ pub async fn serve_node_tls(
     options: ServeOptions,
 ) {
     let acceptor = TlsAcceptor::from(tls);
-    serve_with(
-        listener,
-        ProxyService(node),
-        Some(acceptor),
-        shutdown,
-        options,
-    )
-    .await;
+    let service = move |client| ProxyService(node.clone(), client);
+    serve_with(listener, service, Some(acceptor), shutdown, options).await;
 }
 
 /// Longest a client may take over its TLS handshake.
 const TLS_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 
-/// A node as a hyper service: one boxed future per request, nothing else.
+/// A node as a hyper service for one connection: one boxed future per request,
+/// nothing else; the client's address and whether it came over TLS ride along
+/// without touching the request's extensions (which would allocate per request).
 #[derive(Clone)]
-struct ProxyService(Node);
+struct ProxyService(Node, ClientAddr);
 
 impl hyper::service::Service<http::Request<Incoming>> for ProxyService {
     type Response = http::Response<Body>;
@@ -111,14 +103,14 @@ impl hyper::service::Service<http::Request<Incoming>> for ProxyService {
     type Future = Pin<Box<dyn Future<Output = Result<Self::Response, Infallible>> + Send>>;
 
     fn call(&self, request: http::Request<Incoming>) -> Self::Future {
-        let node = self.0.clone();
-        Box::pin(async move { Ok(node.handle(request.map(Body::new)).await) })
+        let (node, peer) = (self.0.clone(), self.1);
+        Box::pin(async move { Ok(node.handle_from(request.map(Body::new), Some(peer)).await) })
     }
 }
 
 async fn serve_with<S>(
     listener: TcpListener,
-    service: S,
+    service_for: impl Fn(ClientAddr) -> S,
     tls: Option<TlsAcceptor>,
     shutdown: impl Future<Output = ()>,
     options: ServeOptions,
@@ -150,8 +142,8 @@ async fn serve_with<S>(
     loop {
         tokio::select! {
             accepted = listener.accept() => {
-                let stream = match accepted {
-                    Ok((stream, _)) => stream,
+                let (stream, peer) = match accepted {
+                    Ok(accepted) => accepted,
                     Err(e) => {
                         // Out of file descriptors and the like: back off, keep serving.
                         tracing::warn!(error = %e, "accept failed");
@@ -160,9 +152,9 @@ async fn serve_with<S>(
                     }
                 };
                 let _ = stream.set_nodelay(true);
+                let service = service_for(ClientAddr { addr: peer, tls: tls.is_some() });
                 if let Some(acceptor) = &tls {
-                    let (acceptor, builder, service) =
-                        (acceptor.clone(), builder.clone(), service.clone());
+                    let (acceptor, builder) = (acceptor.clone(), builder.clone());
                     let watcher = graceful.watcher();
                     tokio::spawn(async move {
                         let stream = match tokio::time::timeout(
@@ -191,7 +183,7 @@ async fn serve_with<S>(
                     continue;
                 }
                 let connection = builder
-                    .serve_connection(TokioIo::new(stream), service.clone())
+                    .serve_connection(TokioIo::new(stream), service)
                     .into_owned();
                 let connection = graceful.watch(connection);
                 tokio::spawn(async move {

@@ -44,7 +44,55 @@ pub enum Behaviour {
     Truncate,
 }
 
+/// A scripted answer of the synthetic origin (see [`SyntheticOrigin::script`]).
+#[derive(Debug, Clone)]
+pub struct Scripted {
+    /// Status.
+    pub status: u16,
+    /// Response headers, in order (repeats allowed).
+    pub headers: Vec<(String, String)>,
+    /// The body; `None` is the origin's usual body for the path (none for 304/204).
+    pub body: Option<Bytes>,
+}
+
+impl Scripted {
+    /// `status` with these headers and the usual body.
+    pub fn new(status: u16, headers: &[(&str, &str)]) -> Scripted {
+        Scripted {
+            status,
+            headers: headers
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+            body: None,
+        }
+    }
+
+    /// The same, with this body.
+    pub fn with_body(mut self, body: impl Into<Bytes>) -> Scripted {
+        self.body = Some(body.into());
+        self
+    }
+}
+
+/// One request as the synthetic origin received it.
+#[derive(Debug, Clone)]
+pub struct Received {
+    /// Method.
+    pub method: http::Method,
+    /// Path and query.
+    pub path: String,
+    /// Every header as received.
+    pub headers: HeaderMap,
+}
+
+/// How a scripted path answers: from the request's headers and how many requests
+/// for the path came before it (0 for the first).
+type Script = dyn Fn(&HeaderMap, usize) -> Scripted + Send + Sync;
+
 struct OriginState {
+    scripts: Mutex<HashMap<String, Arc<Script>>>,
+    received: Mutex<Vec<Received>>,
     name: String,
     fills: AtomicUsize,
     per_path: Mutex<HashMap<String, usize>>,
@@ -62,7 +110,8 @@ struct OriginState {
 ///
 /// The body of `path` is [`SyntheticOrigin::body_for`]`(name, path, size)`, where the
 /// size is the one set by [`set_body_size`](Self::set_body_size) or, for paths under
-/// `/bytes/N/`, N. `GET /__origin/fills?path=/p` returns the fill count of `/p` (or of
+/// `/bytes/N/`, N. A path under `/vary/` is answered as the rest of it, with
+/// `Vary: Accept-Encoding`. Paths given a [`script`](Self::script) answer by it. `GET /__origin/fills?path=/p` returns the fill count of `/p` (or of
 /// every path without `path=`) and is not itself counted.
 pub struct SyntheticOrigin {
     addr: SocketAddr,
@@ -99,6 +148,8 @@ impl SyntheticOrigin {
     pub fn serve_on(listener: TcpListener, name: &str) -> SyntheticOrigin {
         let addr = listener.local_addr().expect("origin address");
         let state = Arc::new(OriginState {
+            scripts: Mutex::new(HashMap::new()),
+            received: Mutex::new(Vec::new()),
             name: name.to_string(),
             fills: AtomicUsize::new(0),
             per_path: Mutex::new(HashMap::new()),
@@ -191,6 +242,26 @@ impl SyntheticOrigin {
         lock(&self.state.extra_headers).push((name.into(), value.into()));
     }
 
+    /// Answers requests for `path` (with its query, as received) by `script`, called
+    /// with the request's headers and the number of earlier requests for the path.
+    /// Holds, latency and counting apply as for any request.
+    pub fn script(
+        &self,
+        path: &str,
+        script: impl Fn(&HeaderMap, usize) -> Scripted + Send + Sync + 'static,
+    ) {
+        lock(&self.state.scripts).insert(path.to_string(), Arc::new(script));
+    }
+
+    /// Every request received for `path` (with its query), oldest first.
+    pub fn received(&self, path: &str) -> Vec<Received> {
+        lock(&self.state.received)
+            .iter()
+            .filter(|r| r.path == path)
+            .cloned()
+            .collect()
+    }
+
     /// Waits (up to 30 s, then panics) until `n` requests are being answered.
     pub async fn wait_in_flight(&self, n: usize) {
         wait_until(|| self.in_flight() >= n, "origin requests in flight").await;
@@ -238,7 +309,18 @@ async fn origin_handler(State(state): State<Arc<OriginState>>, request: Request)
         return Response::new(Body::from(format!("{count}\n")));
     }
     let n = state.fills.fetch_add(1, Ordering::SeqCst) + 1;
-    *lock(&state.per_path).entry(path.clone()).or_default() += 1;
+    let earlier = {
+        let mut per_path = lock(&state.per_path);
+        let count = per_path.entry(path.clone()).or_default();
+        *count += 1;
+        *count - 1
+    };
+    lock(&state.received).push(Received {
+        method: request.method().clone(),
+        path: path.clone(),
+        headers: request.headers().clone(),
+    });
+    let script = lock(&state.scripts).get(&path).cloned();
     state.in_flight.fetch_add(1, Ordering::SeqCst);
     let guard = InFlight(Arc::clone(&state));
     let latency = state.latency_ms.load(Ordering::SeqCst);
@@ -262,9 +344,34 @@ async fn origin_handler(State(state): State<Arc<OriginState>>, request: Request)
         );
         return response;
     }
-    let size = request
-        .uri()
-        .path()
+    if let Some(script) = script {
+        let scripted = script(request.headers(), earlier);
+        drop(guard);
+        let size = state.body_size.load(Ordering::SeqCst);
+        let body = match (scripted.body, scripted.status) {
+            (Some(body), _) => body,
+            (None, 204 | 304) => Bytes::new(),
+            (None, _) => SyntheticOrigin::body_for(&state.name, request.uri().path(), size),
+        };
+        let mut response = Response::new(Body::from(body));
+        *response.status_mut() = StatusCode::from_u16(scripted.status).expect("status");
+        for (k, v) in &scripted.headers {
+            response.headers_mut().append(
+                http::HeaderName::from_bytes(k.as_bytes()).expect("header name"),
+                HeaderValue::from_str(v).expect("header value"),
+            );
+        }
+        return response;
+    }
+    // `/vary/...` answers as `...` does, with `Vary: Accept-Encoding` (the bench's
+    // negotiated hit path).
+    let vary = request.uri().path().starts_with("/vary/");
+    let sized_path = if vary {
+        &request.uri().path()["/vary".len()..]
+    } else {
+        request.uri().path()
+    };
+    let size = sized_path
         .strip_prefix("/bytes/")
         .and_then(|rest| rest.split('/').next())
         .and_then(|n| n.parse().ok())
@@ -304,6 +411,9 @@ async fn origin_handler(State(state): State<Arc<OriginState>>, request: Request)
     let headers = response.headers_mut();
     headers.insert(header::CONTENT_LENGTH, HeaderValue::from(body.len()));
     headers.insert(header::CONTENT_TYPE, HeaderValue::from_static("text/plain"));
+    if vary {
+        headers.insert(header::VARY, HeaderValue::from_static("Accept-Encoding"));
+    }
     if let Some(cc) = lock(&state.cache_control).clone() {
         headers.insert(
             header::CACHE_CONTROL,
@@ -404,6 +514,7 @@ impl Fetched {
 #[derive(Clone)]
 pub struct TestClient {
     client: Client<HttpConnector, Empty<Bytes>>,
+    with_body: Client<HttpConnector, http_body_util::Full<Bytes>>,
 }
 
 impl Default for TestClient {
@@ -417,6 +528,7 @@ impl TestClient {
     pub fn new() -> TestClient {
         TestClient {
             client: Client::builder(TokioExecutor::new()).build_http(),
+            with_body: Client::builder(TokioExecutor::new()).build_http(),
         }
     }
 
@@ -444,6 +556,36 @@ impl TestClient {
         let request = builder.body(Empty::new()).map_err(|e| e.to_string())?;
         let response = self
             .client
+            .request(request)
+            .await
+            .map_err(|e| e.to_string())?;
+        Ok(Fetched::read(response).await)
+    }
+}
+
+impl TestClient {
+    /// A request with a body (a `POST`, or a `GET` with a body).
+    pub async fn send(
+        &self,
+        method: http::Method,
+        addr: SocketAddr,
+        host: &str,
+        path: &str,
+        headers: &[(&str, &str)],
+        body: impl Into<Bytes>,
+    ) -> Result<Fetched, String> {
+        let mut builder = http::Request::builder()
+            .method(method)
+            .uri(format!("http://{addr}{path}"))
+            .header(header::HOST, host);
+        for (k, v) in headers {
+            builder = builder.header(*k, *v);
+        }
+        let request = builder
+            .body(http_body_util::Full::new(body.into()))
+            .map_err(|e| e.to_string())?;
+        let response = self
+            .with_body
             .request(request)
             .await
             .map_err(|e| e.to_string())?;

@@ -254,7 +254,14 @@ async fn a_failing_origin_fails_every_caller_caches_nothing_and_the_next_wave_re
     origin.release();
     let results = join(handles).await;
     assert_eq!(origin.fills(), 1);
-    assert!(results.iter().all(|r| r.status == StatusCode::BAD_GATEWAY));
+    // Every caller gets the origin's own error, status and body (never stored).
+    assert!(
+        results
+            .iter()
+            .all(|r| r.status == StatusCode::INTERNAL_SERVER_ERROR
+                && r.body.as_deref().ok() == Some(&b"origin error\n"[..])),
+        "{results:?}"
+    );
     assert!(node.node.registry().is_empty(), "no flight entry remains");
     assert_eq!(node.node.metrics().fill_failures(), 1);
 

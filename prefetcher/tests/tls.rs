@@ -82,6 +82,62 @@ fn x_cache(response: &reqwest::Response) -> Option<CacheStatus> {
     CacheStatus::parse(response.headers().get("x-cache")?.to_str().ok()?)
 }
 
+/// A request that came over the TLS listener reaches the origin with
+/// `X-Forwarded-Proto: https` (fills and pass-through alike, whatever the client claims),
+/// one over the plain listener with `http`; both name the client in `X-Forwarded-For`.
+#[tokio::test]
+async fn the_origin_learns_from_x_forwarded_proto_which_listener_the_client_used() {
+    let origin = SyntheticOrigin::start("origin").await;
+    let cert = cert(&["edge.test"]);
+    let node = spawn_node(with_tls(config(&origin.url()), &cert))
+        .await
+        .unwrap();
+    let tls_addr = node.tls_addr().expect("a TLS listener");
+    let base = format!("https://edge.test:{}", tls_addr.port());
+    for http1_only in [false, true] {
+        let over_tls = client(&cert, "edge.test", tls_addr, http1_only);
+        let path = format!("/fill-{http1_only}");
+        let fill = over_tls
+            .get(format!("{base}{path}"))
+            .header("x-forwarded-proto", "http")
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(fill.status(), 200);
+        assert_eq!(x_cache(&fill), Some(CacheStatus::Miss));
+        let posted = over_tls
+            .post(format!("{base}/post-{http1_only}"))
+            .body("x")
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(x_cache(&posted), Some(CacheStatus::Bypass));
+        for path in [path, format!("/post-{http1_only}")] {
+            let received = origin.received(&path);
+            assert_eq!(received.len(), 1, "{path}");
+            let headers = &received[0].headers;
+            assert_eq!(headers.get("x-forwarded-proto").unwrap(), "https", "{path}");
+            assert_eq!(
+                headers.get("x-forwarded-for").unwrap(),
+                "127.0.0.1",
+                "{path}"
+            );
+        }
+    }
+    let plain = reqwest::Client::new()
+        .get(format!("{}/plain", node.url()))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(x_cache(&plain), Some(CacheStatus::Miss));
+    let received = origin.received("/plain");
+    assert_eq!(
+        received[0].headers.get("x-forwarded-proto").unwrap(),
+        "http"
+    );
+    node.shutdown().await;
+}
+
 #[tokio::test]
 async fn the_tls_listener_speaks_http2_and_http1_by_alpn_and_plain_http_stays() {
     let origin = SyntheticOrigin::start("origin").await;

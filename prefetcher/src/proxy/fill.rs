@@ -11,13 +11,26 @@ use http_body_util::BodyExt;
 use models::{Outcome, Priority};
 use tokio::time::Instant;
 
+use http::{HeaderMap, StatusCode, header};
+
 use super::response::{content_length, origin_head};
 use super::{Node, millis};
-use crate::cache::{Entry, Storability, classify};
+use crate::cache::{Entry, Storability, classify, origin_age};
 use crate::events::{OutcomeRecord, unix_now_ms};
-use crate::flight::{FillError, FillPermit, Head};
+use crate::flight::{FillError, FillPermit, Head, VaryMatch};
 use crate::limits::FillSlot;
 use crate::origin::{Tenant, strip_hop_by_hop};
+use crate::semantics::{self, Vary, variant_of};
+
+/// What a fill sends and what it may fall back on.
+pub(super) struct FillRequest {
+    /// The fill request's headers (the leader's forwarded ones, or a pre-warm's);
+    /// `Host` is added per tenant.
+    pub headers: HeaderMap,
+    /// The stored response this fill refreshes: its validators make the request
+    /// conditional, and it may answer instead of an origin error (`stale-if-error`).
+    pub stale: Option<Arc<Entry>>,
+}
 
 impl Node {
     /// A fill slot for `permit`'s class. A background fill waits (bounded) for a
@@ -46,28 +59,46 @@ impl Node {
 
     /// Runs the fill in its own task: the leader's client may vanish, the fill goes on
     /// for the waiters and the cache. The permit's `Drop` covers a panic.
-    pub(super) fn spawn_fill(&self, permit: FillPermit, tenant: Arc<Tenant>, force: bool) {
+    pub(super) fn spawn_fill(
+        &self,
+        permit: FillPermit,
+        tenant: Arc<Tenant>,
+        request: FillRequest,
+        force: bool,
+    ) {
         let node = self.clone();
-        tokio::spawn(async move { node.fill(permit, tenant, force).await });
+        tokio::spawn(async move { node.fill(permit, tenant, request, force).await });
     }
 
-    /// One fill: a second look at the cache, a slot, the origin fetch, the response
-    /// streamed to the subscribers as it arrives, then the store.
-    async fn fill(&self, permit: FillPermit, tenant: Arc<Tenant>, force: bool) {
+    /// Publishes a stored response to the flight's subscribers, then runs `store`.
+    fn publish_entry(permit: FillPermit, entry: &Entry, store: impl FnOnce()) {
+        permit.publish_head(Head {
+            status: entry.status,
+            headers: entry.headers.clone(),
+            fetched_at: entry.fetched_at(),
+            initial_age: entry.initial_age(),
+            vary: None,
+        });
+        permit.push_chunk(entry.body.clone());
+        permit.complete(store);
+    }
+
+    /// One fill: a second look at the cache, a slot, the origin fetch (conditional
+    /// when a stored response has validators), then a `304` merged into the stored
+    /// response, or the response streamed to the subscribers as it arrives and stored.
+    async fn fill(
+        &self,
+        permit: FillPermit,
+        tenant: Arc<Tenant>,
+        request: FillRequest,
+        force: bool,
+    ) {
         let inner = &self.inner;
         let key = permit.key().clone();
         // Second look (double-checked locking): a fill may have completed between the
         // caller's cache miss and its leadership.
         if !force && let Some(entry) = inner.cache.get_fresh(&key) {
-            permit.publish_head(Head {
-                status: entry.status,
-                headers: entry.headers.clone(),
-                fetched_at: entry.fetched_at(),
-                initial_age: entry.initial_age(),
-            });
-            permit.push_chunk(entry.body.clone());
-            permit.complete(|| {});
-            return;
+            return Self::publish_entry(permit, &entry, || {});
         }
         let prewarm = permit.priority() == Priority::Background;
         let slot = match self.fill_slot(&permit).await {
@@ -79,36 +110,91 @@ impl Node {
         let _flights = scopeguard(|| {
             inner.metrics.flights.dec();
         });
+        let FillRequest {
+            headers: mut request_headers,
+            stale,
+        } = request;
+        // The leader's variant, from its request as forwarded (before validators).
+        let selecting = request_headers.clone();
+        let validating = stale.as_ref().filter(|e| e.has_validators());
+        if let Some(entry) = validating {
+            // RFC 9111 §4.3.1: validate with the stored validators.
+            for (from, to) in [
+                (header::ETAG, header::IF_NONE_MATCH),
+                (header::LAST_MODIFIED, header::IF_MODIFIED_SINCE),
+            ] {
+                if let Some(v) = entry.headers.get(&from) {
+                    request_headers.insert(to, v.clone());
+                }
+            }
+        }
         let started = Instant::now();
-        let response = match inner.origin.get(&tenant, key.key()).await {
+        let response = match inner.origin.get(&tenant, key.key(), request_headers).await {
+            Ok(r) if r.status().is_server_error() => {
+                slot.record(None);
+                inner
+                    .metrics
+                    .fill_failed(&FillError::Upstream(r.status().as_u16()));
+                r
+            }
             Ok(r) => {
                 slot.record(Some(started.elapsed()));
                 r
             }
             Err(e) => {
                 slot.record(None);
+                // stale-if-error (or the config's grace): the stored response instead.
+                if let Some(entry) = stale.filter(|e| e.usable_on_error(Instant::now())) {
+                    return Self::publish_entry(permit, &entry, || {});
+                }
                 return self.fail(permit, e);
             }
         };
         let (parts, mut body) = response.into_parts();
         let mut headers = parts.headers;
         strip_hop_by_hop(&mut headers);
+        if parts.status.is_server_error()
+            && let Some(entry) = stale.as_ref().filter(|e| e.usable_on_error(Instant::now()))
+        {
+            return Self::publish_entry(permit, entry, || {});
+        }
+        if parts.status == StatusCode::NOT_MODIFIED
+            && let Some(entry) = validating
+        {
+            return self.merge_not_modified(permit, entry, headers, started.elapsed());
+        }
         let declared = content_length(&headers);
-        let storability = classify(
-            parts.status,
-            &headers,
-            &inner.config.cache,
-            SystemTime::now(),
-            rand::random::<f64>(),
-        );
+        let storability = if parts.status.is_server_error() {
+            // The origin's own error goes to every waiter, and is never stored.
+            Storability::ShareOnly
+        } else {
+            classify(
+                parts.status,
+                &headers,
+                &inner.config.cache,
+                SystemTime::now(),
+                rand::random::<f64>(),
+            )
+        };
         let max = inner.config.cache.max_object_bytes;
-        let head = origin_head(parts.status, headers);
+        let mut head = origin_head(parts.status, headers);
+        let primary = key.primary();
+        if let Vary::Fields(names) = Vary::parse(&head.headers) {
+            let variant = variant_of(&names, &selecting);
+            if matches!(storability, Storability::Store(_)) {
+                // Known before the head goes out, so a waiter of another variant finds
+                // its own flight when it tries again.
+                inner.cache.note_vary(&primary, Arc::clone(&names));
+            }
+            head.vary = Some(Arc::new(VaryMatch { names, variant }));
+        }
         if storability == Storability::Private || declared.is_some_and(|l| l > max) {
             permit.bypass(head, Body::new(body));
             return;
         }
         let mut stored_headers = head.headers.clone();
         super::range::advertise(parts.status, &mut stored_headers);
+        let vary = head.vary.clone();
         let (fetched_at, initial_age) = (head.fetched_at, head.initial_age);
         #[cfg(feature = "testing")]
         inner
@@ -155,7 +241,7 @@ impl Node {
         // its user already.
         let background = permit.priority() == Priority::Background;
         permit.complete(|| {
-            if let Storability::Store { ttl, grace } = storability {
+            if let Storability::Store(freshness) = storability {
                 let body = if chunks.len() == 1 {
                     chunks.pop().unwrap_or_default()
                 } else {
@@ -163,17 +249,24 @@ impl Node {
                     chunks.iter().for_each(|c| all.extend_from_slice(c));
                     all.freeze()
                 };
-                let entry = Entry::new(
+                let entry = Entry::stored(
                     parts.status,
                     stored_headers,
                     body,
-                    ttl,
-                    grace,
+                    freshness,
                     fill_time,
                     background,
                 )
                 .with_age(fetched_at, initial_age);
-                inner.cache.insert(key.clone(), entry);
+                match vary {
+                    Some(vary) => inner.cache.insert_variant(
+                        &primary,
+                        Arc::clone(&vary.names),
+                        Arc::clone(&vary.variant),
+                        entry,
+                    ),
+                    None => inner.cache.insert(primary.clone(), entry),
+                }
             }
         });
         if prewarm && inner.sink.enabled() {
@@ -187,6 +280,74 @@ impl Node {
                 referrer: None,
             });
         }
+    }
+
+    /// RFC 9111 §4.3.4: a `304` to a revalidation updates the stored response with
+    /// its fields, which then answers every subscriber and is stored again with the
+    /// freshness the merged fields give (or dropped, if they now forbid storing).
+    fn merge_not_modified(
+        &self,
+        permit: FillPermit,
+        stored: &Entry,
+        update: http::HeaderMap,
+        fill_time: std::time::Duration,
+    ) {
+        let inner = &self.inner;
+        let initial_age = origin_age(&update);
+        let mut merged = semantics::merge_not_modified(&stored.headers, &update);
+        merged.remove(crate::status::X_CACHE);
+        merged.remove(header::AGE);
+        if update.contains_key(header::VIA) {
+            // The 304's `Via` replaced the stored one, which had this hop.
+            semantics::add_via(&mut merged, http::Version::HTTP_11);
+        }
+        // A revalidated entry serves ranges as the entry it replaces did.
+        super::range::advertise(stored.status, &mut merged);
+        let storability = classify(
+            stored.status,
+            &merged,
+            &inner.config.cache,
+            SystemTime::now(),
+            rand::random::<f64>(),
+        );
+        let freshness = match storability {
+            Storability::Store(f) => f,
+            _ => Default::default(),
+        };
+        let entry = Entry::stored(
+            stored.status,
+            merged,
+            stored.body.clone(),
+            freshness,
+            fill_time,
+            false,
+        )
+        .with_age(Instant::now(), initial_age);
+        let key = permit.key().clone();
+        let primary = key.primary();
+        let cache = &inner.cache;
+        let headers = entry.headers.clone();
+        permit.publish_head(Head {
+            status: entry.status,
+            headers: entry.headers.clone(),
+            fetched_at: entry.fetched_at(),
+            initial_age: entry.initial_age(),
+            vary: None,
+        });
+        permit.push_chunk(entry.body.clone());
+        permit.complete(move || match storability {
+            Storability::Store(_) => match key.variant() {
+                Some(variant) => {
+                    let names = match Vary::parse(&headers) {
+                        Vary::Fields(names) => names,
+                        _ => return cache.invalidate_url(&primary),
+                    };
+                    cache.insert_variant(&primary, names, Arc::from(variant), entry);
+                }
+                None => cache.insert(primary, entry),
+            },
+            _ => cache.invalidate(&key),
+        });
     }
 
     fn fail(&self, permit: FillPermit, error: FillError) {

@@ -7,8 +7,11 @@ use http::Uri;
 use models::{CacheKey, Priority, TenantId};
 
 use super::Node;
+use super::fill::FillRequest;
 use super::request::normalise_key;
+use crate::cache::Lookup;
 use crate::flight::{Acquire, FlightKey};
+use crate::origin::prewarm_headers;
 use crate::status::RejectReason;
 
 /// What [`Node::prewarm`] did.
@@ -67,16 +70,27 @@ impl Node {
             .map_err(|e| e.to_string())
             .and_then(|uri| normalise_key(&uri).map_err(|e| e.to_string()))
             .map_err(PrewarmError::InvalidKey)?;
-        let fkey = FlightKey::new(tenant.clone(), key);
+        // A URL whose responses vary is warmed in the variant a plain GET selects.
+        let headers = prewarm_headers();
+        let fkey = self
+            .inner
+            .cache
+            .key_for(&FlightKey::new(tenant.clone(), key), &headers);
         let metrics = &self.inner.metrics;
-        if self.inner.cache.get_fresh(&fkey).is_some() {
-            metrics.prefetches_cached.inc();
-            return Ok(PrewarmOutcome::Cached);
-        }
+        // An expired entry is warmed by revalidating it (a 304 costs the origin less).
+        let stale = match self.inner.cache.lookup(&fkey) {
+            Lookup::Fresh { .. } => {
+                metrics.prefetches_cached.inc();
+                return Ok(PrewarmOutcome::Cached);
+            }
+            Lookup::Stale(entry) | Lookup::Expired(entry) => Some(entry),
+            Lookup::Miss => None,
+        };
         match self.inner.registry.acquire(&fkey, Priority::Background) {
             Acquire::Lead(permit) => {
                 metrics.prefetches_started.inc();
-                self.spawn_fill(permit, Arc::clone(t), false);
+                let request = FillRequest { headers, stale };
+                self.spawn_fill(permit, Arc::clone(t), request, false);
                 Ok(PrewarmOutcome::Started)
             }
             Acquire::Join(_) => {

@@ -10,17 +10,19 @@ use http::{HeaderValue, Method, StatusCode, Uri, header};
 use models::{CacheKey, Domain, IdError, Priority};
 use tokio::time::Instant;
 
+use super::fill::FillRequest;
 use super::range::RangeRequest;
 use super::response::{
     content_length, entry_response, error_response, fill_error_response, flight_response,
-    origin_head, with_head,
+    not_modified_response, origin_head, with_head,
 };
 use super::{Node, millis};
 use crate::cache::{Entry, Lookup};
 use crate::config::{RequestLimits, WaitTimeoutPolicy};
 use crate::events::{OutcomeRecord, unix_now_ms};
 use crate::flight::{Acquire, FillError, FlightKey, FlightSubscriber, HeadOutcome};
-use crate::origin::{Tenant, strip_hop_by_hop};
+use crate::origin::{ClientAddr, Tenant, fill_headers, strip_hop_by_hop};
+use crate::semantics::{self, RequestDirectives, is_conditional, variant_of};
 use crate::status::{CacheStatus, X_CACHE};
 
 /// The normalised cache key of a request URI: the path, plus the query with its
@@ -89,11 +91,41 @@ fn referrer_domain(request: &Request) -> Option<Domain> {
 /// Per-request context carried through the miss path.
 struct Ctx {
     tenant: Arc<Tenant>,
+    /// The key this request looks up and collapses on: the URL, or its variant.
     key: FlightKey,
     head_only: bool,
     referrer: Option<Domain>,
+    /// The client's request head, for the fill request and the variant.
+    headers: http::HeaderMap,
+    version: http::Version,
+    client_addr: Option<ClientAddr>,
     /// A `GET` with a `Range` the node can serve (`None` for every other request).
     range: Option<Box<RangeRequest>>,
+}
+
+impl Ctx {
+    fn fill_request(&self, stale: Option<Arc<Entry>>) -> FillRequest {
+        FillRequest {
+            headers: fill_headers(&self.headers, self.version, self.client_addr),
+            stale,
+        }
+    }
+}
+
+/// Whether a `GET`/`HEAD` carries a body (a "fat GET"): it is passed to the origin
+/// and never collapsed or stored, so a body the key does not see cannot shape what
+/// others get.
+fn has_body(headers: &http::HeaderMap) -> bool {
+    headers.contains_key(header::TRANSFER_ENCODING)
+        || content_length(headers).is_some_and(|n| n > 0)
+}
+
+/// Unsafe methods (RFC 9110 §9.2.1) whose success invalidates the URL (RFC 9111 §4.4).
+fn is_unsafe(method: &Method) -> bool {
+    !matches!(
+        *method,
+        Method::GET | Method::HEAD | Method::OPTIONS | Method::TRACE
+    )
 }
 
 /// What a range request makes of a flight's head.
@@ -141,8 +173,14 @@ impl Node {
         self.inner.fallback.clone()
     }
 
-    /// Answers one client request.
+    /// Answers one client request (its client's address unknown: no hop is added to
+    /// `X-Forwarded-For`).
     pub async fn handle(&self, request: Request) -> Response {
+        self.handle_from(request, None).await
+    }
+
+    /// Answers one request from the client at `client_addr`.
+    pub async fn handle_from(&self, request: Request, client_addr: Option<ClientAddr>) -> Response {
         if let Some(response) = over_limits(&request, &self.inner.config.limits) {
             return response;
         }
@@ -155,39 +193,69 @@ impl Node {
         // Credentials make a response per-user.
         let per_user =
             headers.contains_key(header::AUTHORIZATION) || headers.contains_key(header::COOKIE);
-        if !cacheable_method || per_user {
-            return self.pass_through(&tenant, request).await;
+        if !cacheable_method || per_user || has_body(headers) {
+            return self.pass_through(&tenant, request, client_addr).await;
         }
         let key = match normalise_key(request.uri()) {
             Ok(k) => k,
             Err(e) => return error_response(StatusCode::BAD_REQUEST, None, &e.to_string()),
         };
-        let ctx = Ctx {
-            head_only: request.method() == Method::HEAD,
-            referrer: if self.inner.sink.enabled() {
-                referrer_domain(&request)
-            } else {
-                None
-            },
-            key: FlightKey::new(tenant.id.clone(), key),
-            tenant,
-            range: match request.headers().get(header::RANGE) {
-                None => None,
-                Some(range) => RangeRequest::from_request(
-                    request.method(),
-                    request.uri(),
-                    request.headers(),
-                    range,
-                ),
-            },
+        let referrer = if self.inner.sink.enabled() {
+            referrer_domain(&request)
+        } else {
+            None
         };
-        match self.inner.cache.lookup(&ctx.key) {
+        let (parts, _empty_body) = request.into_parts();
+        let range = match parts.headers.get(header::RANGE) {
+            None => None,
+            Some(range) => {
+                RangeRequest::from_request(&parts.method, &parts.uri, &parts.headers, range)
+            }
+        };
+        let primary = FlightKey::new(tenant.id.clone(), key);
+        // A URL without `Vary` is stored under its own key: one lookup and no copy of
+        // the key on a hit. Only when that misses is the URL's `Vary` consulted for
+        // the variant's key.
+        let mut lookup = self.inner.cache.lookup(&primary);
+        let key = if matches!(lookup, Lookup::Miss) {
+            let key = self.inner.cache.key_for(&primary, &parts.headers);
+            if key.variant().is_some() {
+                lookup = self.inner.cache.lookup(&key);
+            }
+            key
+        } else {
+            primary
+        };
+        let ctx = Ctx {
+            head_only: parts.method == Method::HEAD,
+            referrer,
+            key,
+            tenant,
+            version: parts.version,
+            client_addr,
+            headers: parts.headers,
+            range,
+        };
+        let directives = RequestDirectives::parse(&ctx.headers);
+        let now = Instant::now();
+        // What the client's own `Cache-Control` accepts (RFC 9111 §5.2.1).
+        let acceptable = |entry: &Entry, stale: bool| match &directives {
+            None => true,
+            Some(d) => {
+                !d.no_cache
+                    && d.max_age.is_none_or(|max| entry.age(now) <= max)
+                    && d.min_fresh.is_none_or(|min| {
+                        !stale && entry.fresh_for(now) >= std::time::Duration::from_secs(min)
+                    })
+            }
+        };
+        let stored = match lookup {
             Lookup::Fresh {
                 entry,
                 refresh_early,
-            } => {
+            } if acceptable(&entry, false) => {
                 if refresh_early {
-                    self.refresh(&ctx, true);
+                    self.refresh(&ctx, true, Some(Arc::clone(&entry)));
                 }
                 let status = if entry.take_prefetched() {
                     self.inner.metrics.prefetches_useful.inc();
@@ -195,19 +263,51 @@ impl Node {
                 } else {
                     CacheStatus::Hit
                 };
-                self.cached(&ctx, &entry, status)
+                return self.serve_entry(&ctx, &entry, status, now);
             }
-            Lookup::Stale(entry) => {
-                self.refresh(&ctx, false);
-                self.cached(&ctx, &entry, CacheStatus::Stale)
+            // A range of a stale entry is cut only after revalidation: the parts of a
+            // representation the client assembles must come from one that is current.
+            // A conditional that matches comes first (RFC 9110 §13.2.2): its `304`.
+            Lookup::Stale(entry)
+                if acceptable(&entry, true)
+                    && (ctx.range.is_none()
+                        || self.client_has_it(&ctx, entry.status, &entry.headers)) =>
+            {
+                self.refresh(&ctx, false, Some(Arc::clone(&entry)));
+                return self.serve_entry(&ctx, &entry, CacheStatus::Stale, now);
             }
-            Lookup::Miss => self.miss(ctx).await,
+            Lookup::Fresh { entry, .. } | Lookup::Stale(entry) | Lookup::Expired(entry) => {
+                Some(entry)
+            }
+            Lookup::Miss => None,
+        };
+        if let Some(d) = &directives {
+            if d.only_if_cached {
+                self.inner.metrics.request(CacheStatus::Miss);
+                return error_response(
+                    StatusCode::GATEWAY_TIMEOUT,
+                    Some(CacheStatus::Miss),
+                    "only-if-cached: not in the cache",
+                );
+            }
+            if d.no_store {
+                // Nothing of this exchange may be stored (RFC 9111 §5.2.1.5).
+                return self.direct(&ctx).await;
+            }
         }
+        // A fresh entry the client would not take: the fill must ask the origin.
+        let force = stored.as_ref().is_some_and(|e| e.is_fresh(now));
+        self.miss(ctx, stored, force).await
     }
 
-    /// The response from a cached entry: the whole of it, or the ranges asked for.
-    fn cached(&self, ctx: &Ctx, entry: &Entry, status: CacheStatus) -> Response {
-        let now = Instant::now();
+    /// A response from a stored entry: a `304` when the client's validators match it,
+    /// else the ranges asked for, else the whole entry. The conditional is evaluated
+    /// before `If-Range` and `Range` (RFC 9110 §13.2.2), so a `304` wins over a `206`.
+    fn serve_entry(&self, ctx: &Ctx, entry: &Entry, status: CacheStatus, now: Instant) -> Response {
+        if self.client_has_it(ctx, entry.status, &entry.headers) {
+            self.answered(ctx, status, 0, None);
+            return not_modified_response(entry, status, now);
+        }
         if let Some(range) = &ctx.range
             && let Some(response) = range.entry_response(entry, status, now)
         {
@@ -216,6 +316,14 @@ impl Node {
         }
         self.answered(ctx, status, entry.body.len() as u64, None);
         entry_response(entry, status, ctx.head_only, now)
+    }
+
+    /// Whether the client's conditional request matches a `status` response with
+    /// `headers` (RFC 9110 §13.2.2): it holds the current representation already.
+    fn client_has_it(&self, ctx: &Ctx, status: StatusCode, headers: &http::HeaderMap) -> bool {
+        is_conditional(&ctx.headers)
+            && status == StatusCode::OK
+            && semantics::not_modified(&ctx.headers, headers)
     }
 
     /// What `ctx`'s range request (if any) makes of a flight's `head`.
@@ -229,6 +337,11 @@ impl Node {
         let Some(range) = &ctx.range else {
             return FromFlight::Full(subscriber);
         };
+        if self.client_has_it(ctx, head.status, &head.headers) {
+            // The conditional comes before the range (RFC 9110 §13.2.2); a flight
+            // answers it as a plain request.
+            return FromFlight::Full(subscriber);
+        }
         let max = self.inner.config.cache.max_object_bytes;
         match range.flight_response(head, subscriber, status, max) {
             Some(Ok(response)) => FromFlight::Answer(response),
@@ -239,7 +352,7 @@ impl Node {
 
     /// A range request the cache cannot serve, passed to the origin unchanged.
     async fn range_to_origin(&self, ctx: &Ctx, range: &RangeRequest) -> Response {
-        self.pass_through(&ctx.tenant, range.to_origin_request())
+        self.pass_through(&ctx.tenant, range.to_origin_request(), ctx.client_addr)
             .await
     }
 
@@ -261,14 +374,16 @@ impl Node {
         }
     }
 
-    /// Starts one background refresh unless a fill for the key is already in flight.
-    fn refresh(&self, ctx: &Ctx, force: bool) {
+    /// Starts one background refresh (conditional when `stale` has validators) unless
+    /// a fill for the key is already in flight.
+    fn refresh(&self, ctx: &Ctx, force: bool, stale: Option<Arc<Entry>>) {
         if let Some(permit) = self.inner.registry.try_lead(&ctx.key, Priority::User) {
-            self.spawn_fill(permit, Arc::clone(&ctx.tenant), force);
+            let request = ctx.fill_request(stale);
+            self.spawn_fill(permit, Arc::clone(&ctx.tenant), request, force);
         }
     }
 
-    async fn miss(&self, ctx: Ctx) -> Response {
+    async fn miss(&self, mut ctx: Ctx, stored: Option<Arc<Entry>>, force: bool) -> Response {
         if let Some(range) = &ctx.range
             && self.inner.too_large.contains(&ctx.key)
         {
@@ -277,10 +392,15 @@ impl Node {
         if !self.inner.config.flight.collapse {
             let permit = self.inner.registry.lead_alone(&ctx.key, Priority::User);
             let subscriber = permit.subscribe();
-            self.spawn_fill(permit, Arc::clone(&ctx.tenant), false);
+            let request = ctx.fill_request(stored);
+            self.spawn_fill(permit, Arc::clone(&ctx.tenant), request, force);
             return self.lead(subscriber, &ctx).await;
         }
-        for _ in 0..3 {
+        for attempt in 0..3 {
+            if attempt > 0 {
+                // A response seen meanwhile may have taught the URL's `Vary`.
+                ctx.key = self.inner.cache.key_for(&ctx.key.primary(), &ctx.headers);
+            }
             match self.inner.registry.acquire(&ctx.key, Priority::User) {
                 Acquire::Full => {
                     self.inner.metrics.request(CacheStatus::Miss);
@@ -296,7 +416,8 @@ impl Node {
                 }
                 Acquire::Lead(permit) => {
                     let subscriber = permit.subscribe();
-                    self.spawn_fill(permit, Arc::clone(&ctx.tenant), false);
+                    let request = ctx.fill_request(stored.clone());
+                    self.spawn_fill(permit, Arc::clone(&ctx.tenant), request, force);
                     return self.lead(subscriber, &ctx).await;
                 }
                 Acquire::Join(subscriber) => {
@@ -304,7 +425,8 @@ impl Node {
                     if let Some(response) = self.wait(subscriber, &ctx).await {
                         return response;
                     }
-                    // The fill aborted before any byte: try to take over leadership.
+                    // The fill aborted before any byte, or answered another variant:
+                    // try again (as leader, or on the variant's own flight).
                 }
             }
         }
@@ -366,7 +488,8 @@ impl Node {
     }
 
     /// A waiter: bounded wait for the head, then share, hedge or fail. `None` means
-    /// the fill aborted before any byte and the caller may lead a new one.
+    /// the fill aborted before any byte, or answered a variant this request does not
+    /// select, and the caller may try again.
     async fn wait(&self, mut subscriber: FlightSubscriber, ctx: &Ctx) -> Option<Response> {
         let started = Instant::now();
         let outcome =
@@ -395,6 +518,19 @@ impl Node {
                 }
             }
             Ok(HeadOutcome::Head(head)) => {
+                if let Some(vary) = &head.vary
+                    && ctx.key.variant().is_none()
+                    && variant_of(&vary.names, &ctx.headers) != vary.variant
+                {
+                    // Joined before the URL's `Vary` was known, and the response is
+                    // for other selecting headers: never shared (RFC 9111 §4.1).
+                    let key = self.inner.cache.key_for(&ctx.key.primary(), &ctx.headers);
+                    return if key.variant().is_some() {
+                        None
+                    } else {
+                        Some(self.direct(ctx).await)
+                    };
+                }
                 let status = CacheStatus::Collapsed;
                 let subscriber = match self.range_of_flight(ctx, &head, subscriber, status) {
                     FromFlight::Full(subscriber) => subscriber,
@@ -424,15 +560,22 @@ impl Node {
         }
     }
 
-    /// An uncollapsed, uncached GET of the key (hedges and per-user responses); a
-    /// range request goes to the origin as the client sent it.
+    /// An uncollapsed, uncached GET of the key with the client's forwarded headers
+    /// (hedges, per-user responses, `no-store` requests); a range request goes to the
+    /// origin as the client sent it.
     async fn direct(&self, ctx: &Ctx) -> Response {
         if let Some(range) = &ctx.range {
             return self.range_to_origin(ctx, range).await;
         }
         let started = Instant::now();
         let response = match self.inner.origin.limiter().acquire_user().await {
-            Ok(_slot) => self.inner.origin.get(&ctx.tenant, ctx.key.key()).await,
+            Ok(_slot) => {
+                let headers = fill_headers(&ctx.headers, ctx.version, ctx.client_addr);
+                self.inner
+                    .origin
+                    .get(&ctx.tenant, ctx.key.key(), headers)
+                    .await
+            }
             Err(e) => Err(e),
         };
         match response {
@@ -461,16 +604,49 @@ impl Node {
         }
     }
 
-    async fn pass_through(&self, tenant: &Tenant, request: Request) -> Response {
+    async fn pass_through(
+        &self,
+        tenant: &Tenant,
+        request: Request,
+        client_addr: Option<ClientAddr>,
+    ) -> Response {
         self.inner.metrics.request(CacheStatus::Bypass);
+        let unsafe_target = is_unsafe(request.method())
+            .then(|| normalise_key(request.uri()).ok())
+            .flatten()
+            .map(|key| {
+                let host = request
+                    .headers()
+                    .get(header::HOST)
+                    .and_then(|h| h.to_str().ok())
+                    .or_else(|| request.uri().authority().map(|a| a.as_str()))
+                    .unwrap_or("")
+                    .to_ascii_lowercase();
+                (
+                    FlightKey::new(tenant.id.clone(), key),
+                    request.uri().clone(),
+                    host,
+                )
+            });
         // A streamed (chunked) body past the limit is cut off: the upload fails.
         let max_body =
             usize::try_from(self.inner.config.limits.max_body_bytes).unwrap_or(usize::MAX);
         let request = request.map(|body| Body::new(http_body_util::Limited::new(body, max_body)));
-        match self.inner.origin.forward(tenant, request).await {
+        match self
+            .inner
+            .origin
+            .forward(tenant, request, client_addr)
+            .await
+        {
             Ok(response) => {
                 let (mut parts, body) = response.into_parts();
                 strip_hop_by_hop(&mut parts.headers);
+                if let Some((target, uri, host)) = unsafe_target
+                    && (parts.status.is_success() || parts.status.is_redirection())
+                {
+                    self.invalidate_after_unsafe(tenant, &target, &uri, &host, &parts.headers);
+                }
+                semantics::add_via(&mut parts.headers, http::Version::HTTP_11);
                 parts.headers.insert(
                     X_CACHE,
                     HeaderValue::from_static(CacheStatus::Bypass.as_str()),
@@ -478,6 +654,53 @@ impl Node {
                 Response::from_parts(parts, Body::new(body))
             }
             Err(e) => error_response(e.status(), Some(CacheStatus::Bypass), &e.to_string()),
+        }
+    }
+
+    /// RFC 9111 §4.4: a successful unsafe request invalidates the stored responses of
+    /// its URL and of the URLs in `Location` and `Content-Location` when they are of
+    /// the same origin (a relative reference, or the request's own host and port), so
+    /// a response can never invalidate another site's entries.
+    fn invalidate_after_unsafe(
+        &self,
+        tenant: &Tenant,
+        target: &FlightKey,
+        request_uri: &Uri,
+        request_host: &str,
+        response: &http::HeaderMap,
+    ) {
+        self.inner.cache.invalidate_url(target);
+        for name in [header::LOCATION, header::CONTENT_LOCATION] {
+            let Some(uri) = response
+                .get(&name)
+                .and_then(|v| v.to_str().ok())
+                .and_then(|v| v.parse::<Uri>().ok())
+            else {
+                continue;
+            };
+            let same_origin = match uri.authority() {
+                None => true,
+                Some(authority) => authority.as_str().eq_ignore_ascii_case(request_host),
+            };
+            if !same_origin {
+                continue;
+            }
+            let uri = if uri.path().starts_with('/') || uri.host().is_some() {
+                uri
+            } else {
+                // A relative reference: resolved against the request's directory.
+                let base = request_uri.path();
+                let dir = &base[..base.rfind('/').map_or(0, |i| i + 1)];
+                match format!("{dir}{uri}").parse::<Uri>() {
+                    Ok(u) => u,
+                    Err(_) => continue,
+                }
+            };
+            if let Ok(key) = normalise_key(&uri) {
+                self.inner
+                    .cache
+                    .invalidate_url(&FlightKey::new(tenant.id.clone(), key));
+            }
         }
     }
 }

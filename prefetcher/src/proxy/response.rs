@@ -48,16 +48,32 @@ pub(super) fn content_length(headers: &http::HeaderMap) -> Option<u64> {
 }
 
 /// The head of an origin response as this node passes it on: the origin's `Age`
-/// is taken out and remembered, so every response from it states its own.
+/// is taken out and remembered, so every response from it states its own, and this
+/// hop is added to `Via` (RFC 9110 §7.6.3; stored with the entry, so a hit pays
+/// nothing for it).
 pub(super) fn origin_head(status: StatusCode, mut headers: http::HeaderMap) -> Head {
     let initial_age = origin_age(&headers);
     headers.remove(header::AGE);
+    crate::semantics::add_via(&mut headers, http::Version::HTTP_11);
     Head {
         status,
         headers,
         fetched_at: Instant::now(),
         initial_age,
+        vary: None,
     }
+}
+
+/// A `304 Not Modified` for a client whose validators match `entry` (RFC 9110
+/// §15.4.5): the fields a `200` would repeat, `x-cache` and `Age`, no body.
+pub(super) fn not_modified_response(entry: &Entry, status: CacheStatus, now: Instant) -> Response {
+    let mut response = Response::new(Body::empty());
+    *response.status_mut() = StatusCode::NOT_MODIFIED;
+    let headers = response.headers_mut();
+    *headers = crate::semantics::not_modified_headers(&entry.headers);
+    headers.insert(X_CACHE, HeaderValue::from_static(status.as_str()));
+    headers.insert(header::AGE, age_value(entry.age(now)));
+    response
 }
 
 /// The `Age` header value for `secs`. Values up to an hour are made once and shared
@@ -186,7 +202,8 @@ mod tests {
             assert_eq!(ages, [age], "{status:?}");
             assert_eq!(h.get(X_CACHE).unwrap(), status.as_str());
             assert_eq!(h.get(header::CONTENT_TYPE).unwrap(), "text/plain");
-            assert_eq!(h.len(), 3);
+            assert_eq!(h.get(header::VIA).unwrap(), "1.1 edge-pulse");
+            assert_eq!(h.len(), 4);
         }
 
         // From a flight: a waiter's response is served from the node (Age from the
@@ -206,6 +223,7 @@ mod tests {
             headers: entry.headers.clone(),
             fetched_at: entry.fetched_at(),
             initial_age: 0,
+            vary: None,
         };
         let miss = with_head(&stored, Body::empty(), CacheStatus::Miss);
         assert_eq!(miss.headers().get(header::AGE).unwrap(), "2");
