@@ -57,11 +57,36 @@ pub enum ConfigError {
 /// `Result` with [`ConfigError`].
 pub(crate) type Result<T, E = ConfigError> = std::result::Result<T, E>;
 
-fn invalid(field: impl Into<String>, reason: impl Into<String>) -> ConfigError {
+pub(crate) fn invalid(field: impl Into<String>, reason: impl Into<String>) -> ConfigError {
     ConfigError::Invalid {
         field: field.into(),
         reason: reason.into(),
     }
+}
+
+/// Checks tenant `i`'s host names (no port, no path) and that no other tenant maps
+/// them: the host map is how a request finds its tenant, so it must be a function.
+pub(crate) fn check_tenant_hosts(
+    i: usize,
+    tenant_hosts: &[String],
+    seen: &mut HashSet<String>,
+) -> Result<()> {
+    for h in tenant_hosts {
+        let h = h.to_ascii_lowercase();
+        if h.is_empty() || h.contains(['/', ' ', ':']) {
+            return Err(invalid(
+                format!("tenants[{i}].hosts"),
+                format!("{h:?} is not a host name (no port, no path)"),
+            ));
+        }
+        if !seen.insert(h.clone()) {
+            return Err(invalid(
+                format!("tenants[{i}].hosts"),
+                format!("{h:?} already belongs to another tenant"),
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// The whole node configuration.
@@ -539,21 +564,7 @@ impl Config {
                 return Err(invalid(format!("tenants[{i}].id"), "duplicate tenant id"));
             }
             parse_origin(&t.origin).map_err(|r| invalid(format!("tenants[{i}].origin"), r))?;
-            for h in &t.hosts {
-                let h = h.to_ascii_lowercase();
-                if h.is_empty() || h.contains(['/', ' ', ':']) {
-                    return Err(invalid(
-                        format!("tenants[{i}].hosts"),
-                        format!("{h:?} is not a host name (no port, no path)"),
-                    ));
-                }
-                if !hosts.insert(h.clone()) {
-                    return Err(invalid(
-                        format!("tenants[{i}].hosts"),
-                        format!("{h:?} already belongs to another tenant"),
-                    ));
-                }
-            }
+            check_tenant_hosts(i, &t.hosts, &mut hosts)?;
             if let Some(h) = &t.host_header
                 && http::HeaderValue::from_str(h).is_err()
             {

@@ -29,7 +29,7 @@ use rdkafka::message::Message;
 use rdkafka::{ClientContext, TopicPartitionList};
 use tokio::sync::watch;
 
-use crate::config::Config;
+use crate::config::{Config, KafkaConfig};
 use crate::events::unix_now_ms;
 use crate::proxy::{Node, PrewarmOutcome};
 use crate::publisher::client_config;
@@ -117,17 +117,7 @@ impl PrewarmConsumer {
             ));
         };
         let kafka = &config.kafka;
-        let consumer: StreamConsumer<LoggingContext> = client_config(kafka)
-            .set("group.id", config.prewarm_group())
-            .set("auto.offset.reset", kafka.prewarm_offset_reset.as_str())
-            // Offsets are stored by hand after a message is handled, then committed
-            // by the background auto-commit.
-            .set("enable.auto.commit", "true")
-            .set("enable.auto.offset.store", "false")
-            .set("auto.commit.interval.ms", "1000")
-            .set("session.timeout.ms", "10000")
-            .create_with_context(LoggingContext)?;
-        consumer.subscribe(&[&kafka.prewarm_topic])?;
+        let consumer = subscribe_prewarm(kafka, &config.prewarm_group())?;
         let topic = kafka.prewarm_topic.clone();
         Ok(PrewarmConsumer {
             consumer,
@@ -188,4 +178,22 @@ impl PrewarmConsumer {
         }
         tracing::info!("pre-warm consumer stopped");
     }
+}
+
+/// A consumer of the pre-warm topic in `group`, subscribed. Offsets are stored by
+/// hand after a message is handled, then committed by the background auto-commit.
+pub(crate) fn subscribe_prewarm(
+    kafka: &KafkaConfig,
+    group: &str,
+) -> Result<StreamConsumer<LoggingContext>, KafkaError> {
+    let consumer: StreamConsumer<LoggingContext> = client_config(kafka)
+        .set("group.id", group)
+        .set("auto.offset.reset", kafka.prewarm_offset_reset.as_str())
+        .set("enable.auto.commit", "true")
+        .set("enable.auto.offset.store", "false")
+        .set("auto.commit.interval.ms", "1000")
+        .set("session.timeout.ms", "10000")
+        .create_with_context(LoggingContext)?;
+    consumer.subscribe(&[&kafka.prewarm_topic])?;
+    Ok(consumer)
 }

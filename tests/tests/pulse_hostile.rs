@@ -6,13 +6,10 @@
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use axum::body::Body;
-use axum::http::{Request, StatusCode};
+use axum::http::StatusCode;
 use models::{AccessEvent, CacheKey, NodeId, Outcome, RegionId, TenantId, encode};
 use pulse::{HeatConfig, Metrics, PulseConfig, PulseHandle};
-use serde_json::Value;
-use tests::{TestKafka, produce};
-use tower::ServiceExt;
+use tests::{TestKafka, api::get_json as get, produce};
 
 fn wall_ms() -> u64 {
     SystemTime::now()
@@ -30,21 +27,6 @@ fn event(tenant: &str, ts_ms: u64, key: &str) -> AccessEvent {
         NodeId::new("edge-1").unwrap(),
         Outcome::Miss,
     )
-}
-
-async fn get(app: &axum::Router, uri: &str) -> (StatusCode, Value) {
-    let response = app
-        .clone()
-        .oneshot(Request::get(uri).body(Body::empty()).unwrap())
-        .await
-        .unwrap();
-    let status = response.status();
-    let bytes = axum::body::to_bytes(response.into_body(), 16 << 20)
-        .await
-        .unwrap();
-    let value = serde_json::from_slice(&bytes)
-        .unwrap_or_else(|_| Value::String(String::from_utf8_lossy(&bytes).into_owned()));
-    (status, value)
 }
 
 fn rejected(metrics: &Metrics, reason: &'static str) -> u64 {

@@ -5,15 +5,12 @@
 
 use std::time::Duration;
 
-use axum::body::Body;
-use axum::http::{Request, StatusCode};
+use axum::http::StatusCode;
 use models::{AccessEvent, CacheKey, NodeId, Outcome, RegionId, TenantId, encode};
 use pulse::{PulseConfig, Window};
 use rdkafka::consumer::Consumer;
 use rdkafka::{Offset, TopicPartitionList};
-use serde_json::Value;
-use tests::{TestKafka, produce};
-use tower::ServiceExt;
+use tests::{TestKafka, api::get_json as get, produce};
 
 const T0: u64 = 1_764_470_000_000;
 const REGIONS: [&str; 3] = ["eu-west", "us-east", "ap-south"];
@@ -27,21 +24,6 @@ fn event(i: u64, key: &str, outcome: Outcome) -> AccessEvent {
         NodeId::new(format!("edge-{}", i % 2)).unwrap(),
         outcome,
     )
-}
-
-async fn get(app: &axum::Router, uri: &str) -> (StatusCode, Value) {
-    let response = app
-        .clone()
-        .oneshot(Request::get(uri).body(Body::empty()).unwrap())
-        .await
-        .unwrap();
-    let status = response.status();
-    let bytes = axum::body::to_bytes(response.into_body(), 1 << 20)
-        .await
-        .unwrap();
-    let value = serde_json::from_slice(&bytes)
-        .unwrap_or_else(|_| Value::String(String::from_utf8_lossy(&bytes).into_owned()));
-    (status, value)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -29,14 +29,9 @@ use models::{NodeId, RegionId, TenantId};
 use serde::{Deserialize, Serialize};
 
 use super::formats::LogFormat;
-use crate::config::{ConfigError, FlightConfig, KafkaConfig, PrefetchConfig};
-
-fn invalid(field: impl Into<String>, reason: impl Into<String>) -> ConfigError {
-    ConfigError::Invalid {
-        field: field.into(),
-        reason: reason.into(),
-    }
-}
+use crate::config::{
+    ConfigError, FlightConfig, KafkaConfig, PrefetchConfig, check_tenant_hosts, invalid,
+};
 
 /// One tenant as the agent sees it: the host names that select it. The first host is
 /// the `Host` of the tenant's pre-warm requests.
@@ -225,21 +220,7 @@ impl AgentConfig {
             if t.hosts.is_empty() {
                 return Err(invalid(format!("tenants[{i}].hosts"), "at least one host"));
             }
-            for host in &t.hosts {
-                let host = host.to_ascii_lowercase();
-                if host.is_empty() || host.contains([':', '/', ' ']) {
-                    return Err(invalid(
-                        format!("tenants[{i}].hosts"),
-                        format!("{host:?} is not a host name"),
-                    ));
-                }
-                if !hosts.insert(host.clone()) {
-                    return Err(invalid(
-                        format!("tenants[{i}].hosts"),
-                        format!("{host} is mapped twice"),
-                    ));
-                }
-            }
+            check_tenant_hosts(i, &t.hosts, &mut hosts)?;
         }
         let kafka = &self.kafka;
         if kafka.brokers.as_deref().is_none_or(|b| b.trim().is_empty()) {

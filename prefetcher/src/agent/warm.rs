@@ -39,9 +39,8 @@ use super::metrics::AgentMetrics;
 use crate::events::unix_now_ms;
 use crate::limits::FillLimiter;
 use crate::metrics::Metrics;
-use crate::prewarm::{LoggingContext, check_prewarm};
+use crate::prewarm::{LoggingContext, check_prewarm, subscribe_prewarm};
 use crate::proxy::normalise_key;
-use crate::publisher::client_config;
 use crate::status::RejectReason;
 
 /// One checked pre-warm: the request to send.
@@ -257,16 +256,8 @@ impl WarmConsumer {
         metrics: Arc<Metrics>,
     ) -> Result<WarmConsumer, KafkaError> {
         let kafka = &config.kafka;
-        let consumer: StreamConsumer<LoggingContext> = client_config(kafka)
-            .set("group.id", config.prewarm_group())
-            .set("auto.offset.reset", kafka.prewarm_offset_reset.as_str())
-            // As the prefetcher's consumer: store after handling, commit in background.
-            .set("enable.auto.commit", "true")
-            .set("enable.auto.offset.store", "false")
-            .set("auto.commit.interval.ms", "1000")
-            .set("session.timeout.ms", "10000")
-            .create_with_context(LoggingContext)?;
-        consumer.subscribe(&[&kafka.prewarm_topic])?;
+        // As the prefetcher's consumer: store after handling, commit in background.
+        let consumer = subscribe_prewarm(kafka, &config.prewarm_group())?;
         let limit = &config.warm.limit;
         Ok(WarmConsumer {
             consumer,
