@@ -269,10 +269,11 @@ impl AgentConfig {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
-    fn valid() -> AgentConfig {
+    /// A minimal valid configuration (one tenant), shared by the agent's tests.
+    pub(crate) fn valid() -> AgentConfig {
         toml::from_str(
             r#"
             region = "eu-west"

@@ -325,23 +325,7 @@ mod tests {
 
     use super::*;
 
-    fn config() -> AgentConfig {
-        toml::from_str(
-            r#"
-            region = "eu-west"
-            node = "n1"
-            log_path = "/tmp/a.log"
-            state_path = "/tmp/a.state"
-            cache_url = "http://127.0.0.1:8081"
-            [kafka]
-            brokers = "127.0.0.1:9092"
-            [[tenants]]
-            id = "acme"
-            hosts = ["acme.example"]
-            "#,
-        )
-        .unwrap()
-    }
+    use crate::agent::config::tests::valid as config;
 
     fn command(tenant: &str, key: &str, region: &str, expires_at_ms: u64) -> Vec<u8> {
         let command = PrewarmCommand::new(
