@@ -5,6 +5,7 @@ use std::path::PathBuf;
 
 use anyhow::{Context, bail};
 use clap::{Args, Parser, Subcommand};
+use models::TenantId;
 use pulse::{
     DecisionPolicy, EVENTS_TOPIC, EmbeddedBroker, EventSource, FAMILIES, Family, HeatConfig,
     PREWARM_TOPIC, PulseConfig, ScoringModel, TraceSpec, TrainOptions,
@@ -235,6 +236,13 @@ struct ServeArgs {
     /// Each tenant's burst allowance, in commands.
     #[arg(long, env = "PULSE_TENANT_BURST", default_value_t = DecisionPolicy::default().tenant_burst)]
     tenant_burst: f64,
+    /// What a wasted pre-warm fill costs, in client misses: a command goes out only when
+    /// confidence × misses it would save ≥ (1 − confidence) × this cost.
+    #[arg(long, env = "PULSE_WASTED_FILL_COST", default_value_t = DecisionPolicy::default().wasted_fill_cost)]
+    wasted_fill_cost: f64,
+    /// A tenant's own wasted-fill cost, as TENANT=COST (repeat the flag for more).
+    #[arg(long = "tenant-fill-cost", value_parser = parse_tenant_cost)]
+    tenant_fill_costs: Vec<(TenantId, f64)>,
     /// Seconds between background retrains on pulse's own labelled decisions (0: never).
     #[arg(long, env = "PULSE_RETRAIN_INTERVAL_SECS", default_value_t = 300)]
     retrain_interval_secs: u64,
@@ -277,6 +285,8 @@ impl ServeArgs {
             command_ttl_ms: self.command_ttl_secs.saturating_mul(1000),
             tenant_rate_per_s: self.tenant_rate,
             tenant_burst: self.tenant_burst,
+            wasted_fill_cost: self.wasted_fill_cost,
+            tenant_fill_costs: self.tenant_fill_costs.into_iter().collect(),
             retrain_interval_secs: self.retrain_interval_secs,
             api_token: self.api_token,
             ..PulseConfig::default()
@@ -304,6 +314,9 @@ impl ServeArgs {
                 "command_ttl_ms" => "--command-ttl-secs (PULSE_COMMAND_TTL_SECS)",
                 "tenant_rate_per_s" => "--tenant-rate (PULSE_TENANT_RATE)",
                 "tenant_burst" => "--tenant-burst (PULSE_TENANT_BURST)",
+                "wasted_fill_cost" => {
+                    "--wasted-fill-cost (PULSE_WASTED_FILL_COST) or --tenant-fill-cost"
+                }
                 "prewarm_topic" => "--prewarm-topic (PULSE_PREWARM_TOPIC)",
                 other => other,
             };
@@ -311,6 +324,20 @@ impl ServeArgs {
         })?;
         Ok(config)
     }
+}
+
+/// `TENANT=COST` of `--tenant-fill-cost`.
+fn parse_tenant_cost(s: &str) -> Result<(TenantId, f64), String> {
+    let (tenant, cost) = s
+        .split_once('=')
+        .ok_or_else(|| format!("{s:?}: expected TENANT=COST"))?;
+    let tenant = tenant
+        .parse()
+        .map_err(|e| format!("{tenant:?}: not a tenant id: {e}"))?;
+    let cost = cost
+        .parse()
+        .map_err(|e| format!("{cost:?}: not a number: {e}"))?;
+    Ok((tenant, cost))
 }
 
 #[tokio::main]

@@ -282,6 +282,7 @@ mod tests {
             [
                 "below_threshold",
                 "unconfirmed",
+                "not_worth_it",
                 "nothing_to_warm",
                 "cooldown",
                 "over_budget"

@@ -102,6 +102,10 @@ pub struct PulseConfig {
     pub tenant_rate_per_s: f64,
     /// Each tenant's burst allowance, in commands.
     pub tenant_burst: f64,
+    /// What a wasted pre-warm fill costs, in client misses (the cost rule).
+    pub wasted_fill_cost: f64,
+    /// Per-tenant overrides of `wasted_fill_cost`.
+    pub tenant_fill_costs: std::collections::HashMap<TenantId, f64>,
     /// Seconds between background retrains on pulse's own labelled decisions (0: never).
     pub retrain_interval_secs: u64,
     /// Require `Authorization: Bearer <token>` on every `/api/*` route.
@@ -133,6 +137,8 @@ impl Default for PulseConfig {
             command_ttl_ms: policy.command_ttl_ms,
             tenant_rate_per_s: policy.tenant_rate_per_s,
             tenant_burst: policy.tenant_burst,
+            wasted_fill_cost: policy.wasted_fill_cost,
+            tenant_fill_costs: policy.tenant_fill_costs,
             retrain_interval_secs: 300,
             api_token: None,
             embedded_partitions: 4,
@@ -220,6 +226,10 @@ impl PulseConfig {
         if !(self.tenant_burst >= 1.0 && self.tenant_burst.is_finite()) {
             return refuse("tenant_burst", "must be at least 1");
         }
+        let costs = std::iter::once(&self.wasted_fill_cost).chain(self.tenant_fill_costs.values());
+        if costs.into_iter().any(|c| !(*c >= 0.0 && c.is_finite())) {
+            return refuse("wasted_fill_cost", "must be 0 or more");
+        }
         if self.prewarm_topic.trim().is_empty() || self.prewarm_topic == self.topic {
             return refuse("prewarm_topic", "must be non-empty and differ from topic");
         }
@@ -237,6 +247,8 @@ impl PulseConfig {
             command_ttl_ms: self.command_ttl_ms,
             tenant_rate_per_s: self.tenant_rate_per_s,
             tenant_burst: self.tenant_burst,
+            wasted_fill_cost: self.wasted_fill_cost,
+            tenant_fill_costs: self.tenant_fill_costs.clone(),
             ..DecisionPolicy::default()
         }
     }

@@ -7,7 +7,11 @@
 //! 2. A command is *useful* when at least one region it names was warmed in time;
 //!    *wasted* otherwise. Precision by command: useful / judged commands. Precision by
 //!    region: warmed-in-time regions / targeted regions (every targeted region that
-//!    was not warmed in time is a wasted fill).
+//!    was not warmed in time is a wasted fill), except that a region whose first
+//!    request comes within `min_lead_ms` of the command *joined* it: the pre-warm and
+//!    that request share one fill at the edge (single flight), so it is neither a
+//!    saved miss nor a wasted fill, and counts on neither side; a command every
+//!    named region of which joined it is not judged.
 //! 3. A command for a cron burst (the truth says the key hits every region at once)
 //!    that warmed no region in time is neither credit nor blame: it is not judged. If a
 //!    region was left to warm and was warmed in time, it counts as useful like any other.
@@ -46,6 +50,8 @@ pub struct CommandScore {
     pub id: String,
     /// Regions it named.
     pub targeted: usize,
+    /// Named regions that asked within `min_lead_ms` of it (one shared fill).
+    pub joined: usize,
     /// Named regions warmed in time, with their lead in ms.
     pub warmed: Vec<(RegionId, u64)>,
     /// False when the command is for a cron burst with nothing left to warm: not judged.
@@ -61,8 +67,10 @@ pub struct HonestScore {
     pub judged: usize,
     /// Judged commands that warmed at least one region in time.
     pub useful: usize,
-    /// Regions named by judged commands.
+    /// Regions named by judged commands, less the joined ones (rule 2).
     pub targeted_regions: usize,
+    /// Named regions that asked within `min_lead_ms` of the command: one shared fill.
+    pub joined_regions: usize,
     /// Of those, warmed in time.
     pub warmed_regions: usize,
     /// Regions viral bursts reached after their first region (needs the truth).
@@ -200,22 +208,35 @@ pub fn score_commands(
                 })
             })
             .collect();
+        let joined = targets
+            .iter()
+            .filter(|region| {
+                demand
+                    .get(**region)
+                    .and_then(|times| first_from(times, c.issued_at_ms))
+                    .is_some_and(|first| first - c.issued_at_ms < options.min_lead_ms)
+            })
+            .count();
         let for_cron = bursts.iter().any(|b| {
             b.kind == BurstKind::Cron
                 && b.tenant == c.tenant
                 && b.key == c.key
                 && (b.start_ms..=b.end_ms).contains(&c.issued_at_ms)
         });
-        let judged = !(for_cron && warmed.is_empty());
+        // A command every named region of which joined it changed nothing (rule 2).
+        let all_joined = joined == targets.len();
+        let judged = !(warmed.is_empty() && (for_cron || all_joined));
         if judged {
             total.judged += 1;
             total.useful += usize::from(!warmed.is_empty());
-            total.targeted_regions += targets.len();
+            total.targeted_regions += targets.len() - joined;
+            total.joined_regions += joined;
             total.warmed_regions += warmed.len();
         }
         per_command.push(CommandScore {
             id: c.id.clone(),
             targeted: targets.len(),
+            joined,
             warmed,
             judged,
         });
@@ -333,7 +354,9 @@ mod tests {
         ];
         let s = score(&[command(1_000, "/a", &[EU, US, AP])], &events, None);
         assert_eq!((s.judged, s.useful), (1, 0));
-        assert_eq!((s.targeted_regions, s.warmed_regions), (3, 0));
+        // US joined (rule 2); EU and AP are wasted fills.
+        assert_eq!((s.targeted_regions, s.warmed_regions), (2, 0));
+        assert_eq!(s.joined_regions, 1);
 
         let events = [ask(3_000, "/a", US)];
         let s = score(&[command(1_000, "/a", &[EU, US, AP])], &events, None);
@@ -354,6 +377,44 @@ mod tests {
         assert_eq!(s.region_precision(), 0.2);
         assert!((s.wasted_share() - 0.8).abs() < 1e-12);
         assert_eq!(s.recall(), None, "no truth, no recall");
+    }
+
+    /// Rule 2: a region that asks within `min_lead_ms` of the command shares one fill
+    /// with it: it is neither warmed nor wasted.
+    #[test]
+    fn a_region_that_asks_at_once_joined_the_fill() {
+        let events = [
+            ask(1_000, "/a", EU),
+            ask(1_099, "/a", US),
+            ask(1_100, "/a", AP),
+        ];
+        let (s, per_command) = score_commands(
+            &[command(1_000, "/a", &[EU, US, AP, "sa"])],
+            &events,
+            None,
+            &HonestOptions::default(),
+        );
+        assert_eq!(s.joined_regions, 2, "EU at the same ms, US 99 ms later");
+        assert_eq!(
+            (s.targeted_regions, s.warmed_regions),
+            (2, 1),
+            "AP warmed, sa wasted"
+        );
+        assert_eq!(s.region_precision(), 0.5);
+        assert_eq!(per_command[0].joined, 2);
+
+        let (s, per_command) = score_commands(
+            &[command(1_000, "/a", &[EU, US])],
+            &events,
+            None,
+            &HonestOptions::default(),
+        );
+        assert_eq!(
+            (s.judged, s.targeted_regions),
+            (0, 0),
+            "all joined: not judged"
+        );
+        assert!(!per_command[0].judged);
     }
 
     /// Rule 3: a cron command with nothing left to warm is neither credit nor blame;

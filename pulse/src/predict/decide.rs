@@ -29,6 +29,11 @@ pub struct DecisionPolicy {
     /// A key needs this many consecutive scorings (ticks) at or above the threshold
     /// before it gets a command: one noisy crossing is not enough.
     pub confirmations: u32,
+    /// What a wasted pre-warm fill costs, in client misses: a command is sent only when
+    /// `confidence × saved misses ≥ (1 − confidence) × cost` (see [`Decider::consider`]).
+    pub wasted_fill_cost: f64,
+    /// Per-tenant overrides of [`DecisionPolicy::wasted_fill_cost`].
+    pub tenant_fill_costs: HashMap<TenantId, f64>,
     /// A key is scored for a command only once this many of the tenant's regions asked
     /// for it in the last minute: 2 waits for spread evidence (a one-region crowd never
     /// gets a command) at the cost of the second region's warm-up.
@@ -40,7 +45,7 @@ impl Default for DecisionPolicy {
         DecisionPolicy {
             threshold: 0.85,
             cooldown_ms: 60_000,
-            command_ttl_ms: 30_000,
+            command_ttl_ms: 60_000,
             tenant_rate_per_s: 2.0,
             tenant_burst: 20.0,
             history: 500,
@@ -48,6 +53,10 @@ impl Default for DecisionPolicy {
             // batches scores a key once per burst, so live pulse keeps 1 (see README).
             confirmations: 1,
             min_regions_reached: 1,
+            // A wasted fill costs about what one client miss does: the threshold binds
+            // first; a tenant with a costly origin raises it.
+            wasted_fill_cost: 1.0,
+            tenant_fill_costs: HashMap::new(),
         }
     }
 }
@@ -60,6 +69,8 @@ pub enum Skip {
     /// At the threshold, but not yet for [`DecisionPolicy::confirmations`] scorings in
     /// a row.
     Unconfirmed,
+    /// The misses a command would save do not outweigh the fills it may waste.
+    NotWorthIt,
     /// Every region has already seen the key: nothing to warm.
     NothingToWarm,
     /// The key had a command within the cooldown.
@@ -71,9 +82,10 @@ pub enum Skip {
 impl Skip {
     /// Every reason, in declaration order: `Skip as usize` indexes
     /// [`DecisionCounts::skipped`].
-    pub const ALL: [Skip; 5] = [
+    pub const ALL: [Skip; 6] = [
         Skip::BelowThreshold,
         Skip::Unconfirmed,
+        Skip::NotWorthIt,
         Skip::NothingToWarm,
         Skip::Cooldown,
         Skip::OverBudget,
@@ -84,6 +96,7 @@ impl Skip {
         match self {
             Skip::BelowThreshold => "below_threshold",
             Skip::Unconfirmed => "unconfirmed",
+            Skip::NotWorthIt => "not_worth_it",
             Skip::NothingToWarm => "nothing_to_warm",
             Skip::Cooldown => "cooldown",
             Skip::OverBudget => "over_budget",
@@ -192,7 +205,14 @@ impl Decider {
     }
 
     /// Decides on one scored key. `unseen` are the regions that have not requested it
-    /// lately: the ones to warm.
+    /// lately: the ones to warm; `saved_misses` is how many client misses warming one
+    /// of them would save if it then asks (its first miss and the requests that would
+    /// wait on that fill).
+    ///
+    /// The cost rule, per warmed region: with probability `confidence` the region asks
+    /// and the pre-warm saves `saved_misses`; otherwise its fill is wasted, at the
+    /// tenant's `wasted_fill_cost`. A command goes out only when the expected saving
+    /// is at least the expected cost.
     pub fn consider(
         &mut self,
         now_ms: u64,
@@ -200,6 +220,7 @@ impl Decider {
         key: &CacheKey,
         score: &Score,
         unseen: Vec<RegionId>,
+        saved_misses: f64,
     ) -> Result<PrewarmCommand, Skip> {
         let skip = |counts: &mut DecisionCounts, why: Skip| {
             counts.skipped[why as usize] += 1;
@@ -222,6 +243,16 @@ impl Decider {
                     .retain(|_, (_, last)| *last + STREAK_GAP_MS >= now_ms);
             }
             return skip(&mut self.counts, Skip::Unconfirmed);
+        }
+        let cost = self
+            .policy
+            .tenant_fill_costs
+            .get(tenant)
+            .copied()
+            .unwrap_or(self.policy.wasted_fill_cost);
+        let confidence = score.confidence.clamp(0.0, 1.0);
+        if confidence * saved_misses < (1.0 - confidence) * cost {
+            return skip(&mut self.counts, Skip::NotWorthIt);
         }
         if unseen.is_empty() {
             return skip(&mut self.counts, Skip::NothingToWarm);
@@ -371,6 +402,30 @@ mod tests {
         }
     }
 
+    /// The cost rule: a command goes out only when confidence × saved misses is at
+    /// least (1 − confidence) × the tenant's wasted-fill cost.
+    #[test]
+    fn a_command_must_save_more_than_it_may_waste() {
+        let (t, k) = ids("acme", "/a");
+        let (cheap, _) = ids("cheap", "/a");
+        let mut d = Decider::new(DecisionPolicy {
+            wasted_fill_cost: 20.0,
+            tenant_fill_costs: HashMap::from([(cheap.clone(), 1.0)]),
+            ..DecisionPolicy::default()
+        });
+        let eu = || regions(&["eu"]);
+        // 0.9 × 2 = 1.8 < 0.1 × 20 = 2: not worth a possibly wasted fill.
+        assert_eq!(
+            d.consider(0, &t, &k, &score(0.9), eu(), 2.0),
+            Err(Skip::NotWorthIt)
+        );
+        assert_eq!(d.counts().skipped[Skip::NotWorthIt as usize], 1);
+        // 0.9 × 3 = 2.7 ≥ 2: worth it.
+        assert!(d.consider(10, &t, &k, &score(0.9), eu(), 3.0).is_ok());
+        // The same key of a tenant whose fills cost little.
+        assert!(d.consider(0, &cheap, &k, &score(0.9), eu(), 1.0).is_ok());
+    }
+
     #[test]
     fn one_crossing_is_not_enough() {
         let mut d = Decider::new(DecisionPolicy {
@@ -380,23 +435,23 @@ mod tests {
         let (t, k) = ids("acme", "/a");
         let eu = || regions(&["eu"]);
         assert_eq!(
-            d.consider(0, &t, &k, &score(0.9), eu()),
+            d.consider(0, &t, &k, &score(0.9), eu(), 1.0),
             Err(Skip::Unconfirmed)
         );
         assert_eq!(
-            d.consider(50, &t, &k, &score(0.5), eu()),
+            d.consider(50, &t, &k, &score(0.5), eu(), 1.0),
             Err(Skip::BelowThreshold)
         );
         assert_eq!(
-            d.consider(100, &t, &k, &score(0.9), eu()),
+            d.consider(100, &t, &k, &score(0.9), eu(), 1.0),
             Err(Skip::Unconfirmed)
         );
         // Too long after the previous scoring: not consecutive.
         assert_eq!(
-            d.consider(5_000, &t, &k, &score(0.9), eu()),
+            d.consider(5_000, &t, &k, &score(0.9), eu(), 1.0),
             Err(Skip::Unconfirmed)
         );
-        assert!(d.consider(5_050, &t, &k, &score(0.9), eu()).is_ok());
+        assert!(d.consider(5_050, &t, &k, &score(0.9), eu(), 1.0).is_ok());
     }
 
     #[test]
@@ -404,24 +459,25 @@ mod tests {
         let mut d = Decider::new(unconfirmed());
         let (t, k) = ids("acme", "/a");
         assert_eq!(
-            d.consider(0, &t, &k, &score(0.84), regions(&["eu"])),
+            d.consider(0, &t, &k, &score(0.84), regions(&["eu"]), 1.0),
             Err(Skip::BelowThreshold)
         );
         assert_eq!(
-            d.consider(0, &t, &k, &score(0.95), vec![]),
+            d.consider(0, &t, &k, &score(0.95), vec![], 1.0),
             Err(Skip::NothingToWarm)
         );
         let c = d
-            .consider(0, &t, &k, &score(0.85), regions(&["eu"]))
+            .consider(0, &t, &k, &score(0.85), regions(&["eu"]), 1.0)
             .unwrap();
         assert_eq!(c.regions, RegionTargets::Only(regions(&["eu"])));
         assert_eq!(c.expires_at_ms, DecisionPolicy::default().command_ttl_ms);
-        assert_eq!(d.counts().skipped, [1, 0, 1, 0, 0]);
+        assert_eq!(d.counts().skipped, [1, 0, 0, 1, 0, 0]);
         assert_eq!(
             d.counts().skips(),
             [
                 (Skip::BelowThreshold, 1),
                 (Skip::Unconfirmed, 0),
+                (Skip::NotWorthIt, 0),
                 (Skip::NothingToWarm, 1),
                 (Skip::Cooldown, 0),
                 (Skip::OverBudget, 0)
@@ -435,11 +491,11 @@ mod tests {
         let mut d = Decider::new(policy.clone());
         let (t, k) = ids("acme", "/a");
         assert!(
-            d.consider(1_000, &t, &k, &score(0.9), regions(&["eu"]))
+            d.consider(1_000, &t, &k, &score(0.9), regions(&["eu"]), 1.0)
                 .is_ok()
         );
         assert_eq!(
-            d.consider(2_000, &t, &k, &score(0.99), regions(&["eu"])),
+            d.consider(2_000, &t, &k, &score(0.99), regions(&["eu"]), 1.0),
             Err(Skip::Cooldown)
         );
         assert!(
@@ -448,7 +504,8 @@ mod tests {
                 &t,
                 &k,
                 &score(0.9),
-                regions(&["eu"])
+                regions(&["eu"]),
+                1.0
             )
             .is_ok()
         );
@@ -466,25 +523,25 @@ mod tests {
         let sent = (0..10)
             .filter(|i| {
                 let key: CacheKey = format!("/k{i}").parse().unwrap();
-                d.consider(0, &loud, &key, &score(0.9), regions(&["eu"]))
+                d.consider(0, &loud, &key, &score(0.9), regions(&["eu"]), 1.0)
                     .is_ok()
             })
             .count();
         assert_eq!(sent, 3);
         let (quiet, key) = ids("quiet", "/k0");
         assert!(
-            d.consider(0, &quiet, &key, &score(0.9), regions(&["eu"]))
+            d.consider(0, &quiet, &key, &score(0.9), regions(&["eu"]), 1.0)
                 .is_ok()
         );
         // One second later the loud tenant has earned one more.
         let key: CacheKey = "/k-late".parse().unwrap();
         assert!(
-            d.consider(1_000, &loud, &key, &score(0.9), regions(&["eu"]))
+            d.consider(1_000, &loud, &key, &score(0.9), regions(&["eu"]), 1.0)
                 .is_ok()
         );
         let key: CacheKey = "/k-later".parse().unwrap();
         assert_eq!(
-            d.consider(1_000, &loud, &key, &score(0.9), regions(&["eu"])),
+            d.consider(1_000, &loud, &key, &score(0.9), regions(&["eu"]), 1.0),
             Err(Skip::OverBudget)
         );
     }
@@ -494,9 +551,9 @@ mod tests {
         let mut d = Decider::new(unconfirmed());
         let (t, k) = ids("acme", "/a");
         let (_, other) = ids("acme", "/b");
-        d.consider(1_000, &t, &k, &score(0.9), regions(&["eu", "ap"]))
+        d.consider(1_000, &t, &k, &score(0.9), regions(&["eu", "ap"]), 1.0)
             .unwrap();
-        d.consider(1_000, &t, &other, &score(0.9), regions(&["eu"]))
+        d.consider(1_000, &t, &other, &score(0.9), regions(&["eu"]), 1.0)
             .unwrap();
         let eu: RegionId = "eu".parse().unwrap();
         let us: RegionId = "us".parse().unwrap();
@@ -536,7 +593,7 @@ mod tests {
         let t: TenantId = "acme".parse().unwrap();
         for i in 0..20 {
             let key: CacheKey = format!("/k{i}").parse().unwrap();
-            d.consider(i, &t, &key, &score(0.9), regions(&["eu"]))
+            d.consider(i, &t, &key, &score(0.9), regions(&["eu"]), 1.0)
                 .unwrap();
         }
         assert_eq!(d.recent().count(), 5);

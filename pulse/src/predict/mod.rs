@@ -162,9 +162,10 @@ impl Predictor {
                 }
                 self.scored += 1;
                 let score = model.score(&x.features);
+                let saved = saved_misses(&x.features, x.reached, self.tracker.fill_seconds(tenant));
                 if let Ok(command) = self
                     .decider
-                    .consider(now_ms, tenant, &key, &score, x.unseen)
+                    .consider(now_ms, tenant, &key, &score, x.unseen, saved)
                 {
                     commands.push(command);
                 }
@@ -214,4 +215,12 @@ impl Predictor {
     pub fn take_samples(&mut self) -> Vec<Sample> {
         self.labeler.take()
     }
+}
+
+/// Client misses one warmed region would be spared if it then asks: its first miss,
+/// and the requests that would arrive while that miss's fill runs, at the key's current
+/// rate per region that asks for it.
+fn saved_misses(features: &Features, reached: usize, fill_seconds: f64) -> f64 {
+    let per_region_rps = features.velocity_1s / reached.max(1) as f64;
+    1.0 + per_region_rps * fill_seconds
 }

@@ -9,7 +9,7 @@
 
 use std::collections::{HashMap, VecDeque};
 
-use models::{AccessEventRef, CacheKey, RegionId, RegionRef, TenantId};
+use models::{AccessEventRef, CacheKey, Outcome, RegionId, RegionRef, TenantId};
 
 /// Seconds of per-key referrer history.
 pub(crate) const HISTORY_S: u64 = 60;
@@ -150,12 +150,24 @@ pub(crate) struct TenantTracker {
     hour_bursts: f64,
     /// Per tracker region id: the tenant's last client request there (0: never).
     region_last_ms: Vec<u64>,
+    /// EWMA of the tenant's origin fill times, ms, from the misses that report one.
+    fill_ms_ewma: Option<f64>,
 }
 
 /// The "other" domain id for domains past the cap.
 const OTHER_DOMAIN: u32 = u32::MAX;
 
+/// Weight of each new fill time in the tenant's fill-time average.
+const FILL_ALPHA: f64 = 0.05;
+/// The fill time assumed for a tenant no miss has reported one for yet.
+const DEFAULT_FILL_MS: f64 = 100.0;
+
 impl TenantTracker {
+    /// The tenant's typical origin fill time, seconds.
+    pub(crate) fn fill_seconds(&self) -> f64 {
+        self.fill_ms_ewma.unwrap_or(DEFAULT_FILL_MS) / 1000.0
+    }
+
     fn domain_id(&mut self, domain: &str) -> u32 {
         if let Some(id) = self.domain_ids.get(domain) {
             return *id;
@@ -238,6 +250,13 @@ pub(crate) struct Tracker {
 const MAX_REGIONS: usize = 64;
 
 impl Tracker {
+    /// `tenant`'s typical origin fill time, seconds (a default before any miss said).
+    pub(crate) fn fill_seconds(&self, tenant: &TenantId) -> f64 {
+        self.tenants
+            .get(tenant)
+            .map_or(DEFAULT_FILL_MS / 1000.0, TenantTracker::fill_seconds)
+    }
+
     pub(crate) fn new(max_keys: usize) -> Self {
         Tracker {
             tenants: HashMap::new(),
@@ -288,6 +307,13 @@ impl Tracker {
             tenant.domain_minute = minute;
         }
         tenant.domain_total += 1.0;
+        if let (Outcome::Miss, Some(fill_ms)) = (event.outcome, event.fill_ms) {
+            let fill_ms = f64::from(fill_ms);
+            tenant.fill_ms_ewma = Some(match tenant.fill_ms_ewma {
+                Some(avg) => avg + FILL_ALPHA * (fill_ms - avg),
+                None => fill_ms,
+            });
+        }
         if let Some(d) = domain {
             *tenant.domain_counts.entry(d).or_insert(0.0) += 1.0;
         }
