@@ -13,13 +13,16 @@
 //! 3. `other_region`: the command's `regions` do not include this node's region;
 //! 4. `unknown_tenant`: the tenant is not in this node's configuration (the origin
 //!    always comes from that configuration, never from the command);
-//! 5. `full`: too many keys in flight.
+//! 5. `duplicate`: a command with this id was acted on and has not expired (pulse gives
+//!    a decision made again, after a replay or a rebalance, the id of the first);
+//! 6. `full`: too many keys in flight.
 //!
 //! Whatever `priority` a command asks for, the fill runs in the prefetch class: a
 //! forged command cannot claim user capacity. Offsets are stored after a message is
 //! handled and committed in the background (at-least-once; a replayed pre-warm is
 //! harmless, it finds the entry cached or joins the flight).
 
+use std::collections::{HashMap, VecDeque};
 use std::time::Duration;
 
 use models::{PrewarmCommand, RegionId, decode};
@@ -57,17 +60,80 @@ impl ConsumerContext for LoggingContext {
     }
 }
 
-/// Checks one message payload against the node and, if it passes, pre-warms.
-/// `now_ms` is the wall clock in milliseconds since the Unix epoch.
+/// Checks one message payload against the node and, if it passes and is not a
+/// repeat, pre-warms. `now_ms` is the wall clock in milliseconds since the Unix epoch.
 pub fn handle_prewarm(
     node: &Node,
     region: &RegionId,
+    recent: &mut RecentCommands,
     payload: Option<&[u8]>,
     now_ms: u64,
 ) -> Result<PrewarmOutcome, RejectReason> {
     let command = check_prewarm(region, payload, now_ms)?;
-    node.prewarm(&command.tenant, command.key)
-        .map_err(|e| e.reason())
+    if recent.is_repeat(&command.id, now_ms) {
+        return Err(RejectReason::Duplicate);
+    }
+    let outcome = node
+        .prewarm(&command.tenant, command.key)
+        .map_err(|e| e.reason())?;
+    recent.record(command.id, command.expires_at_ms, now_ms);
+    Ok(outcome)
+}
+
+/// The ids of the commands a consumer acted on, each until it expires, at most
+/// `capacity` of them (the oldest go first): a repeat of one is dropped.
+#[derive(Debug)]
+pub struct RecentCommands {
+    expiry: HashMap<String, u64>,
+    order: VecDeque<String>,
+    capacity: usize,
+}
+
+impl RecentCommands {
+    /// Ids a consumer remembers by default: a few MiB, minutes of a busy fleet.
+    pub const DEFAULT_CAPACITY: usize = 100_000;
+
+    /// An empty set that holds at most `capacity` ids.
+    pub fn new(capacity: usize) -> RecentCommands {
+        RecentCommands {
+            expiry: HashMap::new(),
+            order: VecDeque::new(),
+            capacity: capacity.max(1),
+        }
+    }
+
+    /// Whether a command with `id` was acted on and has not expired at `now_ms`.
+    pub fn is_repeat(&self, id: &str, now_ms: u64) -> bool {
+        self.expiry.get(id).is_some_and(|expires| now_ms < *expires)
+    }
+
+    /// Remembers that the command `id` (valid until `expires_at_ms`) was acted on.
+    pub fn record(&mut self, id: String, expires_at_ms: u64, now_ms: u64) {
+        // Drop expired ids from the front (commands expire about in arrival order),
+        // then the oldest while full.
+        while let Some(front) = self.order.front() {
+            let expired = self.expiry.get(front).is_none_or(|e| *e <= now_ms);
+            if !expired && self.order.len() < self.capacity {
+                break;
+            }
+            if let Some(old) = self.order.pop_front() {
+                self.expiry.remove(&old);
+            }
+        }
+        if self.expiry.insert(id.clone(), expires_at_ms).is_none() {
+            self.order.push_back(id);
+        }
+    }
+
+    /// Ids held now.
+    pub fn len(&self) -> usize {
+        self.expiry.len()
+    }
+
+    /// Whether no id is held.
+    pub fn is_empty(&self) -> bool {
+        self.expiry.is_empty()
+    }
 }
 
 /// Checks 1 to 3 of the list above (codec, `expired`, `other_region`) on one message
@@ -132,6 +198,7 @@ impl PrewarmConsumer {
     pub async fn run(self, mut shutdown: watch::Receiver<bool>) {
         tracing::info!(topic = %self.topic, region = %self.region, "pre-warm consumer started");
         let metrics = self.node.metrics();
+        let mut recent = RecentCommands::new(RecentCommands::DEFAULT_CAPACITY);
         loop {
             let message = tokio::select! {
                 message = self.consumer.recv() => message,
@@ -147,7 +214,14 @@ impl PrewarmConsumer {
                 }
             };
             metrics.prefetches_received.inc();
-            match handle_prewarm(&self.node, &self.region, message.payload(), unix_now_ms()) {
+            let now_ms = unix_now_ms();
+            match handle_prewarm(
+                &self.node,
+                &self.region,
+                &mut recent,
+                message.payload(),
+                now_ms,
+            ) {
                 Ok(outcome) => tracing::debug!(?outcome, "pre-warm"),
                 Err(reason) => {
                     metrics.prewarm_rejected(reason);
@@ -196,4 +270,37 @@ pub(crate) fn subscribe_prewarm(
         .create_with_context(LoggingContext)?;
     consumer.subscribe(&[&kafka.prewarm_topic])?;
     Ok(consumer)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A command acted on is a repeat until it expires, then no longer.
+    #[test]
+    fn a_repeat_is_dropped_until_the_command_expires() {
+        let mut recent = RecentCommands::new(10);
+        assert!(!recent.is_repeat("pw-1", 0));
+        recent.record("pw-1".into(), 1_000, 0);
+        assert!(recent.is_repeat("pw-1", 999));
+        assert!(!recent.is_repeat("pw-1", 1_000), "expired");
+        assert!(!recent.is_repeat("pw-2", 500), "another id");
+    }
+
+    /// Memory is bounded: past `capacity` the oldest ids go, and expired ones go
+    /// whenever a new id comes.
+    #[test]
+    fn the_set_is_bounded() {
+        let mut recent = RecentCommands::new(3);
+        for i in 0..10 {
+            recent.record(format!("pw-{i}"), 60_000, 0);
+        }
+        assert_eq!(recent.len(), 3);
+        assert!(recent.is_repeat("pw-9", 1) && !recent.is_repeat("pw-0", 1));
+
+        let mut recent = RecentCommands::new(100);
+        recent.record("old".into(), 1_000, 0);
+        recent.record("new".into(), 90_000, 5_000);
+        assert_eq!(recent.len(), 1, "the expired id went");
+    }
 }

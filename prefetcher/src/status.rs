@@ -102,13 +102,15 @@ pub enum RejectReason {
     OtherRegion,
     /// The tenant is not in this node's configuration.
     UnknownTenant,
+    /// A command with this id was acted on and has not expired.
+    Duplicate,
     /// Too many keys in flight.
     Full,
 }
 
 impl RejectReason {
     /// Every reason, in declaration order (metrics pre-create one series each).
-    pub const ALL: [RejectReason; 8] = [
+    pub const ALL: [RejectReason; 9] = [
         RejectReason::TooLarge,
         RejectReason::Malformed,
         RejectReason::InvalidField,
@@ -116,6 +118,7 @@ impl RejectReason {
         RejectReason::Expired,
         RejectReason::OtherRegion,
         RejectReason::UnknownTenant,
+        RejectReason::Duplicate,
         RejectReason::Full,
     ];
 
@@ -129,6 +132,7 @@ impl RejectReason {
             RejectReason::Expired => "expired",
             RejectReason::OtherRegion => "other_region",
             RejectReason::UnknownTenant => "unknown_tenant",
+            RejectReason::Duplicate => "duplicate",
             RejectReason::Full => "full",
         }
     }

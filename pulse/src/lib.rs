@@ -70,10 +70,11 @@ pub use offline::{
     write_trace,
 };
 pub use predict::{
-    Calibration, Decider, Decision, DecisionCounts, DecisionPolicy, Evaluation, FEATURE_COUNT,
-    FEATURE_NAMES, Features, MAX_Z, MIN_REGION_DEMAND, MODEL_FORMAT, ModelError, Predictor,
-    PredictorConfig, ReliabilityBin, RetrainOutcome, Sample, Score, ScoringModel, Skip,
-    TrainOptions, TrainingMetrics, Transform, Verdict, default_model, reliability, retrain,
+    Calibration, Candidate, Decider, Decision, DecisionCounts, DecisionPolicy, Evaluation,
+    FEATURE_COUNT, FEATURE_NAMES, Features, MAX_Z, MIN_REGION_DEMAND, MODEL_FORMAT, ModelError,
+    Predictor, PredictorConfig, ReliabilityBin, RetrainOutcome, Sample, Score, ScoringModel, Skip,
+    TrainOptions, TrainingMetrics, Transform, Verdict, command_id, default_model, reliability,
+    retrain,
 };
 pub use prewarm::{PrewarmLoop, PrewarmPublisher, Retrainer, SharedPredictor, retrain_once};
 pub use reject::RejectReason;

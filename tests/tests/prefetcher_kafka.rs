@@ -426,9 +426,11 @@ async fn forged_and_foreign_commands_are_refused_and_counted() {
     let mut ok = command("/ok", RegionTargets::All);
     ok.priority = models::Priority::User;
     produce_command(&producer, &topics.prewarm, &ok).await;
+    // The same decision again (a replay upstream): same id, dropped as a repeat.
+    produce_command(&producer, &topics.prewarm, &ok).await;
 
     let m = node.node().metrics();
-    let total = forged.len() as u64 + 1;
+    let total = forged.len() as u64 + 2;
     wait_until(
         || m.prefetches_received.get() == total,
         "every command read",
@@ -441,6 +443,7 @@ async fn forged_and_foreign_commands_are_refused_and_counted() {
     for (reason, count) in &expected {
         assert_eq!(m.prewarm_rejections(reason), *count, "reason {reason}");
     }
+    assert_eq!(m.prewarm_rejections("duplicate"), 1, "the repeat");
     wait_until(|| cached(&node, "/ok"), "the valid pre-warm").await;
     assert_eq!(m.prefetches_started.get(), 1);
     assert_eq!(

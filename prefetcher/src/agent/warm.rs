@@ -3,7 +3,8 @@
 //! cache.
 //!
 //! Each message goes through [`check_prewarm`](crate::prewarm::check_prewarm) (codec,
-//! `expired`, `other_region`), then the agent's own tenant map (`unknown_tenant`);
+//! `expired`, `other_region`), then the agent's own tenant map (`unknown_tenant`) and
+//! the ids it acted on ([`RecentCommands`]: `duplicate`);
 //! refusals are counted in `prefetcher_prefetches_rejected_total{reason}` as the
 //! prefetcher counts them. The key is normalised as a request's
 //! ([`normalise_key`](crate::normalise_key)) and requested with the tenant's first
@@ -39,7 +40,7 @@ use super::metrics::AgentMetrics;
 use crate::events::unix_now_ms;
 use crate::limits::FillLimiter;
 use crate::metrics::Metrics;
-use crate::prewarm::{LoggingContext, check_prewarm, subscribe_prewarm};
+use crate::prewarm::{LoggingContext, RecentCommands, check_prewarm, subscribe_prewarm};
 use crate::proxy::normalise_key;
 use crate::status::RejectReason;
 
@@ -50,6 +51,10 @@ pub(crate) struct WarmRequest {
     pub host: String,
     /// The normalised key: path and sorted query.
     pub key: CacheKey,
+    /// The command's id, to drop a repeat of it.
+    pub id: String,
+    /// When the command expires.
+    pub expires_at_ms: u64,
 }
 
 /// The tenant map the agent checks commands against: tenant → the `Host` it sends.
@@ -99,6 +104,8 @@ impl WarmTargets {
         Ok(WarmRequest {
             host: host.clone(),
             key,
+            id: command.id,
+            expires_at_ms: command.expires_at_ms,
         })
     }
 }
@@ -275,6 +282,7 @@ impl WarmConsumer {
     pub(crate) async fn run(self, mut shutdown: watch::Receiver<bool>) {
         tracing::info!("edge agent: pre-warm consumer started");
         let mut tasks = JoinSet::new();
+        let mut recent = RecentCommands::new(RecentCommands::DEFAULT_CAPACITY);
         loop {
             while tasks.try_join_next().is_some() {}
             let message = tokio::select! {
@@ -290,8 +298,13 @@ impl WarmConsumer {
                 }
             };
             self.metrics.prefetches_received.inc();
-            match self.targets.check(message.payload(), unix_now_ms()) {
+            let now_ms = unix_now_ms();
+            match self.targets.check(message.payload(), now_ms) {
+                Ok(request) if recent.is_repeat(&request.id, now_ms) => {
+                    self.metrics.prewarm_rejected(RejectReason::Duplicate);
+                }
                 Ok(request) if tasks.len() < self.max_in_flight => {
+                    recent.record(request.id.clone(), request.expires_at_ms, now_ms);
                     let warmer = self.warmer.clone();
                     tasks.spawn(async move {
                         warmer.warm(request).await;
@@ -391,6 +404,8 @@ mod tests {
         let request = WarmRequest {
             host: "acme.example".into(),
             key: CacheKey::new("/a?b=1").unwrap(),
+            id: "c-1".into(),
+            expires_at_ms: u64::MAX,
         };
         assert!(warmer.warm(request).await);
         assert_eq!(
@@ -414,6 +429,8 @@ mod tests {
             let request = WarmRequest {
                 host: "acme.example".into(),
                 key: CacheKey::new("/a").unwrap(),
+                id: "c-1".into(),
+                expires_at_ms: u64::MAX,
             };
             assert!(!warmer.warm(request).await);
         }
@@ -430,6 +447,8 @@ mod tests {
             Ok(WarmRequest {
                 host: "acme.example".into(),
                 key: CacheKey::new("/a?b=2&z=1").unwrap(),
+                id: "c-1".into(),
+                expires_at_ms: 2_000,
             })
         );
     }

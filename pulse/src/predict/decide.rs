@@ -128,6 +128,40 @@ pub struct Decision {
     pub lead_times_ms: Vec<(RegionId, u64)>,
 }
 
+/// One scored key, as [`Decider::consider`] weighs it.
+#[derive(Debug)]
+pub struct Candidate<'a> {
+    /// Whose key.
+    pub tenant: &'a TenantId,
+    /// The key.
+    pub key: &'a CacheKey,
+    /// The model's score.
+    pub score: &'a Score,
+    /// The regions that have not requested it lately: the ones to warm.
+    pub unseen: Vec<RegionId>,
+    /// Client misses warming one of them would save if it then asks (its first miss
+    /// and the requests that would wait on that fill).
+    pub saved_misses: f64,
+    /// When the key's current burst began (event time, ms): with the tenant, key and
+    /// model it names the decision.
+    pub burst_start_ms: u64,
+}
+
+/// A command's id: the same (tenant, key, burst, model) always gives the same id, so a
+/// decision made again (a replay, another instance after a rebalance) carries the id
+/// of the first, and an edge can drop the repeat.
+pub fn command_id(tenant: &TenantId, key: &CacheKey, burst_start_ms: u64, model: &str) -> String {
+    let burst = burst_start_ms.to_string();
+    // FNV-1a over the fields, each ended by a 0 byte (none of them can hold one).
+    let hash = [tenant.as_str(), key.as_str(), burst.as_str(), model]
+        .iter()
+        .flat_map(|field| field.bytes().chain([0]))
+        .fold(0xcbf2_9ce4_8422_2325_u64, |h, b| {
+            (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3)
+        });
+    format!("pw-{burst_start_ms}-{hash:016x}")
+}
+
 /// Two scorings of a key further apart than this are not consecutive.
 const STREAK_GAP_MS: u64 = 1_000;
 
@@ -182,7 +216,6 @@ pub struct Decider {
     // Newest last; bounded by `policy.history`.
     decisions: VecDeque<Decision>,
     counts: DecisionCounts,
-    next_id: u64,
 }
 
 impl Decider {
@@ -195,7 +228,6 @@ impl Decider {
             budgets: HashMap::new(),
             decisions: VecDeque::new(),
             counts: DecisionCounts::default(),
-            next_id: 0,
         }
     }
 
@@ -204,10 +236,7 @@ impl Decider {
         &self.policy
     }
 
-    /// Decides on one scored key. `unseen` are the regions that have not requested it
-    /// lately: the ones to warm; `saved_misses` is how many client misses warming one
-    /// of them would save if it then asks (its first miss and the requests that would
-    /// wait on that fill).
+    /// Decides on one scored key ([`Candidate`]).
     ///
     /// The cost rule, per warmed region: with probability `confidence` the region asks
     /// and the pre-warm saves `saved_misses`; otherwise its fill is wasted, at the
@@ -216,12 +245,16 @@ impl Decider {
     pub fn consider(
         &mut self,
         now_ms: u64,
-        tenant: &TenantId,
-        key: &CacheKey,
-        score: &Score,
-        unseen: Vec<RegionId>,
-        saved_misses: f64,
+        candidate: Candidate<'_>,
     ) -> Result<PrewarmCommand, Skip> {
+        let Candidate {
+            tenant,
+            key,
+            score,
+            unseen,
+            saved_misses,
+            burst_start_ms,
+        } = candidate;
         let skip = |counts: &mut DecisionCounts, why: Skip| {
             counts.skipped[why as usize] += 1;
             Err(why)
@@ -281,9 +314,8 @@ impl Decider {
                 .retain(|_, last| now_ms < *last + cooldown);
         }
 
-        self.next_id += 1;
         let command = PrewarmCommand::new(
-            format!("pw-{now_ms}-{}", self.next_id),
+            command_id(tenant, key, burst_start_ms, &score.reason.model),
             tenant.clone(),
             key.clone(),
             score.confidence.clamp(0.0, 1.0),
@@ -387,6 +419,23 @@ mod tests {
         }
     }
 
+    fn cand<'a>(
+        tenant: &'a TenantId,
+        key: &'a CacheKey,
+        score: &'a Score,
+        unseen: Vec<RegionId>,
+        saved_misses: f64,
+    ) -> Candidate<'a> {
+        Candidate {
+            tenant,
+            key,
+            score,
+            unseen,
+            saved_misses,
+            burst_start_ms: 0,
+        }
+    }
+
     fn ids(tenant: &str, key: &str) -> (TenantId, CacheKey) {
         (tenant.parse().unwrap(), key.parse().unwrap())
     }
@@ -416,14 +465,41 @@ mod tests {
         let eu = || regions(&["eu"]);
         // 0.9 × 2 = 1.8 < 0.1 × 20 = 2: not worth a possibly wasted fill.
         assert_eq!(
-            d.consider(0, &t, &k, &score(0.9), eu(), 2.0),
+            d.consider(0, cand(&t, &k, &score(0.9), eu(), 2.0)),
             Err(Skip::NotWorthIt)
         );
         assert_eq!(d.counts().skipped[Skip::NotWorthIt as usize], 1);
         // 0.9 × 3 = 2.7 ≥ 2: worth it.
-        assert!(d.consider(10, &t, &k, &score(0.9), eu(), 3.0).is_ok());
+        assert!(d.consider(10, cand(&t, &k, &score(0.9), eu(), 3.0)).is_ok());
         // The same key of a tenant whose fills cost little.
-        assert!(d.consider(0, &cheap, &k, &score(0.9), eu(), 1.0).is_ok());
+        assert!(
+            d.consider(0, cand(&cheap, &k, &score(0.9), eu(), 1.0))
+                .is_ok()
+        );
+    }
+
+    /// The same tenant, key, burst and model give the same id, whenever and by
+    /// whichever decider the decision is made; any other field gives another.
+    #[test]
+    fn a_decision_made_again_carries_the_same_id() {
+        let (t, k) = ids("acme", "/a");
+        let s = score(0.9);
+        let decide = |now_ms: u64, burst_start_ms: u64| {
+            let mut fresh = Decider::new(DecisionPolicy::default());
+            let mut c = cand(&t, &k, &s, regions(&["eu"]), 1.0);
+            c.burst_start_ms = burst_start_ms;
+            fresh.consider(now_ms, c).unwrap().id
+        };
+        assert_eq!(decide(1_000, 500), decide(1_400, 500), "replayed later");
+        assert_ne!(decide(1_000, 500), decide(1_000, 900), "another burst");
+        let id = command_id(&t, &k, 500, "m");
+        assert_eq!(id, decide(1_000, 500));
+        let (other_tenant, other_key) = ids("beta", "/b");
+        assert_ne!(id, command_id(&other_tenant, &k, 500, "m"));
+        assert_ne!(id, command_id(&t, &other_key, 500, "m"));
+        assert_ne!(id, command_id(&t, &k, 500, "m2"));
+        // Field boundaries count: ("acme", "/ab") is not ("acme/", "b").
+        assert!(id.starts_with("pw-500-") && id.len() == "pw-500-".len() + 16);
     }
 
     #[test]
@@ -435,23 +511,26 @@ mod tests {
         let (t, k) = ids("acme", "/a");
         let eu = || regions(&["eu"]);
         assert_eq!(
-            d.consider(0, &t, &k, &score(0.9), eu(), 1.0),
+            d.consider(0, cand(&t, &k, &score(0.9), eu(), 1.0)),
             Err(Skip::Unconfirmed)
         );
         assert_eq!(
-            d.consider(50, &t, &k, &score(0.5), eu(), 1.0),
+            d.consider(50, cand(&t, &k, &score(0.5), eu(), 1.0)),
             Err(Skip::BelowThreshold)
         );
         assert_eq!(
-            d.consider(100, &t, &k, &score(0.9), eu(), 1.0),
+            d.consider(100, cand(&t, &k, &score(0.9), eu(), 1.0)),
             Err(Skip::Unconfirmed)
         );
         // Too long after the previous scoring: not consecutive.
         assert_eq!(
-            d.consider(5_000, &t, &k, &score(0.9), eu(), 1.0),
+            d.consider(5_000, cand(&t, &k, &score(0.9), eu(), 1.0)),
             Err(Skip::Unconfirmed)
         );
-        assert!(d.consider(5_050, &t, &k, &score(0.9), eu(), 1.0).is_ok());
+        assert!(
+            d.consider(5_050, cand(&t, &k, &score(0.9), eu(), 1.0))
+                .is_ok()
+        );
     }
 
     #[test]
@@ -459,15 +538,15 @@ mod tests {
         let mut d = Decider::new(unconfirmed());
         let (t, k) = ids("acme", "/a");
         assert_eq!(
-            d.consider(0, &t, &k, &score(0.84), regions(&["eu"]), 1.0),
+            d.consider(0, cand(&t, &k, &score(0.84), regions(&["eu"]), 1.0)),
             Err(Skip::BelowThreshold)
         );
         assert_eq!(
-            d.consider(0, &t, &k, &score(0.95), vec![], 1.0),
+            d.consider(0, cand(&t, &k, &score(0.95), vec![], 1.0)),
             Err(Skip::NothingToWarm)
         );
         let c = d
-            .consider(0, &t, &k, &score(0.85), regions(&["eu"]), 1.0)
+            .consider(0, cand(&t, &k, &score(0.85), regions(&["eu"]), 1.0))
             .unwrap();
         assert_eq!(c.regions, RegionTargets::Only(regions(&["eu"])));
         assert_eq!(c.expires_at_ms, DecisionPolicy::default().command_ttl_ms);
@@ -491,21 +570,17 @@ mod tests {
         let mut d = Decider::new(policy.clone());
         let (t, k) = ids("acme", "/a");
         assert!(
-            d.consider(1_000, &t, &k, &score(0.9), regions(&["eu"]), 1.0)
+            d.consider(1_000, cand(&t, &k, &score(0.9), regions(&["eu"]), 1.0))
                 .is_ok()
         );
         assert_eq!(
-            d.consider(2_000, &t, &k, &score(0.99), regions(&["eu"]), 1.0),
+            d.consider(2_000, cand(&t, &k, &score(0.99), regions(&["eu"]), 1.0)),
             Err(Skip::Cooldown)
         );
         assert!(
             d.consider(
                 1_000 + policy.cooldown_ms,
-                &t,
-                &k,
-                &score(0.9),
-                regions(&["eu"]),
-                1.0
+                cand(&t, &k, &score(0.9), regions(&["eu"]), 1.0)
             )
             .is_ok()
         );
@@ -523,25 +598,25 @@ mod tests {
         let sent = (0..10)
             .filter(|i| {
                 let key: CacheKey = format!("/k{i}").parse().unwrap();
-                d.consider(0, &loud, &key, &score(0.9), regions(&["eu"]), 1.0)
+                d.consider(0, cand(&loud, &key, &score(0.9), regions(&["eu"]), 1.0))
                     .is_ok()
             })
             .count();
         assert_eq!(sent, 3);
         let (quiet, key) = ids("quiet", "/k0");
         assert!(
-            d.consider(0, &quiet, &key, &score(0.9), regions(&["eu"]), 1.0)
+            d.consider(0, cand(&quiet, &key, &score(0.9), regions(&["eu"]), 1.0))
                 .is_ok()
         );
         // One second later the loud tenant has earned one more.
         let key: CacheKey = "/k-late".parse().unwrap();
         assert!(
-            d.consider(1_000, &loud, &key, &score(0.9), regions(&["eu"]), 1.0)
+            d.consider(1_000, cand(&loud, &key, &score(0.9), regions(&["eu"]), 1.0))
                 .is_ok()
         );
         let key: CacheKey = "/k-later".parse().unwrap();
         assert_eq!(
-            d.consider(1_000, &loud, &key, &score(0.9), regions(&["eu"]), 1.0),
+            d.consider(1_000, cand(&loud, &key, &score(0.9), regions(&["eu"]), 1.0)),
             Err(Skip::OverBudget)
         );
     }
@@ -551,9 +626,12 @@ mod tests {
         let mut d = Decider::new(unconfirmed());
         let (t, k) = ids("acme", "/a");
         let (_, other) = ids("acme", "/b");
-        d.consider(1_000, &t, &k, &score(0.9), regions(&["eu", "ap"]), 1.0)
-            .unwrap();
-        d.consider(1_000, &t, &other, &score(0.9), regions(&["eu"]), 1.0)
+        d.consider(
+            1_000,
+            cand(&t, &k, &score(0.9), regions(&["eu", "ap"]), 1.0),
+        )
+        .unwrap();
+        d.consider(1_000, cand(&t, &other, &score(0.9), regions(&["eu"]), 1.0))
             .unwrap();
         let eu: RegionId = "eu".parse().unwrap();
         let us: RegionId = "us".parse().unwrap();
@@ -593,7 +671,7 @@ mod tests {
         let t: TenantId = "acme".parse().unwrap();
         for i in 0..20 {
             let key: CacheKey = format!("/k{i}").parse().unwrap();
-            d.consider(i, &t, &key, &score(0.9), regions(&["eu"]), 1.0)
+            d.consider(i, cand(&t, &key, &score(0.9), regions(&["eu"]), 1.0))
                 .unwrap();
         }
         assert_eq!(d.recent().count(), 5);

@@ -32,7 +32,9 @@ use std::sync::Arc;
 
 use models::{AccessEventRef, PrewarmCommand, TenantId};
 
-pub use decide::{Decider, Decision, DecisionCounts, DecisionPolicy, Skip, Verdict};
+pub use decide::{
+    Candidate, Decider, Decision, DecisionCounts, DecisionPolicy, Skip, Verdict, command_id,
+};
 pub use features::{FEATURE_COUNT, FEATURE_NAMES, Features};
 pub use labels::{MIN_REGION_DEMAND, Sample};
 pub use model::{
@@ -162,11 +164,19 @@ impl Predictor {
                 }
                 self.scored += 1;
                 let score = model.score(&x.features);
-                let saved = saved_misses(&x.features, x.reached, self.tracker.fill_seconds(tenant));
-                if let Ok(command) = self
-                    .decider
-                    .consider(now_ms, tenant, &key, &score, x.unseen, saved)
-                {
+                let candidate = Candidate {
+                    tenant,
+                    key: &key,
+                    score: &score,
+                    unseen: x.unseen,
+                    saved_misses: saved_misses(
+                        &x.features,
+                        x.reached,
+                        self.tracker.fill_seconds(tenant),
+                    ),
+                    burst_start_ms: burst_start.unwrap_or(now_ms),
+                };
+                if let Ok(command) = self.decider.consider(now_ms, candidate) {
                     commands.push(command);
                 }
             }
