@@ -11,7 +11,10 @@
 //!   those too) it stops, and the service checks the parsed request instead.
 //! - [`ConnGuard`] also watches HTTP/2 response bodies for a client that never opens
 //!   its flow-control window ([`WatchedBody`], [`send_stalled`]).
-//! - [`h2_abuse`] names the connection errors of a misbehaving HTTP/2 client.
+//! - On an HTTP/2 connection it reads the frames the node writes for the error
+//!   `GOAWAY` it sends: `h2` names the limit a client broke (rapid reset, CONTINUATION
+//!   flood …) only in that frame's debug data ([`ConnGuard::goaway_sent`]);
+//!   [`h2_abuse`] names the other connection errors (keep-alive timeout).
 //!
 //! # Invariants
 //! - The guard never changes a byte: it reads what hyper reads, after hyper asked.
@@ -55,6 +58,9 @@ pub(crate) struct ConnGuard {
     body_polls: AtomicU64,
     /// Fires with the first HTTP/2 response body: the stall watch starts then.
     first_h2_body: Notify,
+    /// What the first error `GOAWAY` the node sent on this connection named: `h2`
+    /// says which limit a client broke only in the frame's debug data.
+    goaway: Mutex<Option<H2Abuse>>,
 }
 
 impl ConnGuard {
@@ -66,6 +72,11 @@ impl ConnGuard {
 
     fn push(&self, verdict: Verdict) {
         lock(&self.verdicts).push_back(verdict);
+    }
+
+    /// The abuse named by the first error `GOAWAY` sent on this connection.
+    pub(crate) fn goaway_sent(&self) -> Option<H2Abuse> {
+        *lock(&self.goaway)
     }
 
     /// Refusals whose heads never reached the service (hyper refused them first, or
@@ -125,6 +136,8 @@ pub(crate) struct HeadGuard<IO> {
     /// Longest head kept in `pending`: hyper's own buffer limit.
     max_head_bytes: usize,
     chunk_size: u64,
+    /// The frames the node writes, once the client spoke HTTP/2.
+    frames_out: Option<FrameScan>,
 }
 
 impl<IO> HeadGuard<IO> {
@@ -136,6 +149,19 @@ impl<IO> HeadGuard<IO> {
             pending: Vec::new(),
             max_head_bytes,
             chunk_size: 0,
+            frames_out: None,
+        }
+    }
+
+    /// Follows `data`, the next bytes the node wrote.
+    fn wrote(&mut self, data: &[u8]) {
+        if let Some(scan) = &mut self.frames_out
+            && let Some((code, debug_data)) = scan.scan(data)
+        {
+            let mut goaway = lock(&self.guard.goaway);
+            if goaway.is_none() {
+                *goaway = goaway_abuse(code, &debug_data);
+            }
         }
     }
 
@@ -159,6 +185,7 @@ impl<IO> HeadGuard<IO> {
                     }
                     if have + take == H2_PREFACE.len() {
                         self.stop();
+                        self.frames_out = Some(FrameScan::default());
                         return;
                     }
                     self.pending.extend_from_slice(data);
@@ -288,7 +315,13 @@ impl<IO: AsyncWrite + Unpin> AsyncWrite for HeadGuard<IO> {
         cx: &mut Context<'_>,
         buf: &[u8],
     ) -> Poll<std::io::Result<usize>> {
-        Pin::new(&mut self.io).poll_write(cx, buf)
+        let written = Pin::new(&mut self.io).poll_write(cx, buf);
+        if self.frames_out.is_some()
+            && let Poll::Ready(Ok(n)) = written
+        {
+            self.wrote(&buf[..n]);
+        }
+        written
     }
 
     fn poll_write_vectored(
@@ -296,7 +329,20 @@ impl<IO: AsyncWrite + Unpin> AsyncWrite for HeadGuard<IO> {
         cx: &mut Context<'_>,
         bufs: &[std::io::IoSlice<'_>],
     ) -> Poll<std::io::Result<usize>> {
-        Pin::new(&mut self.io).poll_write_vectored(cx, bufs)
+        let written = Pin::new(&mut self.io).poll_write_vectored(cx, bufs);
+        if self.frames_out.is_some()
+            && let Poll::Ready(Ok(mut n)) = written
+        {
+            for buf in bufs {
+                let take = n.min(buf.len());
+                self.wrote(&buf[..take]);
+                n -= take;
+                if n == 0 {
+                    break;
+                }
+            }
+        }
+        written
     }
 
     fn is_write_vectored(&self) -> bool {
@@ -310,6 +356,89 @@ impl<IO: AsyncWrite + Unpin> AsyncWrite for HeadGuard<IO> {
     fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
         Pin::new(&mut self.io).poll_shutdown(cx)
     }
+}
+
+/// Frame boundaries in the bytes the node writes on an HTTP/2 connection, to read
+/// the `GOAWAY`s it sends.
+#[derive(Debug, Default)]
+struct FrameScan {
+    head: [u8; 9],
+    head_len: usize,
+    payload_left: usize,
+    /// The payload so far of a `GOAWAY` being written (its first bytes only).
+    goaway: Option<Vec<u8>>,
+}
+
+impl FrameScan {
+    /// Most of a `GOAWAY` payload kept: the codes and the start of the debug data.
+    const KEEP: usize = 8 + 64;
+
+    /// Follows `data`; returns the error code and debug data of a `GOAWAY` that
+    /// ends in it.
+    fn scan(&mut self, mut data: &[u8]) -> Option<(u32, Vec<u8>)> {
+        let mut found = None;
+        while !data.is_empty() {
+            if self.head_len < 9 {
+                let take = (9 - self.head_len).min(data.len());
+                self.head[self.head_len..self.head_len + take].copy_from_slice(&data[..take]);
+                self.head_len += take;
+                data = &data[take..];
+                if self.head_len == 9 {
+                    let [a, b, c, kind, ..] = self.head;
+                    self.payload_left = u32::from_be_bytes([0, a, b, c]) as usize;
+                    self.goaway = (kind == 0x7).then(Vec::new);
+                }
+            } else {
+                let take = self.payload_left.min(data.len());
+                if let Some(payload) = &mut self.goaway {
+                    let keep = take.min(Self::KEEP.saturating_sub(payload.len()));
+                    payload.extend_from_slice(&data[..keep]);
+                }
+                self.payload_left -= take;
+                data = &data[take..];
+            }
+            if self.head_len == 9 && self.payload_left == 0 {
+                self.head_len = 0;
+                if let Some(payload) = self.goaway.take()
+                    && payload.len() >= 8
+                    && found.is_none()
+                {
+                    let code = u32::from_be_bytes([payload[4], payload[5], payload[6], payload[7]]);
+                    found = Some((code, payload[8..].to_vec()));
+                }
+            }
+        }
+        found
+    }
+}
+
+/// The abuse a `GOAWAY` with this error code and debug data names (`h2` names its
+/// `ENHANCE_YOUR_CALM` limits in the debug data); `None` for `NO_ERROR`.
+fn goaway_abuse(code: u32, debug_data: &[u8]) -> Option<H2Abuse> {
+    for (name, abuse) in [
+        (&b"too_many_resets"[..], H2Abuse::RapidReset),
+        (b"too_many_internal_resets", H2Abuse::LocalErrorResets),
+        (b"too_many_continuations", H2Abuse::ContinuationFlood),
+        (b"header_list_way_too_large", H2Abuse::HeaderListTooLarge),
+        (b"too_many_data_frames", H2Abuse::DataFrameFlood),
+    ] {
+        if debug_data == name {
+            return Some(abuse);
+        }
+    }
+    reason_abuse(h2::Reason::from(code))
+}
+
+fn reason_abuse(reason: h2::Reason) -> Option<H2Abuse> {
+    Some(match reason {
+        h2::Reason::NO_ERROR => return None,
+        h2::Reason::ENHANCE_YOUR_CALM => H2Abuse::EnhanceYourCalm,
+        h2::Reason::PROTOCOL_ERROR => H2Abuse::ProtocolError,
+        h2::Reason::COMPRESSION_ERROR => H2Abuse::CompressionError,
+        h2::Reason::FRAME_SIZE_ERROR => H2Abuse::FrameSizeError,
+        h2::Reason::FLOW_CONTROL_ERROR => H2Abuse::FlowControlError,
+        _ => H2Abuse::Other,
+    })
 }
 
 /// An HTTP/2 response body that tells its connection's [`ConnGuard`] whether the
@@ -391,38 +520,18 @@ pub(crate) async fn send_stalled(guard: &ConnGuard, timeout: Duration) {
     }
 }
 
-/// The abuse an HTTP/2 connection error shows: `h2`'s `GOAWAY`s for limits and
-/// protocol errors it detected, hyper's keep-alive timeout. `None` for errors that
-/// are no client's misbehaviour (I/O, the client's own `GOAWAY`, HTTP/1).
+/// The abuse an HTTP/2 connection error shows when no error `GOAWAY` went out
+/// ([`ConnGuard::goaway_sent`] names it better): the reason of a `GOAWAY` `h2`
+/// meant to send, hyper's keep-alive timeout. `None` for errors that are no
+/// client's misbehaviour (I/O, the client's own `GOAWAY`, HTTP/1).
 pub(crate) fn h2_abuse(error: &(dyn std::error::Error + 'static)) -> Option<H2Abuse> {
     let mut next = Some(error);
     while let Some(e) = next {
         if let Some(e) = e.downcast_ref::<h2::Error>() {
-            if !(e.is_go_away() && e.is_library()) {
-                return None;
-            }
-            // The limit is named only in the GOAWAY's debug data, which `Display`
-            // shows.
-            let text = e.to_string();
-            for (debug_data, abuse) in [
-                ("too_many_resets", H2Abuse::RapidReset),
-                ("too_many_internal_resets", H2Abuse::LocalErrorResets),
-                ("too_many_continuations", H2Abuse::ContinuationFlood),
-                ("header_list_way_too_large", H2Abuse::HeaderListTooLarge),
-                ("too_many_data_frames", H2Abuse::DataFrameFlood),
-            ] {
-                if text.contains(debug_data) {
-                    return Some(abuse);
-                }
-            }
-            return Some(match e.reason() {
-                Some(h2::Reason::ENHANCE_YOUR_CALM) => H2Abuse::EnhanceYourCalm,
-                Some(h2::Reason::PROTOCOL_ERROR) => H2Abuse::ProtocolError,
-                Some(h2::Reason::COMPRESSION_ERROR) => H2Abuse::CompressionError,
-                Some(h2::Reason::FRAME_SIZE_ERROR) => H2Abuse::FrameSizeError,
-                Some(h2::Reason::FLOW_CONTROL_ERROR) => H2Abuse::FlowControlError,
-                _ => H2Abuse::Other,
-            });
+            return match e.reason() {
+                Some(reason) if e.is_go_away() && e.is_library() => reason_abuse(reason),
+                _ => None,
+            };
         }
         if e.to_string() == "keep-alive timed out" {
             return Some(H2Abuse::KeepAliveTimeout);
@@ -489,6 +598,30 @@ mod tests {
         head_guard.feed(format!("GET / HTTP/1.1\r\nX: {}", "a".repeat(100)).as_bytes());
         assert_eq!(head_guard.follow, Follow::Off);
         assert_eq!(guard.next_verdict(), None);
+    }
+
+    #[test]
+    fn the_first_error_goaway_written_names_the_abuse() {
+        let mut scan = FrameScan::default();
+        let settings = [0, 0, 6, 0x4, 0, 0, 0, 0, 0, 0, 0, 3, 0, 0, 0, 100];
+        let mut goaway = vec![0, 0, 8 + 15, 0x7, 0, 0, 0, 0, 0, 0, 0, 0, 1, 0, 0, 0, 0xb];
+        goaway.extend_from_slice(b"too_many_resets");
+        let stream = [&settings[..], &goaway[..]].concat();
+        // Split anywhere: the same GOAWAY.
+        for split in 0..stream.len() {
+            let mut scan = FrameScan::default();
+            let first = scan.scan(&stream[..split]);
+            let found = first.or(scan.scan(&stream[split..]));
+            assert_eq!(found, Some((0xb, b"too_many_resets".to_vec())), "{split}");
+        }
+        assert_eq!(scan.scan(&settings), None);
+        assert_eq!(
+            goaway_abuse(0xb, b"too_many_resets"),
+            Some(H2Abuse::RapidReset)
+        );
+        assert_eq!(goaway_abuse(0xb, b""), Some(H2Abuse::EnhanceYourCalm));
+        assert_eq!(goaway_abuse(0x1, b""), Some(H2Abuse::ProtocolError));
+        assert_eq!(goaway_abuse(0x0, b""), None);
     }
 
     #[test]

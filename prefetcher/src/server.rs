@@ -303,13 +303,15 @@ impl Connection {
         let metrics = node.metrics();
         tokio::select! {
             result = connection => {
-                if let Err(e) = result {
-                    if let Some(abuse) = h2_abuse(&*e) {
-                        metrics.h2_connection_error(abuse);
-                        tracing::debug!(%e, reason = abuse.as_str(), "HTTP/2 connection ended");
-                    } else {
-                        tracing::trace!(error = %e, "connection ended with an error");
-                    }
+                let error = result.err();
+                let abuse = guard
+                    .goaway_sent()
+                    .or_else(|| error.as_ref().and_then(|e| h2_abuse(&**e)));
+                if let Some(abuse) = abuse {
+                    metrics.h2_connection_error(abuse);
+                    tracing::debug!(reason = abuse.as_str(), "HTTP/2 connection ended for abuse");
+                } else if let Some(e) = error {
+                    tracing::trace!(error = %e, "connection ended with an error");
                 }
             }
             () = send_stalled(&guard, self.send_stall) => {
