@@ -603,7 +603,7 @@ mod tests {
     #[test]
     fn the_first_error_goaway_written_names_the_abuse() {
         let mut scan = FrameScan::default();
-        let settings = [0, 0, 6, 0x4, 0, 0, 0, 0, 0, 0, 0, 3, 0, 0, 0, 100];
+        let settings = [0, 0, 6, 0x4, 0, 0, 0, 0, 0, 0, 3, 0, 0, 0, 100];
         let mut goaway = vec![0, 0, 8 + 15, 0x7, 0, 0, 0, 0, 0, 0, 0, 0, 1, 0, 0, 0, 0xb];
         goaway.extend_from_slice(b"too_many_resets");
         let stream = [&settings[..], &goaway[..]].concat();
