@@ -39,7 +39,9 @@ fn percent_decode(segment: &str) -> Vec<u8> {
 fn canonical(authority: &str, https: bool) -> String {
     let default = if https { ":443" } else { ":80" };
     let lower = authority.to_ascii_lowercase();
-    lower.strip_suffix(default).map_or(lower.clone(), str::to_string)
+    lower
+        .strip_suffix(default)
+        .map_or(lower.clone(), str::to_string)
 }
 
 fn check_key(target: &str) {
@@ -135,7 +137,10 @@ fuzz_target!(|data: &[u8]| {
             assert!(codings.is_empty());
             match lengths.as_slice() {
                 [] => assert_eq!(n, 0),
-                [one] => assert_eq!(std::str::from_utf8(one).ok().and_then(|s| s.parse().ok()), Some(n)),
+                [one] => assert_eq!(
+                    std::str::from_utf8(one).ok().and_then(|s| s.parse().ok()),
+                    Some(n)
+                ),
                 more => panic!("{} Content-Length fields", more.len()),
             }
             if let [one] = lengths.as_slice() {
