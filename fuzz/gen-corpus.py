@@ -85,6 +85,68 @@ def targets():
     ]]
 
 
+def heads():
+    """Request heads: every old request target in a plain GET, then the smuggling
+    rows of prefetcher/tests/smuggling.rs and legitimate heads with bodies."""
+    host = "edge.example"
+    seeds = [b"GET " + t + b" HTTP/1.1\r\nHost: " + host.encode() + b"\r\n\r\n"
+             for t in targets()]
+
+    def post(fields, body=""):
+        return ("POST /upload HTTP/1.1\r\nHost: %s\r\n%s\r\n\r\n%s"
+                % (host, fields, body)).encode()
+
+    def get(fields):
+        return ("GET /page HTTP/1.1\r\nHost: %s\r\n%s\r\n\r\n" % (host, fields)).encode()
+
+    seeds += [
+        post("Content-Length: 5", "hello"),
+        post("Transfer-Encoding: chunked", "5\r\nhello\r\n0\r\n\r\n"),
+        post("Content-Length: 5\r\nTransfer-Encoding: chunked", "0\r\n\r\n"),
+        post("Transfer-Encoding: chunked\r\nContent-Length: 5", "0\r\n\r\n"),
+        post("Content-Length: 5\r\nContent-Length: 5", "hello"),
+        post("Content-Length: 5\r\nContent-Length: 6", "hello!"),
+        post("Content-Length: 5, 5", "hello"),
+        post("Content-Length: +5", "hello"),
+        post("Transfer-Encoding: chunked, identity"),
+        post("Transfer-Encoding: xchunked"),
+        post("Transfer-Encoding: chunked\r\nTransfer-Encoding: chunked"),
+        post("Transfer-Encoding: chunked, chunked"),
+        post("Transfer-Encoding: gzip, chunked"),
+        post("Transfer-Encoding:  Chunked "),
+        ("POST /upload HTTP/1.0\r\nHost: %s\r\nTransfer-Encoding: chunked\r\n\r\n" % host).encode(),
+        get("X-Folded: a\r\n b"),
+        get("X-A: a\rb"),
+        ("GET /page HTTP/1.1\nHost: %s\nX-A: 1\n\n" % host).encode(),
+        get("X-A: 1\nX-B: 2"),
+        get("X-A: a\0b"),
+        get("X-A: a\x01b"),
+        get("X-A: a\x7fb"),
+        get("X-A: caf\xe9".encode("latin-1").decode("latin-1")),
+        get("Content-Length : 0"),
+        ("GET http://other.example/page HTTP/1.1\r\nHost: %s\r\n\r\n" % host).encode(),
+        ("GET http://EDGE.example:80/page HTTP/1.1\r\nHost: %s\r\n\r\n" % host).encode(),
+        ("GET https://%s/page HTTP/1.1\r\nHost: %s:443\r\n\r\n" % (host, host)).encode(),
+        ("GET http://user@%s/page HTTP/1.1\r\nHost: %s\r\n\r\n" % (host, host)).encode(),
+        ("GET http://%s/page HTTP/1.0\r\n\r\n" % host).encode(),
+        b"GET /page HTTP/1.1\r\nAccept: */*\r\n\r\n",
+        b"GET /page HTTP/1.0\r\n\r\n",
+        get("Host: " + host),
+        get("Host: other.example"),
+        b"GET /page HTTP/1.1\r\nHost: edge.example@evil.example\r\n\r\n",
+        b"GET /page HTTP/1.1\r\nHost: edge example\r\n\r\n",
+        b"GET /page HTTP/1.1\r\nHost:\r\n\r\n",
+        b"GET /page HTTP/1.1\r\nHost: edge.example:80x\r\n\r\n",
+        b"GET /page HTTP/1.1\r\nHost: [::1]:8080\r\n\r\n",
+        ("CONNECT %s:443 HTTP/1.1\r\nHost: %s:443\r\n\r\n" % (host, host)).encode(),
+        ("OPTIONS * HTTP/1.1\r\nHost: %s\r\n\r\n" % host).encode(),
+        b"\r\nGET / HTTP/1.1\r\nHost: a\r\n\r\n",
+        b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n",
+        b"GET / HTTP/1.1\r\nHost: a\r\n" + b"X: y\r\n" * 120 + b"\r\n",
+    ]
+    return seeds
+
+
 def write(target, seeds):
     folder = os.path.join(HERE, "corpus", target)
     os.makedirs(folder, exist_ok=True)
@@ -98,4 +160,4 @@ def write(target, seeds):
 
 write("decode_access_event", events())
 write("decode_prewarm_command", commands())
-write("request_target", targets())
+write("request_head", heads())

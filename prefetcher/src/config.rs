@@ -120,6 +120,8 @@ pub struct Config {
     /// A TLS listener for clients (HTTP/1.1 and HTTP/2 by ALPN), beside the plain
     /// one; off when absent.
     pub tls: Option<TlsListenConfig>,
+    /// Bounds on what one HTTP/2 client connection may make the node do.
+    pub http2: Http2Config,
 }
 
 /// The TLS listener: where, and the PEM certificate chain and private key it serves.
@@ -151,6 +153,7 @@ impl Default for Config {
             kafka: KafkaConfig::default(),
             limits: RequestLimits::default(),
             tls: None,
+            http2: Http2Config::default(),
         }
     }
 }
@@ -177,6 +180,91 @@ impl Default for RequestLimits {
             max_header_bytes: 32 * 1024,
             max_body_bytes: 16 * 1024 * 1024,
         }
+    }
+}
+
+/// HTTP/2 on both client listeners (h2c by prior knowledge on the plain one, h2 by
+/// ALPN on the TLS one): what one connection may open, send and hold. A client past
+/// a connection bound gets `GOAWAY` and the connection ends, counted by reason in
+/// `prefetcher_h2_connection_errors_total`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Http2Config {
+    /// Streams one connection may have open at once (`SETTINGS_MAX_CONCURRENT_STREAMS`);
+    /// a client that opens more has them refused.
+    pub max_concurrent_streams: u32,
+    /// Largest request header list, counted as HTTP/2 does (name + value + 32 per
+    /// field): past it the stream gets 431. It also caps the `CONTINUATION` frames of
+    /// one header block (a `CONTINUATION` flood, CVE-2024-27316, ends the connection).
+    pub max_header_list_bytes: u32,
+    /// Streams a client may open and reset before the node accepted them (rapid
+    /// reset, CVE-2023-44487); past it the connection ends (`ENHANCE_YOUR_CALM`).
+    pub max_pending_accept_reset_streams: usize,
+    /// Streams the node may reset on one connection for the client's errors
+    /// (malformed requests, oversized headers); past it the connection ends.
+    pub max_local_error_reset_streams: usize,
+    /// An idle connection is pinged this often, and closed when a ping is not
+    /// answered within `keep_alive_timeout_ms`; 0 sends no pings.
+    pub keep_alive_interval_ms: u64,
+    /// How long a keep-alive ping may go unanswered.
+    pub keep_alive_timeout_ms: u64,
+    /// How long a client may leave a response waiting for flow-control window (a
+    /// zero window never updated) while no response body of its connection moves:
+    /// then the connection is closed.
+    pub send_stall_timeout_ms: u64,
+}
+
+impl Default for Http2Config {
+    fn default() -> Self {
+        Http2Config {
+            max_concurrent_streams: 256,
+            max_header_list_bytes: 64 * 1024,
+            max_pending_accept_reset_streams: 20,
+            max_local_error_reset_streams: 1024,
+            keep_alive_interval_ms: 20_000,
+            keep_alive_timeout_ms: 20_000,
+            send_stall_timeout_ms: 30_000,
+        }
+    }
+}
+
+impl Http2Config {
+    fn validate(&self) -> Result<()> {
+        if !(1..=100_000).contains(&self.max_concurrent_streams) {
+            return Err(invalid(
+                "http2.max_concurrent_streams",
+                "must be in [1, 100000]",
+            ));
+        }
+        if !(1024..=16 * 1024 * 1024).contains(&self.max_header_list_bytes) {
+            return Err(invalid(
+                "http2.max_header_list_bytes",
+                "must be in [1024, 16777216]",
+            ));
+        }
+        for (name, v) in [
+            (
+                "http2.max_pending_accept_reset_streams",
+                self.max_pending_accept_reset_streams,
+            ),
+            (
+                "http2.max_local_error_reset_streams",
+                self.max_local_error_reset_streams,
+            ),
+        ] {
+            if v == 0 {
+                return Err(invalid(name, "must be positive"));
+            }
+        }
+        for (name, v) in [
+            ("http2.keep_alive_timeout_ms", self.keep_alive_timeout_ms),
+            ("http2.send_stall_timeout_ms", self.send_stall_timeout_ms),
+        ] {
+            if v == 0 {
+                return Err(invalid(name, "must be positive"));
+            }
+        }
+        Ok(())
     }
 }
 
@@ -540,6 +628,7 @@ impl Config {
             ));
         }
         self.validate_kafka()?;
+        self.http2.validate()?;
         let o = &self.origin;
         for (name, v) in [
             ("origin.connect_timeout_ms", o.connect_timeout_ms),
@@ -753,6 +842,53 @@ mod tests {
                 .to_string()
                 .contains("tenants[1].id")
         );
+    }
+
+    #[test]
+    fn http2_bounds_are_checked_and_named() {
+        let mut c = Config::single_origin(
+            "127.0.0.1:0".parse().unwrap(),
+            TenantId::new("t").unwrap(),
+            "http://127.0.0.1:1",
+        );
+        let parsed: Config =
+            toml::from_str("[http2]\nmax_concurrent_streams = 64\nsend_stall_timeout_ms = 500\n")
+                .unwrap();
+        assert_eq!(parsed.http2.max_concurrent_streams, 64);
+        assert_eq!(parsed.http2.max_pending_accept_reset_streams, 20);
+        assert!(toml::from_str::<Config>("[http2]\nmax_streams = 1\n").is_err());
+        type BreakIt = fn(&mut Http2Config);
+        let bad: [(&str, BreakIt); 6] = [
+            ("http2.max_concurrent_streams", |h| {
+                h.max_concurrent_streams = 0
+            }),
+            ("http2.max_header_list_bytes", |h| {
+                h.max_header_list_bytes = 100
+            }),
+            ("http2.max_pending_accept_reset_streams", |h| {
+                h.max_pending_accept_reset_streams = 0
+            }),
+            ("http2.max_local_error_reset_streams", |h| {
+                h.max_local_error_reset_streams = 0
+            }),
+            ("http2.keep_alive_timeout_ms", |h| {
+                h.keep_alive_timeout_ms = 0
+            }),
+            ("http2.send_stall_timeout_ms", |h| {
+                h.send_stall_timeout_ms = 0
+            }),
+        ];
+        for (field, break_it) in bad {
+            c.http2 = Http2Config::default();
+            break_it(&mut c.http2);
+            let e = c.validate().unwrap_err().to_string();
+            assert!(e.contains(field), "{field}: {e}");
+        }
+        c.http2 = Http2Config {
+            keep_alive_interval_ms: 0,
+            ..Http2Config::default()
+        };
+        c.validate().unwrap();
     }
 
     #[test]

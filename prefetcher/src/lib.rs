@@ -25,7 +25,8 @@
 //! - `limits`: [`FillLimiter`], the user and prefetch classes of origin fills (the
 //!   adaptive prefetch limit, shedding, `Retry-After` under overload).
 //! - `proxy`: [`Node`] and its routers [`app`], [`admin_app`]; by job:
-//!   `proxy::request` (limits, tenant routing, lookup, lead/join), `proxy::response`
+//!   `proxy::head` ([`check_request_head`]: ambiguous and smuggled request heads
+//!   refused), `proxy::request` (limits, tenant routing, lookup, lead/join), `proxy::response`
 //!   (hit/stale/collapsed responses, `Age`, `x-cache`), `proxy::fill` (origin fetch,
 //!   streaming, cache write), `proxy::prewarm` ([`Node::prewarm`]).
 //! - `faults` (feature `testing`): the seam where tests make a fill task panic
@@ -35,6 +36,8 @@
 //! - `prewarm`: [`PrewarmConsumer`], pre-warm commands from Kafka, checked and counted.
 //! - `run`: [`spawn_node`], a whole node (listeners, publisher, consumer) in-process.
 //! - `metrics`: Prometheus [`Metrics`].
+//! - `guard`: per-connection guards of the proxy listeners: HTTP/1 heads checked on
+//!   the raw bytes, HTTP/2 send stalls, HTTP/2 connection errors by [`H2Abuse`].
 //! - `server`: [`serve_node`] (the proxy listener), [`serve_node_tls`] (the same over
 //!   TLS) and [`serve`] (a router): HTTP/1.1 + h2c (h2 by ALPN over TLS), graceful
 //!   shutdown.
@@ -47,7 +50,7 @@
 //! `semantics` and `flight` depend on no other module; `tls` on `config`; `limits`,
 //! `cache`, `metrics`, `origin` and `faults` on those; `publisher` on `config`,
 //! `events`, `metrics`; `proxy` on everything so far
-//! but `publisher`; `server` on `proxy`; `prewarm` on `proxy`, `publisher` and below;
+//! but `publisher`; `guard` on `proxy`; `server` on `guard` and `proxy`; `prewarm` on `proxy`, `publisher` and below;
 //! `run` on all but `testing`, which is on top; `agent` on `publisher`, `prewarm`,
 //! `limits`, `proxy` (key normalisation) and below, and nothing on it.
 
@@ -58,6 +61,7 @@ mod events;
 #[cfg(feature = "testing")]
 mod faults;
 mod flight;
+mod guard;
 mod limits;
 mod metrics;
 mod origin;
@@ -78,8 +82,8 @@ pub use agent::{
 };
 pub use cache::{Entry, Freshness, L1Cache, Lookup, Storability, classify, origin_age, xfetch_due};
 pub use config::{
-    CacheConfig, Config, ConfigError, FlightConfig, KafkaConfig, OffsetReset, OriginConfig,
-    PrefetchConfig, RequestLimits, TenantConfig, TlsListenConfig, WaitTimeoutPolicy,
+    CacheConfig, Config, ConfigError, FlightConfig, Http2Config, KafkaConfig, OffsetReset,
+    OriginConfig, PrefetchConfig, RequestLimits, TenantConfig, TlsListenConfig, WaitTimeoutPolicy,
 };
 pub use events::{ChannelSink, Dropped, EventSink, NoopSink, OutcomeRecord};
 pub use flight::{
@@ -93,7 +97,10 @@ pub use origin::{
     ClientAddr, OriginClient, Tenant, fill_headers, forwarded_headers, prewarm_headers,
 };
 pub use prewarm::{PrewarmConsumer, check_prewarm, handle_prewarm};
-pub use proxy::{Node, PrewarmError, PrewarmOutcome, admin_app, app, normalise_key};
+pub use proxy::{
+    CheckedHead, Framing, HeadCheck, MAX_HEAD_FIELDS, Node, PrewarmError, PrewarmOutcome,
+    admin_app, app, check_request_head, normalise_key,
+};
 pub use publisher::EventPublisher;
 pub use run::{NodeHandle, NodeOptions, StartError, spawn_node, spawn_node_with};
 pub use semantics::{
@@ -103,4 +110,4 @@ pub use semantics::{
     strip_hop_by_hop, variant_of,
 };
 pub use server::{ServeOptions, serve, serve_node, serve_node_tls, shutdown_signal};
-pub use status::{CacheStatus, RejectReason, X_CACHE};
+pub use status::{CacheStatus, H2Abuse, RefusalReason, RejectReason, X_CACHE};

@@ -9,7 +9,7 @@ use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
 
 use crate::flight::FillError;
-use crate::status::{CacheStatus, RejectReason};
+use crate::status::{CacheStatus, H2Abuse, RefusalReason, RejectReason};
 
 #[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
 struct StatusLabels {
@@ -29,6 +29,10 @@ struct RejectLabels {
 /// The node's metrics and their registry.
 pub struct Metrics {
     registry: Registry,
+    /// One counter per [`RefusalReason`], in its `ALL` order.
+    requests_refused: Vec<Counter>,
+    /// One counter per [`H2Abuse`], in its `ALL` order.
+    h2_connection_errors: Vec<Counter>,
     /// One counter per cache status, created up front so the hot path never locks.
     requests: Vec<Counter>,
     fill_failures: Family<ReasonLabels, Counter>,
@@ -100,6 +104,34 @@ impl Metrics {
             "Requests answered, by x-cache status",
             requests_family,
         );
+        let refused_family = Family::<ReasonLabels, Counter>::default();
+        let requests_refused = RefusalReason::ALL
+            .iter()
+            .map(|r| {
+                refused_family
+                    .get_or_create(&ReasonLabels { reason: r.as_str() })
+                    .clone()
+            })
+            .collect();
+        registry.register(
+            "requests_refused",
+            "Client requests refused with 400 as ambiguous or smuggled, by reason",
+            refused_family,
+        );
+        let h2_family = Family::<ReasonLabels, Counter>::default();
+        let h2_connection_errors = H2Abuse::ALL
+            .iter()
+            .map(|a| {
+                h2_family
+                    .get_or_create(&ReasonLabels { reason: a.as_str() })
+                    .clone()
+            })
+            .collect();
+        registry.register(
+            "h2_connection_errors",
+            "HTTP/2 client connections ended for misbehaving, by reason",
+            h2_family,
+        );
         let fill_failures = Family::<ReasonLabels, Counter>::default();
         registry.register(
             "fill_failures",
@@ -108,6 +140,8 @@ impl Metrics {
         );
         let m = Metrics {
             requests,
+            requests_refused,
+            h2_connection_errors,
             fill_failures,
             fills_started: Counter::default(),
             waiters_joined: Counter::default(),
@@ -259,6 +293,26 @@ impl Metrics {
         self.requests[status.index()].get()
     }
 
+    /// Counts one request refused as ambiguous or smuggled.
+    pub fn refused(&self, reason: RefusalReason) {
+        self.requests_refused[reason.index()].inc();
+    }
+
+    /// Requests refused for `reason` so far.
+    pub fn refusals(&self, reason: RefusalReason) -> u64 {
+        self.requests_refused[reason.index()].get()
+    }
+
+    /// Counts one HTTP/2 connection ended for `abuse`.
+    pub fn h2_connection_error(&self, abuse: H2Abuse) {
+        self.h2_connection_errors[abuse.index()].inc();
+    }
+
+    /// HTTP/2 connections ended for `abuse` so far.
+    pub fn h2_connection_errors(&self, abuse: H2Abuse) -> u64 {
+        self.h2_connection_errors[abuse.index()].get()
+    }
+
     /// Counts one failed fill.
     pub fn fill_failed(&self, error: &FillError) {
         self.fill_failures
@@ -336,5 +390,16 @@ mod tests {
         assert!(text.contains("prefetcher_wait_seconds_bucket"));
         assert_eq!(m.fill_failures(), 1);
         assert_eq!(m.requests(CacheStatus::Collapsed), 1);
+        m.refused(RefusalReason::LengthAndChunked);
+        m.h2_connection_error(H2Abuse::RapidReset);
+        let text = m.encode();
+        assert!(
+            text.contains(r#"prefetcher_requests_refused_total{reason="length_and_chunked"} 1"#),
+            "{text}"
+        );
+        assert!(text.contains(r#"prefetcher_requests_refused_total{reason="bare_lf"} 0"#));
+        assert!(text.contains(r#"prefetcher_h2_connection_errors_total{reason="rapid_reset"} 1"#));
+        assert_eq!(m.refusals(RefusalReason::LengthAndChunked), 1);
+        assert_eq!(m.h2_connection_errors(H2Abuse::RapidReset), 1);
     }
 }

@@ -58,7 +58,7 @@ pub enum StartError {
 /// Options of [`spawn_node_with`].
 #[derive(Debug, Clone)]
 pub struct NodeOptions {
-    /// HTTP serving options (h2c streams, drain grace).
+    /// HTTP serving options (drain grace, the HTTP/1 head buffer).
     pub serve: ServeOptions,
     /// How long the publisher may flush buffered events at shutdown.
     pub flush_grace: Duration,

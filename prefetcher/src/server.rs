@@ -1,6 +1,11 @@
 //! The accept loop: HTTP/1.1 and h2c on one listener (HTTP/1.1 and h2 by ALPN on a
 //! TLS listener), graceful shutdown.
 //!
+//! Every proxy connection runs behind its guards (`crate::guard`): HTTP/1 heads are
+//! checked on the raw bytes, an HTTP/2 client that never opens its window is cut off
+//! after `http2.send_stall_timeout_ms`, and HTTP/2 connection errors are counted by
+//! reason. The `[http2]` bounds apply to every listener.
+//!
 //! The proxy listener ([`serve_node`]) hands each request straight to
 //! [`Node::handle`]: the proxy has no routes, so an axum `Router` in front of it
 //! (path matching, extensions, body boxing) was pure per-request cost on the hit
@@ -15,33 +20,33 @@ use std::time::Duration;
 use axum::Router;
 use axum::body::Body;
 use hyper::body::Incoming;
-use hyper_util::rt::{TokioExecutor, TokioIo};
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
 use hyper_util::server::graceful::GracefulShutdown;
 use hyper_util::service::TowerToHyperService;
 use tokio::net::TcpListener;
 use tokio_rustls::TlsAcceptor;
 
+use crate::config::Http2Config;
+use crate::guard::{ConnGuard, HeadGuard, WatchedBody, h2_abuse, send_stalled};
 use crate::origin::ClientAddr;
 use crate::proxy::Node;
+use crate::status::H2Abuse;
 
 /// Options of [`serve`].
 #[derive(Debug, Clone)]
 pub struct ServeOptions {
-    /// Concurrent streams one h2c connection may carry.
-    pub h2_max_concurrent_streams: u32,
     /// How long open connections may take to finish after shutdown starts.
     pub grace: Duration,
-    /// Most bytes hyper buffers for one request head (HTTP/1.1 request line and
-    /// headers; the HTTP/2 header list): past it 431, or a stream reset. The proxy's
-    /// own, smaller `limits` answer first; this bounds memory before they run.
+    /// Most bytes hyper buffers for one HTTP/1.1 request head (request line and
+    /// headers): past it 431. The proxy's own, smaller `limits` answer first; this
+    /// bounds memory before they run. (HTTP/2: `http2.max_header_list_bytes`.)
     pub max_head_bytes: usize,
 }
 
 impl Default for ServeOptions {
     fn default() -> Self {
         ServeOptions {
-            h2_max_concurrent_streams: 1024,
             grace: Duration::from_secs(10),
             max_head_bytes: 64 * 1024,
         }
@@ -57,7 +62,9 @@ pub async fn serve(
     options: ServeOptions,
 ) {
     let service = TowerToHyperService::new(router);
-    serve_with(listener, move |_| service.clone(), None, shutdown, options).await;
+    let http2 = Http2Config::default();
+    let service_for = move |_, _| service.clone();
+    serve_with(listener, service_for, None, None, shutdown, options, &http2).await;
 }
 
 /// Serves `node`'s proxy on `listener` (the same requests and answers as
@@ -68,8 +75,19 @@ pub async fn serve_node(
     shutdown: impl Future<Output = ()>,
     options: ServeOptions,
 ) {
-    let service = move |client| ProxyService(node.clone(), client);
-    serve_with(listener, service, None, shutdown, options).await;
+    let http2 = node.config().http2.clone();
+    let guarded = node.clone();
+    let service = move |client, guard| ProxyService(node.clone(), client, guard);
+    serve_with(
+        listener,
+        service,
+        None,
+        Some(guarded),
+        shutdown,
+        options,
+        &http2,
+    )
+    .await;
 }
 
 /// Serves `node`'s proxy over TLS on `listener`, like [`serve_node`]: HTTP/2 or
@@ -84,8 +102,19 @@ pub async fn serve_node_tls(
     options: ServeOptions,
 ) {
     let acceptor = TlsAcceptor::from(tls);
-    let service = move |client| ProxyService(node.clone(), client);
-    serve_with(listener, service, Some(acceptor), shutdown, options).await;
+    let http2 = node.config().http2.clone();
+    let guarded = node.clone();
+    let service = move |client, guard| ProxyService(node.clone(), client, guard);
+    serve_with(
+        listener,
+        service,
+        Some(acceptor),
+        Some(guarded),
+        shutdown,
+        options,
+        &http2,
+    )
+    .await;
 }
 
 /// Longest a client may take over its TLS handshake.
@@ -93,9 +122,11 @@ const TLS_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// A node as a hyper service for one connection: one boxed future per request,
 /// nothing else; the client's address and whether it came over TLS ride along
-/// without touching the request's extensions (which would allocate per request).
+/// without touching the request's extensions (which would allocate per request), and
+/// so does the connection's guard: an HTTP/1 request takes its head's verdict from
+/// it, an HTTP/2 response body is watched for a stalled client.
 #[derive(Clone)]
-struct ProxyService(Node, ClientAddr);
+struct ProxyService(Node, ClientAddr, Option<Arc<ConnGuard>>);
 
 impl hyper::service::Service<http::Request<Incoming>> for ProxyService {
     type Response = http::Response<Body>;
@@ -103,17 +134,49 @@ impl hyper::service::Service<http::Request<Incoming>> for ProxyService {
     type Future = Pin<Box<dyn Future<Output = Result<Self::Response, Infallible>> + Send>>;
 
     fn call(&self, request: http::Request<Incoming>) -> Self::Future {
-        let (node, peer) = (self.0.clone(), self.1);
-        Box::pin(async move { Ok(node.handle_from(request.map(Body::new), Some(peer)).await) })
+        let (node, peer, guard) = (self.0.clone(), self.1, self.2.clone());
+        Box::pin(async move {
+            let h2 = request.version() == http::Version::HTTP_2;
+            let verdict = match &guard {
+                Some(guard) if !h2 => guard.next_verdict(),
+                _ => None,
+            };
+            let response = node
+                .handle_guarded(request.map(Body::new), Some(peer), verdict)
+                .await;
+            Ok(match guard {
+                Some(guard) if h2 => response.map(|body| Body::new(WatchedBody::new(body, guard))),
+                _ => response,
+            })
+        })
     }
 }
 
+/// Applies `http2` to `builder`'s HTTP/2 side.
+fn configure_http2(builder: &mut auto::Builder<TokioExecutor>, http2: &Http2Config) {
+    let mut h2 = builder.http2();
+    h2.timer(TokioTimer::new())
+        .max_concurrent_streams(http2.max_concurrent_streams)
+        .max_header_list_size(http2.max_header_list_bytes)
+        .max_pending_accept_reset_streams(http2.max_pending_accept_reset_streams)
+        .max_local_error_reset_streams(http2.max_local_error_reset_streams);
+    if http2.keep_alive_interval_ms > 0 {
+        h2.keep_alive_interval(Duration::from_millis(http2.keep_alive_interval_ms))
+            .keep_alive_timeout(Duration::from_millis(http2.keep_alive_timeout_ms));
+    }
+}
+
+/// Serves `listener`; `guarded`: the node whose connections run behind the guards
+/// and whose metrics count what they find (the proxy listeners), `None` for a plain
+/// router.
 async fn serve_with<S>(
     listener: TcpListener,
-    service_for: impl Fn(ClientAddr) -> S,
+    service_for: impl Fn(ClientAddr, Option<Arc<ConnGuard>>) -> S,
     tls: Option<TlsAcceptor>,
+    guarded: Option<Node>,
     shutdown: impl Future<Output = ()>,
     options: ServeOptions,
+    http2: &Http2Config,
 ) where
     S: hyper::service::Service<
             http::Request<Incoming>,
@@ -125,18 +188,14 @@ async fn serve_with<S>(
     S::Future: Send + 'static,
 {
     let mut builder = auto::Builder::new(TokioExecutor::new());
-    builder
-        .http2()
-        .max_concurrent_streams(options.h2_max_concurrent_streams)
-        .max_header_list_size(u32::try_from(options.max_head_bytes).unwrap_or(u32::MAX));
+    configure_http2(&mut builder, http2);
     // hyper's floor for the HTTP/1 read buffer is 8 KiB.
     // writev: the head and a cached body's `Bytes` go out in one vectored write.
     // Never `pipeline_flush`: it switches hyper to copying every body into its write
     // buffer (measured: a 100 KiB memcpy per 100 KiB hit).
-    builder
-        .http1()
-        .max_buf_size(options.max_head_bytes.max(8192))
-        .writev(true);
+    let max_buf = options.max_head_bytes.max(8192);
+    builder.http1().max_buf_size(max_buf).writev(true);
+    let send_stall = Duration::from_millis(http2.send_stall_timeout_ms);
     let graceful = GracefulShutdown::new();
     tokio::pin!(shutdown);
     loop {
@@ -152,45 +211,43 @@ async fn serve_with<S>(
                     }
                 };
                 let _ = stream.set_nodelay(true);
-                let service = service_for(ClientAddr { addr: peer, tls: tls.is_some() });
-                if let Some(acceptor) = &tls {
-                    let (acceptor, builder) = (acceptor.clone(), builder.clone());
-                    let watcher = graceful.watcher();
-                    tokio::spawn(async move {
-                        let stream = match tokio::time::timeout(
-                            TLS_HANDSHAKE_TIMEOUT,
-                            acceptor.accept(stream),
-                        )
-                        .await
-                        {
-                            Ok(Ok(stream)) => stream,
-                            Ok(Err(e)) => {
-                                tracing::debug!(error = %e, "TLS handshake failed");
-                                return;
-                            }
-                            Err(_) => {
-                                tracing::debug!("TLS handshake timed out");
-                                return;
-                            }
-                        };
-                        let connection = builder
-                            .serve_connection(TokioIo::new(stream), service)
-                            .into_owned();
-                        if let Err(e) = watcher.watch(connection).await {
-                            tracing::trace!(error = %e, "connection ended with an error");
-                        }
-                    });
-                    continue;
-                }
-                let connection = builder
-                    .serve_connection(TokioIo::new(stream), service)
-                    .into_owned();
-                let connection = graceful.watch(connection);
-                tokio::spawn(async move {
-                    if let Err(e) = connection.await {
-                        tracing::trace!(error = %e, "connection ended with an error");
+                let client = ClientAddr { addr: peer, tls: tls.is_some() };
+                let guard = guarded.as_ref().map(|node| (node.clone(), Arc::new(ConnGuard::default())));
+                let service = service_for(client, guard.as_ref().map(|(_, g)| Arc::clone(g)));
+                let connection = Connection {
+                    builder: builder.clone(),
+                    watcher: graceful.watcher(),
+                    guard,
+                    max_buf,
+                    send_stall,
+                };
+                match &tls {
+                    Some(acceptor) => {
+                        let acceptor = acceptor.clone();
+                        tokio::spawn(async move {
+                            let stream = match tokio::time::timeout(
+                                TLS_HANDSHAKE_TIMEOUT,
+                                acceptor.accept(stream),
+                            )
+                            .await
+                            {
+                                Ok(Ok(stream)) => stream,
+                                Ok(Err(e)) => {
+                                    tracing::debug!(error = %e, "TLS handshake failed");
+                                    return;
+                                }
+                                Err(_) => {
+                                    tracing::debug!("TLS handshake timed out");
+                                    return;
+                                }
+                            };
+                            connection.serve(stream, service).await;
+                        });
                     }
-                });
+                    None => {
+                        tokio::spawn(connection.serve(stream, service));
+                    }
+                }
             }
             () = &mut shutdown => break,
         }
@@ -200,6 +257,72 @@ async fn serve_with<S>(
         () = graceful.shutdown() => {}
         () = tokio::time::sleep(options.grace) => {
             tracing::warn!("grace period over; closing remaining connections");
+        }
+    }
+}
+
+/// One accepted connection, ready to be served.
+struct Connection {
+    builder: auto::Builder<TokioExecutor>,
+    watcher: hyper_util::server::graceful::Watcher,
+    /// The node and the connection's guard, on a proxy listener.
+    guard: Option<(Node, Arc<ConnGuard>)>,
+    max_buf: usize,
+    send_stall: Duration,
+}
+
+impl Connection {
+    async fn serve<IO, S>(self, io: IO, service: S)
+    where
+        IO: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+        S: hyper::service::Service<
+                http::Request<Incoming>,
+                Response = http::Response<Body>,
+                Error = Infallible,
+            > + Clone
+            + Send
+            + 'static,
+        S::Future: Send + 'static,
+    {
+        let Some((node, guard)) = self.guard else {
+            let connection = self
+                .builder
+                .serve_connection(TokioIo::new(io), service)
+                .into_owned();
+            if let Err(e) = self.watcher.watch(connection).await {
+                tracing::trace!(error = %e, "connection ended with an error");
+            }
+            return;
+        };
+        let io = HeadGuard::new(io, Arc::clone(&guard), self.max_buf);
+        let connection = self
+            .builder
+            .serve_connection(TokioIo::new(io), service)
+            .into_owned();
+        let connection = self.watcher.watch(connection);
+        let metrics = node.metrics();
+        tokio::select! {
+            result = connection => {
+                let error = result.err();
+                let abuse = guard
+                    .goaway_sent()
+                    .or_else(|| error.as_ref().and_then(|e| h2_abuse(&**e)));
+                if let Some(abuse) = abuse {
+                    metrics.h2_connection_error(abuse);
+                    tracing::debug!(reason = abuse.as_str(), "HTTP/2 connection ended for abuse");
+                } else if let Some(e) = error {
+                    tracing::trace!(error = %e, "connection ended with an error");
+                }
+            }
+            () = send_stalled(&guard, self.send_stall) => {
+                // Dropping the connection closes it: the stalled streams can never
+                // finish, so a graceful GOAWAY would wait for nothing.
+                metrics.h2_connection_error(H2Abuse::SendStall);
+                tracing::debug!("HTTP/2 client stalled its responses; connection closed");
+            }
+        }
+        for reason in guard.unanswered_refusals() {
+            metrics.refused(reason);
         }
     }
 }

@@ -1,8 +1,10 @@
 //! How a request was answered and why a pre-warm command was refused: the `x-cache`
 //! header's name and values, [`CacheStatus`] for the header, the metric labels and the
 //! access events alike, so the three never disagree, and [`RejectReason`] for the
-//! pre-warm `reason` label. Both give their labels (`as_str`) and list every value
-//! (`ALL`), so the metrics pre-create one series per value from the enum itself.
+//! pre-warm `reason` label; [`RefusalReason`] for a client request refused as
+//! ambiguous or smuggled, and [`H2Abuse`] for an HTTP/2 connection ended for
+//! misbehaving. Each gives its labels (`as_str`) and lists every value (`ALL`), so the
+//! metrics pre-create one series per value from the enum itself.
 
 use models::{DecodeError, Outcome};
 use prometheus_client::encoding::{EncodeLabelValue, LabelValueEncoder};
@@ -167,6 +169,180 @@ impl EncodeLabelValue for RejectReason {
     }
 }
 
+/// Why a client request was refused with `400` before the cache, a flight or the
+/// origin saw it (request smuggling and ambiguous heads): the `reason` label of
+/// `prefetcher_requests_refused_total`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum RefusalReason {
+    /// Not an HTTP/1 head the parser accepts (obs-fold, a bare CR, a control
+    /// character, a bad request line or field name).
+    Malformed,
+    /// A line ends in a bare LF instead of CRLF.
+    BareLf,
+    /// A field value holds a control character (NUL, CR, LF, DEL …).
+    ControlChar,
+    /// HTTP/1.1 without `Host`.
+    MissingHost,
+    /// More than one `Host`.
+    DuplicateHost,
+    /// A `Host` (or `:authority`) that is not `host[:port]`.
+    InvalidHost,
+    /// An absolute-form target (or `:authority`) naming another authority than `Host`.
+    HostMismatch,
+    /// A target that is neither origin-form nor an `http(s)` absolute-form without
+    /// user info, or one whose path does not normalise to a cache key.
+    BadTarget,
+    /// Both `Content-Length` and `Transfer-Encoding`.
+    LengthAndChunked,
+    /// More than one `Content-Length` (equal values too).
+    DuplicateLength,
+    /// A `Content-Length` that is not one decimal number (a list, a sign, spaces).
+    InvalidLength,
+    /// A `Transfer-Encoding` other than one `chunked` on HTTP/1.1.
+    TransferEncoding,
+    /// `CONNECT`: the node is no tunnel.
+    Connect,
+}
+
+impl RefusalReason {
+    /// Every reason, in declaration order (metrics pre-create one series each).
+    pub const ALL: [RefusalReason; 13] = [
+        RefusalReason::Malformed,
+        RefusalReason::BareLf,
+        RefusalReason::ControlChar,
+        RefusalReason::MissingHost,
+        RefusalReason::DuplicateHost,
+        RefusalReason::InvalidHost,
+        RefusalReason::HostMismatch,
+        RefusalReason::BadTarget,
+        RefusalReason::LengthAndChunked,
+        RefusalReason::DuplicateLength,
+        RefusalReason::InvalidLength,
+        RefusalReason::TransferEncoding,
+        RefusalReason::Connect,
+    ];
+
+    /// The metric label.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RefusalReason::Malformed => "malformed",
+            RefusalReason::BareLf => "bare_lf",
+            RefusalReason::ControlChar => "control_char",
+            RefusalReason::MissingHost => "missing_host",
+            RefusalReason::DuplicateHost => "duplicate_host",
+            RefusalReason::InvalidHost => "invalid_host",
+            RefusalReason::HostMismatch => "host_mismatch",
+            RefusalReason::BadTarget => "bad_target",
+            RefusalReason::LengthAndChunked => "length_and_chunked",
+            RefusalReason::DuplicateLength => "duplicate_length",
+            RefusalReason::InvalidLength => "invalid_length",
+            RefusalReason::TransferEncoding => "transfer_encoding",
+            RefusalReason::Connect => "connect",
+        }
+    }
+
+    /// The reason with this label.
+    pub fn parse(label: &str) -> Option<RefusalReason> {
+        RefusalReason::ALL.into_iter().find(|r| r.as_str() == label)
+    }
+
+    /// Position in [`RefusalReason::ALL`].
+    pub(crate) fn index(self) -> usize {
+        self as usize
+    }
+}
+
+impl std::fmt::Display for RefusalReason {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// Why an HTTP/2 connection was ended for misbehaving: the `reason` label of
+/// `prefetcher_h2_connection_errors_total`. The first five are the `h2` crate's own
+/// `ENHANCE_YOUR_CALM` limits, named by the debug data of its `GOAWAY`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum H2Abuse {
+    /// Too many streams the client reset before the server accepted them (rapid
+    /// reset, CVE-2023-44487): `http2.max_pending_accept_reset_streams`.
+    RapidReset,
+    /// Too many streams the server had to reset for the client's errors:
+    /// `http2.max_local_error_reset_streams`.
+    LocalErrorResets,
+    /// A header block in more `CONTINUATION` frames than its size allows
+    /// (CONTINUATION flood, CVE-2024-27316).
+    ContinuationFlood,
+    /// A header block far over `http2.max_header_list_bytes`.
+    HeaderListTooLarge,
+    /// Too many small `DATA` frames.
+    DataFrameFlood,
+    /// Another `ENHANCE_YOUR_CALM`.
+    EnhanceYourCalm,
+    /// A protocol violation (bad frame, bad stream state, bad preface).
+    ProtocolError,
+    /// HPACK that does not decode.
+    CompressionError,
+    /// A frame of the wrong size.
+    FrameSizeError,
+    /// A flow-control window overflowed.
+    FlowControlError,
+    /// The client left response data unsent past `http2.send_stall_timeout_ms`
+    /// (a zero flow-control window never updated).
+    SendStall,
+    /// The client did not answer a keep-alive `PING` in time.
+    KeepAliveTimeout,
+    /// Any other connection error the server detected.
+    Other,
+}
+
+impl H2Abuse {
+    /// Every reason, in declaration order (metrics pre-create one series each).
+    pub const ALL: [H2Abuse; 13] = [
+        H2Abuse::RapidReset,
+        H2Abuse::LocalErrorResets,
+        H2Abuse::ContinuationFlood,
+        H2Abuse::HeaderListTooLarge,
+        H2Abuse::DataFrameFlood,
+        H2Abuse::EnhanceYourCalm,
+        H2Abuse::ProtocolError,
+        H2Abuse::CompressionError,
+        H2Abuse::FrameSizeError,
+        H2Abuse::FlowControlError,
+        H2Abuse::SendStall,
+        H2Abuse::KeepAliveTimeout,
+        H2Abuse::Other,
+    ];
+
+    /// The metric label.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            H2Abuse::RapidReset => "rapid_reset",
+            H2Abuse::LocalErrorResets => "local_error_resets",
+            H2Abuse::ContinuationFlood => "continuation_flood",
+            H2Abuse::HeaderListTooLarge => "header_list_too_large",
+            H2Abuse::DataFrameFlood => "data_frame_flood",
+            H2Abuse::EnhanceYourCalm => "enhance_your_calm",
+            H2Abuse::ProtocolError => "protocol_error",
+            H2Abuse::CompressionError => "compression_error",
+            H2Abuse::FrameSizeError => "frame_size_error",
+            H2Abuse::FlowControlError => "flow_control_error",
+            H2Abuse::SendStall => "send_stall",
+            H2Abuse::KeepAliveTimeout => "keep_alive_timeout",
+            H2Abuse::Other => "other",
+        }
+    }
+
+    /// The reason with this label.
+    pub fn parse(label: &str) -> Option<H2Abuse> {
+        H2Abuse::ALL.into_iter().find(|r| r.as_str() == label)
+    }
+
+    /// Position in [`H2Abuse::ALL`].
+    pub(crate) fn index(self) -> usize {
+        self as usize
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -206,6 +382,14 @@ mod tests {
             assert_eq!(RejectReason::parse(reason.as_str()), Some(reason));
         }
         assert_eq!(RejectReason::parse("Full"), None);
+        for (i, reason) in RefusalReason::ALL.into_iter().enumerate() {
+            assert_eq!(RefusalReason::parse(reason.as_str()), Some(reason));
+            assert_eq!(reason.index(), i);
+        }
+        for (i, reason) in H2Abuse::ALL.into_iter().enumerate() {
+            assert_eq!(H2Abuse::parse(reason.as_str()), Some(reason));
+            assert_eq!(reason.index(), i);
+        }
         for error in [
             DecodeError::TooLarge { len: 2, max: 1 },
             DecodeError::Malformed(String::new()),

@@ -166,7 +166,6 @@ impl SyntheticOrigin {
             .fallback(origin_handler)
             .with_state(Arc::clone(&state));
         let options = ServeOptions {
-            h2_max_concurrent_streams: 1024,
             grace: Duration::from_millis(100),
             ..ServeOptions::default()
         };
@@ -455,7 +454,6 @@ impl TestNode {
         let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind node");
         let addr = listener.local_addr().expect("node address");
         let options = ServeOptions {
-            h2_max_concurrent_streams: 2048,
             grace: Duration::from_millis(100),
             ..ServeOptions::default()
         };

@@ -521,7 +521,9 @@ async fn ten_thousand_concurrent_requests_on_one_cold_key_make_one_fill() {
     const CONNECTIONS: usize = 10;
     const PER_CONNECTION: usize = 1_000;
     let origin = SyntheticOrigin::start("origin").await;
-    let node = TestNode::start(config(&origin.url())).await;
+    let mut c = config(&origin.url());
+    c.http2.max_concurrent_streams = PER_CONNECTION as u32;
+    let node = TestNode::start(c).await;
     origin.hold();
     // h2c multiplexing keeps this within the file-descriptor limit while every
     // request is a real, concurrent request through the proxy.

@@ -1,6 +1,8 @@
 //! The node: one edge (or shield) node's state and its public surface ([`Node`],
 //! [`app`], [`admin_app`]). The jobs are split by module:
 //!
+//! - `head`: the checks that refuse ambiguous or smuggled request heads
+//!   ([`check_request_head`]), before anything else.
 //! - `request`: a client request's path: limits, tenant routing, cache lookup, and
 //!   leading, joining or bypassing a fill.
 //! - `response`: building responses: hit/stale/collapsed bodies, `Age`, `x-cache`,
@@ -12,6 +14,7 @@
 //!   consumer that calls it is `crate::prewarm`).
 
 mod fill;
+mod head;
 mod prewarm;
 mod range;
 mod request;
@@ -35,6 +38,8 @@ use crate::flight::FlightRegistry;
 use crate::metrics::Metrics;
 use crate::origin::{OriginClient, Tenant};
 
+pub(crate) use head::check_request_parts;
+pub use head::{CheckedHead, Framing, HeadCheck, MAX_HEAD_FIELDS, check_request_head};
 pub use prewarm::{PrewarmError, PrewarmOutcome};
 pub use request::normalise_key;
 

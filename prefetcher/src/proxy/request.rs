@@ -23,7 +23,7 @@ use crate::events::{OutcomeRecord, unix_now_ms};
 use crate::flight::{Acquire, FillError, FlightKey, FlightSubscriber, HeadOutcome};
 use crate::origin::{ClientAddr, Tenant, fill_headers, strip_hop_by_hop};
 use crate::semantics::{self, RequestDirectives, is_conditional, variant_of};
-use crate::status::{CacheStatus, X_CACHE};
+use crate::status::{CacheStatus, RefusalReason, X_CACHE};
 
 /// The normalised cache key of a request URI: the path, plus the query with its
 /// parameters sorted and empty ones dropped, so `?b=2&a=1` and `?a=1&b=2&` share.
@@ -181,6 +181,29 @@ impl Node {
 
     /// Answers one request from the client at `client_addr`.
     pub async fn handle_from(&self, request: Request, client_addr: Option<ClientAddr>) -> Response {
+        self.handle_guarded(request, client_addr, None).await
+    }
+
+    /// Answers one request whose raw HTTP/1 head the connection's head guard may
+    /// have checked already (`head_verdict`); without a verdict the parsed request is
+    /// checked. A refused request gets `400` before anything else runs.
+    pub(crate) async fn handle_guarded(
+        &self,
+        request: Request,
+        client_addr: Option<ClientAddr>,
+        head_verdict: Option<Result<(), RefusalReason>>,
+    ) -> Response {
+        let verdict = head_verdict.unwrap_or_else(|| {
+            super::check_request_parts(
+                request.method(),
+                request.uri(),
+                request.version(),
+                request.headers(),
+            )
+        });
+        if let Err(reason) = verdict {
+            return self.refuse(reason, request.version());
+        }
         if let Some(response) = over_limits(&request, &self.inner.config.limits) {
             return response;
         }
@@ -198,7 +221,10 @@ impl Node {
         }
         let key = match normalise_key(request.uri()) {
             Ok(k) => k,
-            Err(e) => return error_response(StatusCode::BAD_REQUEST, None, &e.to_string()),
+            Err(e) => {
+                self.inner.metrics.refused(RefusalReason::BadTarget);
+                return error_response(StatusCode::BAD_REQUEST, None, &e.to_string());
+            }
         };
         let referrer = if self.inner.sink.enabled() {
             referrer_domain(&request)
@@ -298,6 +324,24 @@ impl Node {
         // A fresh entry the client would not take: the fill must ask the origin.
         let force = stored.as_ref().is_some_and(|e| e.is_fresh(now));
         self.miss(ctx, stored, force).await
+    }
+
+    /// The `400` for a refused request, counted; an HTTP/1 connection is closed after
+    /// it, since the client's framing can no longer be trusted.
+    fn refuse(&self, reason: RefusalReason, version: http::Version) -> Response {
+        self.inner.metrics.refused(reason);
+        tracing::debug!(%reason, "request refused");
+        let mut response = error_response(
+            StatusCode::BAD_REQUEST,
+            None,
+            &format!("request refused: {reason}"),
+        );
+        if version < http::Version::HTTP_2 {
+            response
+                .headers_mut()
+                .insert(header::CONNECTION, HeaderValue::from_static("close"));
+        }
+        response
     }
 
     /// A response from a stored entry: a `304` when the client's validators match it,
