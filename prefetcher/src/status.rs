@@ -375,6 +375,7 @@ mod tests {
                 "expired",
                 "other_region",
                 "unknown_tenant",
+                "duplicate",
                 "full",
             ]
         );
