@@ -13,7 +13,7 @@
 //! that the two agree on arbitrary input.
 
 use crate::SCHEMA_VERSION;
-use crate::event::{AccessEventRef, Outcome};
+use crate::event::{AccessEventRef, EdgeKind, Outcome};
 use crate::ids::{CacheKeyRef, DomainRef, NodeRef, RegionRef, TenantRef};
 
 /// The event in `bytes` if it has the compact shape and is valid, else `None`.
@@ -23,7 +23,7 @@ pub(crate) fn parse(bytes: &[u8]) -> Option<AccessEventRef<'_>> {
     reader.byte(b'{')?;
     let mut seen = 0u16;
     let (mut v, mut ts_ms, mut tenant, mut key) = (None, None, None, None);
-    let (mut region, mut node, mut outcome) = (None, None, None);
+    let (mut region, mut node, mut edge, mut outcome) = (None, None, None, None);
     let (mut referrer, mut sent, mut fill_ms) = (None, 0, None);
     // Where the next field probably is in `IN_ORDER`.
     let mut next = 0;
@@ -40,6 +40,8 @@ pub(crate) fn parse(bytes: &[u8]) -> Option<AccessEventRef<'_>> {
             Field::Key => key = Some(CacheKeyRef::new(reader.string()?).ok()?),
             Field::Region => region = Some(RegionRef::new(reader.string()?).ok()?),
             Field::Node => node = Some(NodeRef::new(reader.string()?).ok()?),
+            // Any name is a kind (unknown ones are `Other`), as in serde.
+            Field::Edge if !reader.null() => edge = Some(EdgeKind::from_name(reader.string()?)),
             Field::Outcome => outcome = Some(outcome_named(reader.raw_string()?)?),
             Field::Referrer if !reader.null() => {
                 referrer = Some(DomainRef::new(reader.string()?).ok()?);
@@ -48,7 +50,7 @@ pub(crate) fn parse(bytes: &[u8]) -> Option<AccessEventRef<'_>> {
             Field::FillMs if !reader.null() => {
                 fill_ms = Some(u32::try_from(reader.integer()?).ok()?);
             }
-            Field::Referrer | Field::FillMs => {} // null: absent
+            Field::Edge | Field::Referrer | Field::FillMs => {} // null: absent
         }
         match reader.next()? {
             b',' => {}
@@ -68,6 +70,7 @@ pub(crate) fn parse(bytes: &[u8]) -> Option<AccessEventRef<'_>> {
         key: key?,
         region: region?,
         node: node?,
+        edge,
         outcome: outcome?,
         referrer,
         bytes: sent,
@@ -83,6 +86,7 @@ enum Field {
     Key,
     Region,
     Node,
+    Edge,
     Outcome,
     Referrer,
     Bytes,
@@ -91,13 +95,14 @@ enum Field {
 
 /// The fields as `encode` writes them, each as `"name":`: a message in this order is
 /// read without scanning its field names.
-const IN_ORDER: [(&[u8], Field); 10] = [
+const IN_ORDER: [(&[u8], Field); 11] = [
     (b"\"v\":", Field::V),
     (b"\"ts_ms\":", Field::TsMs),
     (b"\"tenant\":", Field::Tenant),
     (b"\"key\":", Field::Key),
     (b"\"region\":", Field::Region),
     (b"\"node\":", Field::Node),
+    (b"\"edge\":", Field::Edge),
     (b"\"outcome\":", Field::Outcome),
     (b"\"referrer\":", Field::Referrer),
     (b"\"bytes\":", Field::Bytes),
@@ -113,6 +118,7 @@ impl Field {
             b"key" => Field::Key,
             b"region" => Field::Region,
             b"node" => Field::Node,
+            b"edge" => Field::Edge,
             b"outcome" => Field::Outcome,
             b"referrer" => Field::Referrer,
             b"bytes" => Field::Bytes,
@@ -236,7 +242,7 @@ mod tests {
 
     #[test]
     fn reads_what_encode_writes() {
-        let line = br#"{"v":1,"ts_ms":1764470000000,"tenant":"acme","key":"/img/a.png?v=2","region":"eu-west","node":"edge-1","outcome":"prefetch_useful","referrer":"news.example.com","bytes":5120,"fill_ms":42}"#;
+        let line = br#"{"v":1,"ts_ms":1764470000000,"tenant":"acme","key":"/img/a.png?v=2","region":"eu-west","node":"edge-1","edge":"varnish","outcome":"prefetch_useful","referrer":"news.example.com","bytes":5120,"fill_ms":42}"#;
         let event = parse(line).expect("compact shape");
         assert_eq!(event.to_owned_event(), decode::<AccessEvent>(line).unwrap());
         assert_eq!(encode(&event.to_owned_event()), line.to_vec());
@@ -244,13 +250,23 @@ mod tests {
 
     #[test]
     fn any_field_order_and_nulls_for_the_optional_fields() {
-        let line = br#"{"outcome":"miss","fill_ms":null,"node":"n","referrer":null,"region":"r","key":"/k","tenant":"t","ts_ms":0,"v":1}"#;
+        let line = br#"{"outcome":"miss","fill_ms":null,"node":"n","edge":null,"referrer":null,"region":"r","key":"/k","tenant":"t","ts_ms":0,"v":1}"#;
         let event = parse(line).expect("compact shape");
         assert_eq!(event.to_owned_event(), decode::<AccessEvent>(line).unwrap());
         assert_eq!(
-            (event.bytes, event.referrer, event.fill_ms),
-            (0, None, None)
+            (event.bytes, event.referrer, event.fill_ms, event.edge),
+            (0, None, None, None)
         );
+    }
+
+    /// An edge kind this build does not know is `Other` on the fast path too, as
+    /// serde reads it.
+    #[test]
+    fn an_unknown_edge_kind_is_other_on_both_paths() {
+        let line = br#"{"v":1,"ts_ms":5,"tenant":"t","key":"/k","region":"r","node":"n","edge":"haproxy","outcome":"hit"}"#;
+        let event = parse(line).expect("compact shape");
+        assert_eq!(event.edge, Some(EdgeKind::Other));
+        assert_eq!(event.to_owned_event(), decode::<AccessEvent>(line).unwrap());
     }
 
     /// Each of these is either refused by serde or accepted by it (unknown field,
@@ -287,6 +303,11 @@ mod tests {
                 r#""outcome":"hit","referrer":"not a host""#,
             ),
             (r#""outcome":"hit""#, r#""outcome":"hit","bytes":null"#),
+            (r#""outcome":"hit""#, r#""outcome":"hit","edge":7"#),
+            (
+                r#""outcome":"hit""#,
+                r#""outcome":"hit","edge":"ngin\u0078""#,
+            ),
             (r#""outcome":"hit""#, r#""outcome": "hit""#),
             (r#""outcome":"hit"}"#, r#""outcome":"hit"} "#),
             (r#""outcome":"hit"}"#, r#""outcome":"hit""#),
