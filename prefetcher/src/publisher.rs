@@ -13,7 +13,7 @@
 
 use std::time::Duration;
 
-use models::{NodeId, RegionId, encode};
+use models::{EdgeKind, NodeId, RegionId, encode};
 use prometheus_client::metrics::counter::Counter;
 use rdkafka::ClientConfig;
 use rdkafka::client::ClientContext;
@@ -65,6 +65,7 @@ pub struct EventPublisher {
     topic: String,
     region: RegionId,
     node: NodeId,
+    edge: EdgeKind,
     dropped: Counter,
 }
 
@@ -78,23 +79,25 @@ impl std::fmt::Debug for EventPublisher {
 
 impl EventPublisher {
     /// A publisher for a validated `config` with Kafka on (`region` and `node` set),
-    /// counting into `metrics`. It creates the producer; nothing is sent yet.
+    /// counting into `metrics`; its events say they come from a prefetcher. It creates
+    /// the producer; nothing is sent yet.
     pub fn new(config: &Config, metrics: &Metrics) -> Result<EventPublisher, KafkaError> {
         let (Some(region), Some(node)) = (config.region.clone(), config.node.clone()) else {
             return Err(KafkaError::ClientCreation(
                 "the event publisher needs `region` and `node` in the config".into(),
             ));
         };
-        EventPublisher::with_ids(&config.kafka, region, node, metrics)
+        EventPublisher::with_ids(&config.kafka, region, node, EdgeKind::Prefetcher, metrics)
     }
 
     /// A publisher from the narrower parts [`EventPublisher::new`] reads from a node's
-    /// config: the Kafka settings and the ids events are stamped with (the edge agent
-    /// has no node config).
+    /// config: the Kafka settings and what events are stamped with (the edge agent has
+    /// no node config, and its edge is nginx or Varnish).
     pub fn with_ids(
         kafka: &KafkaConfig,
         region: RegionId,
         node: NodeId,
+        edge: EdgeKind,
         metrics: &Metrics,
     ) -> Result<EventPublisher, KafkaError> {
         let context = DeliveryCounter {
@@ -119,6 +122,7 @@ impl EventPublisher {
             topic: kafka.events_topic.clone(),
             region,
             node,
+            edge,
             dropped: metrics.events_dropped.clone(),
         })
     }
@@ -126,7 +130,8 @@ impl EventPublisher {
     /// Hands one record to the producer; never blocks.
     fn publish(&self, record: OutcomeRecord) {
         // The record's own time: when it was answered, not now (a backlog would shift it).
-        let event = record.into_event(self.region.clone(), self.node.clone());
+        let mut event = record.into_event(self.region.clone(), self.node.clone());
+        event.edge = Some(self.edge);
         let key = event.partition_key();
         let payload = encode(&event);
         if let Err((error, _)) = self

@@ -25,7 +25,7 @@
 
 use std::borrow::Cow;
 
-use models::Outcome;
+use models::{EdgeKind, Outcome};
 use serde::Deserialize;
 
 /// The log format the agent follows.
@@ -37,6 +37,17 @@ pub enum LogFormat {
     NginxJson,
     /// `varnishncsa -j -f deploy/varnish/varnishncsa.format`.
     VarnishncsaJson,
+}
+
+impl LogFormat {
+    /// The kind of edge that writes this format: what the agent's events say they
+    /// come from.
+    pub fn edge_kind(self) -> EdgeKind {
+        match self {
+            LogFormat::NginxJson => EdgeKind::Nginx,
+            LogFormat::VarnishncsaJson => EdgeKind::Varnish,
+        }
+    }
 }
 
 /// What a cache status becomes.
@@ -387,6 +398,13 @@ mod tests {
         );
         let bad_bytes = nginx("HIT").replace(r#""bytes":"512""#, r#""bytes":"many""#);
         assert_eq!(parse_line(bad_bytes.as_bytes()), Err(MalformedLine::Bytes));
+    }
+
+    /// Each format's events name the server that writes it.
+    #[test]
+    fn each_format_names_its_edge_kind() {
+        assert_eq!(LogFormat::NginxJson.edge_kind(), EdgeKind::Nginx);
+        assert_eq!(LogFormat::VarnishncsaJson.edge_kind(), EdgeKind::Varnish);
     }
 
     /// The README's table of cache statuses is this module's table, row for row.

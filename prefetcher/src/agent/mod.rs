@@ -323,7 +323,13 @@ pub async fn spawn_agent(config: AgentConfig) -> Result<AgentHandle, AgentError>
     };
     let admin_addr = admin_listener.as_ref().and_then(|l| l.local_addr().ok());
     // Kafka clients first, so a bad property fails the start with nothing running.
-    let publisher = EventPublisher::with_ids(&config.kafka, region, node, &metrics)?;
+    let publisher = EventPublisher::with_ids(
+        &config.kafka,
+        region,
+        node,
+        config.log_format.edge_kind(),
+        &metrics,
+    )?;
     let warmer = Warmer::new(&config, Arc::clone(&agent_metrics), Arc::clone(&metrics));
     let consumer = WarmConsumer::new(&config, warmer.clone(), Arc::clone(&metrics))?;
 
