@@ -23,8 +23,8 @@ pub(crate) fn parse(bytes: &[u8]) -> Option<AccessEventRef<'_>> {
     reader.byte(b'{')?;
     let mut seen = 0u16;
     let (mut v, mut ts_ms, mut tenant, mut key) = (None, None, None, None);
-    let (mut region, mut node, mut edge, mut outcome) = (None, None, None, None);
-    let (mut referrer, mut sent, mut fill_ms) = (None, 0, None);
+    let (mut region, mut node, mut outcome) = (None, None, None);
+    let (mut referrer, mut sent, mut fill_ms, mut edge) = (None, 0, None, None);
     // Where the next field probably is in `IN_ORDER`.
     let mut next = 0;
     loop {
@@ -40,8 +40,6 @@ pub(crate) fn parse(bytes: &[u8]) -> Option<AccessEventRef<'_>> {
             Field::Key => key = Some(CacheKeyRef::new(reader.string()?).ok()?),
             Field::Region => region = Some(RegionRef::new(reader.string()?).ok()?),
             Field::Node => node = Some(NodeRef::new(reader.string()?).ok()?),
-            // Any name is a kind (unknown ones are `Other`), as in serde.
-            Field::Edge if !reader.null() => edge = Some(EdgeKind::from_name(reader.string()?)),
             Field::Outcome => outcome = Some(outcome_named(reader.raw_string()?)?),
             Field::Referrer if !reader.null() => {
                 referrer = Some(DomainRef::new(reader.string()?).ok()?);
@@ -50,6 +48,7 @@ pub(crate) fn parse(bytes: &[u8]) -> Option<AccessEventRef<'_>> {
             Field::FillMs if !reader.null() => {
                 fill_ms = Some(u32::try_from(reader.integer()?).ok()?);
             }
+            Field::Edge if !reader.null() => edge = Some(edge_named(reader.raw_string()?)?),
             Field::Edge | Field::Referrer | Field::FillMs => {} // null: absent
         }
         match reader.next()? {
@@ -70,11 +69,11 @@ pub(crate) fn parse(bytes: &[u8]) -> Option<AccessEventRef<'_>> {
         key: key?,
         region: region?,
         node: node?,
-        edge,
         outcome: outcome?,
         referrer,
         bytes: sent,
         fill_ms,
+        edge,
     })
 }
 
@@ -86,11 +85,11 @@ enum Field {
     Key,
     Region,
     Node,
-    Edge,
     Outcome,
     Referrer,
     Bytes,
     FillMs,
+    Edge,
 }
 
 /// The fields as `encode` writes them, each as `"name":`: a message in this order is
@@ -102,11 +101,11 @@ const IN_ORDER: [(&[u8], Field); 11] = [
     (b"\"key\":", Field::Key),
     (b"\"region\":", Field::Region),
     (b"\"node\":", Field::Node),
-    (b"\"edge\":", Field::Edge),
     (b"\"outcome\":", Field::Outcome),
     (b"\"referrer\":", Field::Referrer),
     (b"\"bytes\":", Field::Bytes),
     (b"\"fill_ms\":", Field::FillMs),
+    (b"\"edge\":", Field::Edge),
 ];
 
 impl Field {
@@ -136,6 +135,17 @@ fn outcome_named(name: &[u8]) -> Option<Outcome> {
     Outcome::ALL
         .into_iter()
         .find(|o| o.as_str().as_bytes() == name)
+}
+
+/// Any name is a kind (unknown ones are `Other`), as serde reads it; the known names
+/// are matched on their bytes, anything else must be UTF-8 (serde refuses it if not).
+fn edge_named(name: &[u8]) -> Option<EdgeKind> {
+    Some(match name {
+        b"prefetcher" => EdgeKind::Prefetcher,
+        b"nginx" => EdgeKind::Nginx,
+        b"varnish" => EdgeKind::Varnish,
+        other => EdgeKind::from_name(std::str::from_utf8(other).ok()?),
+    })
 }
 
 struct Reader<'a> {
@@ -242,7 +252,7 @@ mod tests {
 
     #[test]
     fn reads_what_encode_writes() {
-        let line = br#"{"v":1,"ts_ms":1764470000000,"tenant":"acme","key":"/img/a.png?v=2","region":"eu-west","node":"edge-1","edge":"varnish","outcome":"prefetch_useful","referrer":"news.example.com","bytes":5120,"fill_ms":42}"#;
+        let line = br#"{"v":1,"ts_ms":1764470000000,"tenant":"acme","key":"/img/a.png?v=2","region":"eu-west","node":"edge-1","outcome":"prefetch_useful","referrer":"news.example.com","bytes":5120,"fill_ms":42,"edge":"varnish"}"#;
         let event = parse(line).expect("compact shape");
         assert_eq!(event.to_owned_event(), decode::<AccessEvent>(line).unwrap());
         assert_eq!(encode(&event.to_owned_event()), line.to_vec());

@@ -158,10 +158,6 @@ pub struct AccessEvent {
     pub region: RegionId,
     /// The node that answered.
     pub node: NodeId,
-    /// What kind of edge the node is; absent from older producers and hand-written
-    /// events (pulse counts those as `unspecified`).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub edge: Option<EdgeKind>,
     /// How it was answered.
     pub outcome: Outcome,
     /// The referrer's host, when the request named one.
@@ -173,6 +169,11 @@ pub struct AccessEvent {
     /// Origin fill latency in milliseconds, for outcomes that waited on a fill.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub fill_ms: Option<u32>,
+    /// What kind of edge the node is; absent from older producers and hand-written
+    /// events (pulse counts those as `unspecified`). Written last, so a reader of the
+    /// compact shape pays nothing for it when it is absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub edge: Option<EdgeKind>,
 }
 
 impl AccessEvent {
@@ -193,11 +194,11 @@ impl AccessEvent {
             key,
             region,
             node,
-            edge: None,
             outcome,
             referrer: None,
             bytes: 0,
             fill_ms: None,
+            edge: None,
         }
     }
 
@@ -211,11 +212,11 @@ impl AccessEvent {
             key: self.key.borrowed(),
             region: self.region.borrowed(),
             node: self.node.borrowed(),
-            edge: self.edge,
             outcome: self.outcome,
             referrer: self.referrer.as_ref().map(Domain::borrowed),
             bytes: self.bytes,
             fill_ms: self.fill_ms,
+            edge: self.edge,
         }
     }
 
@@ -250,9 +251,6 @@ pub struct AccessEventRef<'a> {
     /// The node that answered.
     #[serde(borrow)]
     pub node: NodeRef<'a>,
-    /// What kind of edge the node is, when it says.
-    #[serde(default)]
-    pub edge: Option<EdgeKind>,
     /// How it was answered.
     pub outcome: Outcome,
     /// The referrer's host, when the request named one.
@@ -264,6 +262,9 @@ pub struct AccessEventRef<'a> {
     /// Origin fill latency in milliseconds, for outcomes that waited on a fill.
     #[serde(default)]
     pub fill_ms: Option<u32>,
+    /// What kind of edge the node is, when it says.
+    #[serde(default)]
+    pub edge: Option<EdgeKind>,
 }
 
 impl AccessEventRef<'_> {
@@ -276,11 +277,11 @@ impl AccessEventRef<'_> {
             key: self.key.to_owned_id(),
             region: self.region.to_owned_id(),
             node: self.node.to_owned_id(),
-            edge: self.edge,
             outcome: self.outcome,
             referrer: self.referrer.as_ref().map(DomainRef::to_owned_id),
             bytes: self.bytes,
             fill_ms: self.fill_ms,
+            edge: self.edge,
         }
     }
 }

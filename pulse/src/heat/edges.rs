@@ -60,6 +60,34 @@ fn slot_name(slot: usize) -> &'static str {
         .map_or("unspecified", |kind| kind.as_str())
 }
 
+/// `a == b` for short ids, without the call to `memcmp` that slice equality makes:
+/// whole words, the last one overlapping the one before (as `memcmp` does inside).
+#[inline]
+fn same_bytes(a: &[u8], b: &[u8]) -> bool {
+    let n = a.len();
+    if n != b.len() {
+        return false;
+    }
+    let word =
+        |s: &[u8], at: usize| u64::from_ne_bytes(s[at..at + 8].try_into().unwrap_or_default());
+    let half =
+        |s: &[u8], at: usize| u32::from_ne_bytes(s[at..at + 4].try_into().unwrap_or_default());
+    match n {
+        8.. => {
+            let mut at = 0;
+            while at + 8 < n {
+                if word(a, at) != word(b, at) {
+                    return false;
+                }
+                at += 8;
+            }
+            word(a, n - 8) == word(b, n - 8)
+        }
+        4..=7 => half(a, 0) == half(b, 0) && half(a, n - 4) == half(b, n - 4),
+        _ => a.iter().zip(b).all(|(x, y)| x == y),
+    }
+}
+
 /// Node hashes are already well mixed ([`key_hash`]): the map uses them as they are.
 #[derive(Default)]
 struct PassThrough(u64);
@@ -87,7 +115,8 @@ type NodeSeen = HashMap<u64, u64, BuildHasherDefault<PassThrough>>;
 struct EdgeSlot {
     outcomes: [u64; OUTCOMES],
     bytes: u64,
-    last_event_ms: Option<u64>,
+    /// The newest event time (0 before the first event).
+    last_event_ms: u64,
     /// `(second, events)` per second of event time, at `second % RATE_RING`.
     seconds: [(u64, u64); RATE_RING],
     /// The previous event's node: most events repeat it (a producer's batch is one
@@ -108,7 +137,7 @@ impl Default for EdgeSlot {
         EdgeSlot {
             outcomes: [0; OUTCOMES],
             bytes: 0,
-            last_event_ms: None,
+            last_event_ms: 0,
             seconds: [(0, 0); RATE_RING],
             last_node: [0; MAX_ID_LEN],
             last_node_len: 0,
@@ -126,9 +155,7 @@ impl EdgeSlot {
         self.outcomes[outcome_index(event.outcome)] += 1;
         self.bytes = self.bytes.saturating_add(event.bytes);
         let ts = event.ts_ms;
-        if self.last_event_ms.is_none_or(|last| ts > last) {
-            self.last_event_ms = Some(ts);
-        }
+        self.last_event_ms = self.last_event_ms.max(ts);
         let second = ts / 1_000;
         let cell = &mut self.seconds[(second % RATE_RING as u64) as usize];
         if cell.0 == second {
@@ -137,7 +164,7 @@ impl EdgeSlot {
             *cell = (second, 1);
         } // else: older than the ring; the totals have it.
         let node = event.node.as_str();
-        if node.as_bytes() == &self.last_node[..self.last_node_len] {
+        if same_bytes(node.as_bytes(), &self.last_node[..self.last_node_len]) {
             if second > self.last_node_second {
                 self.last_node_second = second;
                 self.see_node(self.last_node_hash, second);
@@ -210,7 +237,7 @@ impl EdgeSlot {
             nodes_capped: self
                 .refused_node_second
                 .is_some_and(|refused| refused + NODE_WINDOW_S > now_s),
-            last_event_ms: self.last_event_ms,
+            last_event_ms: (events > 0).then_some(self.last_event_ms),
             outcomes: counts,
         }
     }
@@ -414,6 +441,21 @@ mod tests {
         assert_eq!(s.nodes, 1, "n2 and n3 went quiet 90 s ago; n1 ran on");
         assert!(!s.nodes_capped);
         assert_eq!(by_name(&c, now, "nginx").nodes, 0);
+    }
+
+    /// The node compare behind invariant 4 tells apart ids that differ in any byte,
+    /// in the eight-byte words or in the rest, or in length.
+    #[test]
+    fn node_ids_compare_by_every_byte() {
+        let id = b"edge-node-0042-eu";
+        assert!(same_bytes(id, id));
+        for i in 0..id.len() {
+            let mut other = *id;
+            other[i] ^= 1;
+            assert!(!same_bytes(id, &other), "byte {i}");
+        }
+        assert!(!same_bytes(id, &id[..16]));
+        assert!(same_bytes(b"", b""));
     }
 
     /// Invariant 1, in the heat map: an event it refuses (unknown tenant, too old)
