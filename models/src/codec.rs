@@ -159,6 +159,25 @@ pub fn decode<T: Wire>(bytes: &[u8]) -> Result<T, DecodeError> {
     Ok(message)
 }
 
+/// Appends one [`AccessEvent`], given borrowed, to `out`: exactly the bytes
+/// [`encode`] writes for the owned event, without building it or going through serde.
+/// The per-event path of producers that stamp many events (the edge agent), which
+/// reuse one buffer.
+///
+/// ```
+/// use models::{AccessEvent, CacheKey, NodeId, Outcome, RegionId, TenantId, encode, encode_event_into};
+///
+/// let event = AccessEvent::new(5, TenantId::new("acme")?, CacheKey::new("/a.js")?,
+///     RegionId::new("eu")?, NodeId::new("n1")?, Outcome::Hit);
+/// let mut out = Vec::new();
+/// encode_event_into(&event.borrowed(), &mut out);
+/// assert_eq!(out, encode(&event));
+/// # Ok::<(), models::IdError>(())
+/// ```
+pub fn encode_event_into(event: &AccessEventRef<'_>, out: &mut Vec<u8>) {
+    crate::compact::write(event, out);
+}
+
 /// Decodes and validates one [`AccessEvent`] without copying its strings: the
 /// per-message path of pulse. It accepts and refuses exactly what
 /// `decode::<AccessEvent>` does, with the same errors; the compact shape producers
@@ -596,6 +615,14 @@ mod tests {
             bytes in proptest::collection::vec(any::<u8>(), 0..6000)
         ) {
             prop_assert_eq!(decode_ref_owned(&bytes), decode::<AccessEvent>(&bytes));
+        }
+
+        #[test]
+        fn the_fast_writer_writes_what_encode_writes(e in arb_event()) {
+            let mut out = b"kept".to_vec();
+            encode_event_into(&e.borrowed(), &mut out);
+            prop_assert_eq!(&out[..4], b"kept");
+            prop_assert_eq!(&out[4..], &encode(&e)[..]);
         }
 
         #[test]

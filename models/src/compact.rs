@@ -1,7 +1,8 @@
 //! The fast path of [`decode_event_ref`](crate::decode_event_ref): a hand-written
 //! reader for the shape producers write, one flat JSON object of the event's own
 //! fields with no whitespace and no escapes (what [`encode`](crate::encode) and the
-//! prefetcher write).
+//! prefetcher write); and its writer, [`write`], behind
+//! [`encode_event_into`](crate::encode_event_into).
 //!
 //! serde_json was about 60 % of pulse's per-event cost: it is general (any order,
 //! escapes, unknown fields, whitespace, helpful errors), and this shape needs none of
@@ -75,6 +76,77 @@ pub(crate) fn parse(bytes: &[u8]) -> Option<AccessEventRef<'_>> {
         fill_ms,
         edge,
     })
+}
+
+/// Appends `event` to `out` byte for byte as [`encode`](crate::encode) writes the owned
+/// event (serde_json's compact form: the fields in declaration order, the optional ones
+/// only when present), without serde's machinery or an allocation of its own.
+pub(crate) fn write(event: &AccessEventRef<'_>, out: &mut Vec<u8>) {
+    out.extend_from_slice(b"{\"v\":");
+    integer(out, u64::from(event.v));
+    out.extend_from_slice(b",\"ts_ms\":");
+    integer(out, event.ts_ms);
+    out.extend_from_slice(b",\"tenant\":");
+    plain(out, event.tenant.as_str());
+    out.extend_from_slice(b",\"key\":");
+    string(out, event.key.as_str());
+    out.extend_from_slice(b",\"region\":");
+    plain(out, event.region.as_str());
+    out.extend_from_slice(b",\"node\":");
+    plain(out, event.node.as_str());
+    out.extend_from_slice(b",\"outcome\":");
+    plain(out, event.outcome.as_str());
+    if let Some(referrer) = &event.referrer {
+        out.extend_from_slice(b",\"referrer\":");
+        plain(out, referrer.as_str());
+    }
+    out.extend_from_slice(b",\"bytes\":");
+    integer(out, event.bytes);
+    if let Some(fill_ms) = event.fill_ms {
+        out.extend_from_slice(b",\"fill_ms\":");
+        integer(out, u64::from(fill_ms));
+    }
+    if let Some(edge) = event.edge {
+        out.extend_from_slice(b",\"edge\":");
+        plain(out, edge.as_str());
+    }
+    out.push(b'}');
+}
+
+fn integer(out: &mut Vec<u8>, mut n: u64) {
+    let mut digits = [0u8; 20];
+    let mut at = digits.len();
+    loop {
+        at -= 1;
+        digits[at] = b'0' + (n % 10) as u8;
+        n /= 10;
+        if n == 0 {
+            break;
+        }
+    }
+    out.extend_from_slice(&digits[at..]);
+}
+
+/// A JSON string that needs no escape: an id, a domain or a name of this crate (their
+/// character sets have no quote, backslash or control character).
+fn plain(out: &mut Vec<u8>, text: &str) {
+    debug_assert!(!text.bytes().any(|b| STRING_STOP[usize::from(b)]));
+    out.push(b'"');
+    out.extend_from_slice(text.as_bytes());
+    out.push(b'"');
+}
+
+/// A JSON string that may need escapes: a key (a quote is allowed in one). The rare
+/// one that does is escaped by serde_json itself, so the escapes are serde's.
+fn string(out: &mut Vec<u8>, text: &str) {
+    if text.bytes().any(|b| STRING_STOP[usize::from(b)]) {
+        // Writing to a Vec cannot fail.
+        let _ = serde_json::to_writer(&mut *out, text);
+        return;
+    }
+    out.push(b'"');
+    out.extend_from_slice(text.as_bytes());
+    out.push(b'"');
 }
 
 #[derive(Clone, Copy)]
@@ -249,6 +321,30 @@ mod tests {
     use super::*;
     use crate::codec::{decode, encode};
     use crate::event::AccessEvent;
+
+    /// The writer's bytes are `encode`'s, with and without the optional fields, and
+    /// with a key that needs escapes.
+    #[test]
+    fn writes_what_encode_writes() {
+        let line = br#"{"v":1,"ts_ms":1764470000000,"tenant":"acme","key":"/img/a.png?v=2","region":"eu-west","node":"edge-1","outcome":"prefetch_useful","referrer":"news.example.com","bytes":5120,"fill_ms":42,"edge":"varnish"}"#;
+        let mut event = decode::<AccessEvent>(line).unwrap();
+        let mut out = Vec::new();
+        write(&event.borrowed(), &mut out);
+        assert_eq!(out, line.to_vec());
+        // A quote is allowed in a key (serde escapes it); a control character is not.
+        assert!(crate::CacheKey::new("/a\u{1}b").is_err());
+        for key in ["/q\"uote", "/caf\u{e9}", "/"] {
+            event.key = crate::CacheKey::new(key).unwrap();
+            event.referrer = None;
+            event.fill_ms = None;
+            event.edge = None;
+            event.bytes = u64::MAX;
+            event.ts_ms = 0;
+            out.clear();
+            write(&event.borrowed(), &mut out);
+            assert_eq!(out, encode(&event), "{key:?}");
+        }
+    }
 
     #[test]
     fn reads_what_encode_writes() {

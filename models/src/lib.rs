@@ -23,8 +23,9 @@
 //! - `event`: [`AccessEvent`], its [`Outcome`] and the [`EdgeKind`] that sent it
 //!   (edge → pulse), and the borrowed [`AccessEventRef`].
 //! - `command`: [`PrewarmCommand`] (pulse → prefetcher).
-//! - `codec`: the JSON codec ([`encode`], [`decode`], and [`decode_event_ref`] that
-//!   copies no string), its [`DecodeError`] and their [`DecodeReason`]s.
+//! - `codec`: the JSON codec ([`encode`], [`decode`], and [`decode_event_ref`] and
+//!   [`encode_event_into`] that copy no string), its [`DecodeError`] and their
+//!   [`DecodeReason`]s.
 
 mod codec;
 mod command;
@@ -32,7 +33,9 @@ mod compact;
 mod event;
 mod ids;
 
-pub use codec::{DecodeError, DecodeReason, Wire, decode, decode_event_ref, encode};
+pub use codec::{
+    DecodeError, DecodeReason, Wire, decode, decode_event_ref, encode, encode_event_into,
+};
 pub use command::MAX_COMMAND_ID_LEN;
 pub use command::{FeatureContribution, PrewarmCommand, Priority, Reason, RegionTargets};
 pub use event::{AccessEvent, AccessEventRef, EdgeKind, Outcome};
