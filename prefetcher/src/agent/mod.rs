@@ -322,14 +322,12 @@ impl LineMapper {
 struct FollowLoop {
     follower: LogFollower,
     mapper: LineMapper,
-    publisher: EventPublisher,
+    handoff: Handoff,
     metrics: Arc<AgentMetrics>,
     stop: Arc<AtomicBool>,
     poll: Duration,
     checkpoint: Duration,
     settle: Duration,
-    /// How long the final flush may take at shutdown.
-    grace: Duration,
     state_path: std::path::PathBuf,
 }
 
@@ -337,25 +335,47 @@ struct FollowLoop {
 /// again.
 const QUEUE_FULL_BACKOFF: Duration = Duration::from_millis(1);
 
-/// Hands one event to the producer. A full queue is waited out (the log is the
-/// buffer: the follower reads more slowly), unless the agent is stopping, when the
-/// event is dropped and counted.
-fn publish_waiting(
-    publisher: &mut EventPublisher,
-    record: &OutcomeRef<'_>,
-    stop: &AtomicBool,
-) -> bool {
-    loop {
-        match publisher.send(record) {
-            Ok(()) => return true,
-            Err(NotSent::QueueFull) if !stop.load(Ordering::Relaxed) => {
-                std::thread::sleep(QUEUE_FULL_BACKOFF);
+/// The follower's side of the producer: events handed over one by one, a full queue
+/// waited out (the log is the buffer: the follower reads more slowly). Once the agent
+/// is stopping, a full queue is waited out for `grace` at most, then events are
+/// dropped and counted, so a dead broker cannot hold the shutdown.
+struct Handoff {
+    publisher: EventPublisher,
+    stop: Arc<AtomicBool>,
+    grace: Duration,
+    /// When waiting ends, from the first full queue after the stop.
+    give_up_at: Option<Instant>,
+}
+
+impl Handoff {
+    /// Hands one event over; whether the producer took it.
+    fn publish(&mut self, record: &OutcomeRef<'_>) -> bool {
+        loop {
+            match self.publisher.send(record) {
+                Ok(()) => return true,
+                Err(NotSent::Refused) => return false,
+                Err(NotSent::QueueFull) => {
+                    if self.stop.load(Ordering::Relaxed) {
+                        let grace = self.grace;
+                        let give_up_at = *self
+                            .give_up_at
+                            .get_or_insert_with(|| Instant::now() + grace);
+                        if Instant::now() >= give_up_at {
+                            self.publisher.count_dropped();
+                            return false;
+                        }
+                    }
+                    std::thread::sleep(QUEUE_FULL_BACKOFF);
+                }
             }
-            Err(NotSent::QueueFull) => {
-                publisher.count_dropped();
-                return false;
-            }
-            Err(NotSent::Refused) => return false,
+        }
+    }
+
+    /// Waits up to `grace` for what was handed over to be delivered or counted.
+    fn flush(&self) {
+        match self.publisher.flush(self.grace) {
+            Ok(()) => tracing::info!("access events flushed"),
+            Err(error) => tracing::warn!(%error, "access events left unflushed at shutdown"),
         }
     }
 }
@@ -370,17 +390,10 @@ impl FollowLoop {
         let mut last_mark = Instant::now();
         let mut scratch = Scratch::default();
         while !self.stop.load(Ordering::Relaxed) {
-            let (mapper, publisher, metrics, stop) = (
-                &self.mapper,
-                &mut self.publisher,
-                &self.metrics,
-                &*self.stop,
-            );
+            let (mapper, handoff, metrics) = (&self.mapper, &mut self.handoff, &self.metrics);
             let mut queued = 0;
             let polled = self.follower.poll(|text| {
-                match mapper.map_with(text, &mut scratch, |record| {
-                    publish_waiting(publisher, record, stop)
-                }) {
+                match mapper.map_with(text, &mut scratch, |record| handoff.publish(record)) {
                     Ok(true) => queued += 1,
                     Ok(false) => {}
                     Err(NoEvent::Skip(reason)) => metrics.skipped(reason),
@@ -427,10 +440,7 @@ impl FollowLoop {
                 std::thread::sleep(self.poll);
             }
         }
-        match self.publisher.flush(self.grace) {
-            Ok(()) => tracing::info!("access events flushed"),
-            Err(error) => tracing::warn!(%error, "access events left unflushed at shutdown"),
-        }
+        self.handoff.flush();
         self.follower.position()
     }
 }
@@ -506,13 +516,17 @@ pub async fn spawn_agent(config: AgentConfig) -> Result<AgentHandle, AgentError>
             Duration::from_millis(config.rotate_grace_ms),
         ),
         mapper: LineMapper::new(&config),
-        publisher,
+        handoff: Handoff {
+            publisher,
+            stop: Arc::clone(&stop),
+            grace: Duration::from_millis(config.kafka.message_timeout_ms.min(10_000)),
+            give_up_at: None,
+        },
         metrics: Arc::clone(&agent_metrics),
         stop: Arc::clone(&stop),
         poll: Duration::from_millis(config.poll_ms),
         checkpoint: Duration::from_millis(config.checkpoint_ms),
         settle: Duration::from_millis(config.kafka.message_timeout_ms),
-        grace: Duration::from_millis(config.kafka.message_timeout_ms.min(10_000)),
         state_path: config.state_path.clone(),
     };
     let follow = std::thread::Builder::new()
@@ -770,6 +784,72 @@ mod tests {
             let fast = referrer_host(&referer, &mut scratch).map(|d| d.as_str().to_owned());
             proptest::prop_assert_eq!(fast, slow_referrer(&referer), "{:?}", referer);
         }
+    }
+
+    /// A handoff to a producer whose queue holds one event and whose broker never
+    /// answers, so the second event finds the queue full.
+    fn full_handoff(stop: &Arc<AtomicBool>, metrics: &Metrics) -> (Handoff, OutcomeRecord) {
+        let kafka = crate::config::KafkaConfig {
+            brokers: Some("127.0.0.1:9".into()),
+            queue_max_messages: 1,
+            ..Default::default()
+        };
+        let publisher = EventPublisher::with_ids(
+            &kafka,
+            "eu".parse().unwrap(),
+            "n1".parse().unwrap(),
+            models::EdgeKind::Nginx,
+            metrics,
+        )
+        .unwrap();
+        let record = OutcomeRecord {
+            ts_ms: 1,
+            tenant: TenantId::new("acme").unwrap(),
+            key: "/k".parse().unwrap(),
+            outcome: Outcome::Hit,
+            bytes: 0,
+            fill_ms: None,
+            referrer: None,
+        };
+        let mut handoff = Handoff {
+            publisher,
+            stop: Arc::clone(stop),
+            grace: Duration::ZERO,
+            give_up_at: None,
+        };
+        assert!(handoff.publish(&record.borrowed()), "room for the first");
+        (handoff, record)
+    }
+
+    /// A full queue is waited out while the agent runs: the event is not dropped
+    /// before the stop.
+    #[test]
+    fn a_full_queue_is_waited_out_until_the_stop() {
+        let stop = Arc::new(AtomicBool::new(false));
+        let metrics = Metrics::new();
+        let (mut handoff, record) = full_handoff(&stop, &metrics);
+        let stopper = {
+            let stop = Arc::clone(&stop);
+            std::thread::spawn(move || {
+                std::thread::sleep(Duration::from_millis(200));
+                stop.store(true, Ordering::Relaxed);
+            })
+        };
+        assert!(!handoff.publish(&record.borrowed()));
+        assert!(stop.load(Ordering::Relaxed), "gave up before the stop");
+        assert_eq!(metrics.events_dropped.get(), 1);
+        stopper.join().unwrap();
+    }
+
+    /// Once stopping (past the grace), a full queue drops the event and counts it.
+    #[test]
+    fn a_full_queue_at_the_stop_drops_and_counts() {
+        let stop = Arc::new(AtomicBool::new(true));
+        let metrics = Metrics::new();
+        let (mut handoff, record) = full_handoff(&stop, &metrics);
+        assert!(!handoff.publish(&record.borrowed()));
+        assert!(!handoff.publish(&record.borrowed()));
+        assert_eq!(metrics.events_dropped.get(), 2);
     }
 
     #[test]
