@@ -50,6 +50,11 @@ def events():
               dump(EVENT)[:-1], dump(EVENT) + b" trailing",
               b" \n" + dump(EVENT) + b"\n", b"{" + b" " * 4100 + b"}",
               dump(EVENT).replace(b'"acme"', b'"\\u0061cme"')]
+    # The optional edge kind: known, unknown (read as "other"), null, not a string.
+    seeds += variants(EVENT, [
+        ("edge", "nginx"), ("edge", "varnish"), ("edge", "prefetcher"), ("edge", "haproxy"),
+        ("edge", ""), ("edge", None), ("edge", 7),
+    ])[1:]
     return seeds
 
 
@@ -151,7 +156,8 @@ def write(target, seeds):
     folder = os.path.join(HERE, "corpus", target)
     os.makedirs(folder, exist_ok=True)
     for name in os.listdir(folder):
-        if name.startswith("seed-"):
+        # Numbered seeds are this script's; named ones (seed-array-*) were added by hand.
+        if name.startswith("seed-") and name[5:].isdigit():
             os.remove(os.path.join(folder, name))
     for i, seed in enumerate(seeds):
         with open(os.path.join(folder, "seed-%02d" % i), "wb") as f:

@@ -103,7 +103,8 @@ pub trait Wire: Serialize + DeserializeOwned {
 impl Wire for AccessEvent {
     // A 2 KiB key plus ids and numbers fits easily; anything bigger is not ours.
     const MAX_BYTES: usize = 4 * 1024;
-    // Only an absent `bytes` grows (`,"bytes":0`): keep the hot path free of a re-encode.
+    // Only an absent `bytes` (`,"bytes":0`) and an unknown edge kind (`""` becomes
+    // `"other"`) grow: keep the hot path free of a re-encode.
     const CANONICAL_SLACK: usize = 64;
     fn version(&self) -> u16 {
         self.v
@@ -156,6 +157,25 @@ pub fn decode<T: Wire>(bytes: &[u8]) -> Result<T, DecodeError> {
         }
     }
     Ok(message)
+}
+
+/// Appends one [`AccessEvent`], given borrowed, to `out`: exactly the bytes
+/// [`encode`] writes for the owned event, without building it or going through serde.
+/// The per-event path of producers that stamp many events (the edge agent), which
+/// reuse one buffer.
+///
+/// ```
+/// use models::{AccessEvent, CacheKey, NodeId, Outcome, RegionId, TenantId, encode, encode_event_into};
+///
+/// let event = AccessEvent::new(5, TenantId::new("acme")?, CacheKey::new("/a.js")?,
+///     RegionId::new("eu")?, NodeId::new("n1")?, Outcome::Hit);
+/// let mut out = Vec::new();
+/// encode_event_into(&event.borrowed(), &mut out);
+/// assert_eq!(out, encode(&event));
+/// # Ok::<(), models::IdError>(())
+/// ```
+pub fn encode_event_into(event: &AccessEventRef<'_>, out: &mut Vec<u8>) {
+    crate::compact::write(event, out);
 }
 
 /// Decodes and validates one [`AccessEvent`] without copying its strings: the
@@ -220,7 +240,7 @@ mod tests {
 
     use super::*;
     use crate::command::{FeatureContribution, Priority, Reason, RegionTargets};
-    use crate::event::Outcome;
+    use crate::event::{EdgeKind, Outcome};
     use crate::ids::{CacheKey, Domain, NodeId, RegionId, TenantId};
 
     /// One error of each variant gives each reason of `ALL`, in order, with the
@@ -304,7 +324,52 @@ mod tests {
     fn minimal_kcat_line_decodes_with_defaults() {
         let line = br#"{"v":1,"ts_ms":5,"tenant":"t","key":"/k","region":"r","node":"n","outcome":"hit","extra":true}"#;
         let e: AccessEvent = decode(line).unwrap();
-        assert_eq!((e.bytes, e.referrer, e.fill_ms), (0, None, None));
+        assert_eq!(
+            (e.bytes, e.referrer, e.fill_ms, e.edge),
+            (0, None, None, None)
+        );
+    }
+
+    /// The edge kind is optional and written only when known; each kind's name reads
+    /// back as itself, and `null` is "not said".
+    #[test]
+    fn edge_kinds_round_trip_by_name() {
+        let mut e = event();
+        assert!(
+            !String::from_utf8(encode(&e))
+                .unwrap()
+                .contains(r#""edge":"#)
+        );
+        for kind in EdgeKind::ALL {
+            e.edge = Some(kind);
+            let bytes = encode(&e);
+            let name = format!(r#""edge":"{}""#, kind.as_str());
+            assert!(String::from_utf8_lossy(&bytes).contains(&name), "{name}");
+            assert_eq!(decode::<AccessEvent>(&bytes).unwrap(), e);
+            assert_eq!(EdgeKind::from_name(kind.as_str()), kind);
+        }
+        let null = decode::<AccessEvent>(&event_json_with("edge", serde_json::Value::Null));
+        assert_eq!(null.unwrap().edge, None);
+    }
+
+    /// A newer producer's edge kind is read as `other`, not refused (the codec keeps
+    /// newer producers readable); a value that is no string is an invalid field.
+    #[test]
+    fn an_unknown_edge_kind_is_other_and_a_non_string_is_refused() {
+        for name in ["haproxy", "", "Nginx", "NGINX"] {
+            let e = decode::<AccessEvent>(&event_json_with("edge", name.into())).unwrap();
+            assert_eq!(e.edge, Some(EdgeKind::Other), "{name:?}");
+            assert!(String::from_utf8_lossy(&encode(&e)).contains(r#""edge":"other""#));
+        }
+        for value in [
+            serde_json::json!(7),
+            serde_json::json!(["nginx"]),
+            serde_json::json!(true),
+        ] {
+            let err = reject::<AccessEvent>(&event_json_with("edge", value.clone()));
+            assert_eq!(err.reason(), "invalid_field", "{value}");
+            assert!(err.to_string().contains("edge kind"), "{value}: {err}");
+        }
     }
 
     fn reject<T: Wire + std::fmt::Debug>(bytes: &[u8]) -> DecodeError {
@@ -422,17 +487,18 @@ mod tests {
 
     fn arb_event() -> impl Strategy<Value = AccessEvent> {
         let outcome = proptest::sample::select(Outcome::ALL.to_vec());
+        let edge = proptest::option::of(proptest::sample::select(EdgeKind::ALL.to_vec()));
         (
             any::<u64>(),
             (id(), "/[A-Za-z0-9/._~%?=&-]{0,200}", id(), id()),
-            outcome,
+            (outcome, edge),
             proptest::option::of("[a-z0-9.-]{1,60}"),
             any::<u64>(),
             proptest::option::of(any::<u32>()),
         )
             .prop_filter_map(
                 "key with a '..' segment",
-                |(ts, (t, k, r, n), o, refr, b, f)| {
+                |(ts, (t, k, r, n), (o, edge), refr, b, f)| {
                     let mut e = AccessEvent::new(
                         ts,
                         t.parse().ok()?,
@@ -441,6 +507,7 @@ mod tests {
                         n.parse().ok()?,
                         o,
                     );
+                    e.edge = edge;
                     e.referrer = refr.map(|d| d.parse().unwrap());
                     e.bytes = b;
                     e.fill_ms = f;
@@ -478,8 +545,8 @@ mod tests {
     fn field_name() -> impl Strategy<Value = String> {
         prop_oneof![
             8 => proptest::sample::select(vec![
-                "v", "ts_ms", "tenant", "key", "region", "node", "outcome", "referrer",
-                "bytes", "fill_ms",
+                "v", "ts_ms", "tenant", "key", "region", "node", "edge", "outcome",
+                "referrer", "bytes", "fill_ms",
             ])
             .prop_map(str::to_owned),
             1 => "[a-z_]{1,8}",
@@ -494,6 +561,7 @@ mod tests {
             "/[A-Za-z0-9/._~%?=&#\\\\ -]{0,40}",
             "/(\\.\\.|%2[eE]%2[eE]|[a-z]){0,6}(/(\\.\\.|x)){0,3}",
             "(hit|miss|stale|collapsed|prefetch_fill|prefetch_useful|Hit|teleported)",
+            "(prefetcher|nginx|varnish|other|haproxy|Nginx|)",
             "[a-z0-9.-]{1,60}",
             any::<String>(),
         ];
@@ -547,6 +615,14 @@ mod tests {
             bytes in proptest::collection::vec(any::<u8>(), 0..6000)
         ) {
             prop_assert_eq!(decode_ref_owned(&bytes), decode::<AccessEvent>(&bytes));
+        }
+
+        #[test]
+        fn the_fast_writer_writes_what_encode_writes(e in arb_event()) {
+            let mut out = b"kept".to_vec();
+            encode_event_into(&e.borrowed(), &mut out);
+            prop_assert_eq!(&out[..4], b"kept");
+            prop_assert_eq!(&out[4..], &encode(&e)[..]);
         }
 
         #[test]

@@ -1,7 +1,8 @@
 //! The fast path of [`decode_event_ref`](crate::decode_event_ref): a hand-written
 //! reader for the shape producers write, one flat JSON object of the event's own
 //! fields with no whitespace and no escapes (what [`encode`](crate::encode) and the
-//! prefetcher write).
+//! prefetcher write); and its writer, [`write`], behind
+//! [`encode_event_into`](crate::encode_event_into).
 //!
 //! serde_json was about 60 % of pulse's per-event cost: it is general (any order,
 //! escapes, unknown fields, whitespace, helpful errors), and this shape needs none of
@@ -13,7 +14,7 @@
 //! that the two agree on arbitrary input.
 
 use crate::SCHEMA_VERSION;
-use crate::event::{AccessEventRef, Outcome};
+use crate::event::{AccessEventRef, EdgeKind, Outcome};
 use crate::ids::{CacheKeyRef, DomainRef, NodeRef, RegionRef, TenantRef};
 
 /// The event in `bytes` if it has the compact shape and is valid, else `None`.
@@ -24,7 +25,7 @@ pub(crate) fn parse(bytes: &[u8]) -> Option<AccessEventRef<'_>> {
     let mut seen = 0u16;
     let (mut v, mut ts_ms, mut tenant, mut key) = (None, None, None, None);
     let (mut region, mut node, mut outcome) = (None, None, None);
-    let (mut referrer, mut sent, mut fill_ms) = (None, 0, None);
+    let (mut referrer, mut sent, mut fill_ms, mut edge) = (None, 0, None, None);
     // Where the next field probably is in `IN_ORDER`.
     let mut next = 0;
     loop {
@@ -48,7 +49,8 @@ pub(crate) fn parse(bytes: &[u8]) -> Option<AccessEventRef<'_>> {
             Field::FillMs if !reader.null() => {
                 fill_ms = Some(u32::try_from(reader.integer()?).ok()?);
             }
-            Field::Referrer | Field::FillMs => {} // null: absent
+            Field::Edge if !reader.null() => edge = Some(edge_named(reader.raw_string()?)?),
+            Field::Edge | Field::Referrer | Field::FillMs => {} // null: absent
         }
         match reader.next()? {
             b',' => {}
@@ -72,7 +74,79 @@ pub(crate) fn parse(bytes: &[u8]) -> Option<AccessEventRef<'_>> {
         referrer,
         bytes: sent,
         fill_ms,
+        edge,
     })
+}
+
+/// Appends `event` to `out` byte for byte as [`encode`](crate::encode) writes the owned
+/// event (serde_json's compact form: the fields in declaration order, the optional ones
+/// only when present), without serde's machinery or an allocation of its own.
+pub(crate) fn write(event: &AccessEventRef<'_>, out: &mut Vec<u8>) {
+    out.extend_from_slice(b"{\"v\":");
+    integer(out, u64::from(event.v));
+    out.extend_from_slice(b",\"ts_ms\":");
+    integer(out, event.ts_ms);
+    out.extend_from_slice(b",\"tenant\":");
+    plain(out, event.tenant.as_str());
+    out.extend_from_slice(b",\"key\":");
+    string(out, event.key.as_str());
+    out.extend_from_slice(b",\"region\":");
+    plain(out, event.region.as_str());
+    out.extend_from_slice(b",\"node\":");
+    plain(out, event.node.as_str());
+    out.extend_from_slice(b",\"outcome\":");
+    plain(out, event.outcome.as_str());
+    if let Some(referrer) = &event.referrer {
+        out.extend_from_slice(b",\"referrer\":");
+        plain(out, referrer.as_str());
+    }
+    out.extend_from_slice(b",\"bytes\":");
+    integer(out, event.bytes);
+    if let Some(fill_ms) = event.fill_ms {
+        out.extend_from_slice(b",\"fill_ms\":");
+        integer(out, u64::from(fill_ms));
+    }
+    if let Some(edge) = event.edge {
+        out.extend_from_slice(b",\"edge\":");
+        plain(out, edge.as_str());
+    }
+    out.push(b'}');
+}
+
+fn integer(out: &mut Vec<u8>, mut n: u64) {
+    let mut digits = [0u8; 20];
+    let mut at = digits.len();
+    loop {
+        at -= 1;
+        digits[at] = b'0' + (n % 10) as u8;
+        n /= 10;
+        if n == 0 {
+            break;
+        }
+    }
+    out.extend_from_slice(&digits[at..]);
+}
+
+/// A JSON string that needs no escape: an id, a domain or a name of this crate (their
+/// character sets have no quote, backslash or control character).
+fn plain(out: &mut Vec<u8>, text: &str) {
+    debug_assert!(!text.bytes().any(|b| STRING_STOP[usize::from(b)]));
+    out.push(b'"');
+    out.extend_from_slice(text.as_bytes());
+    out.push(b'"');
+}
+
+/// A JSON string that may need escapes: a key (a quote is allowed in one). The rare
+/// one that does is escaped by serde_json itself, so the escapes are serde's.
+fn string(out: &mut Vec<u8>, text: &str) {
+    if text.bytes().any(|b| STRING_STOP[usize::from(b)]) {
+        // Writing to a Vec cannot fail.
+        let _ = serde_json::to_writer(&mut *out, text);
+        return;
+    }
+    out.push(b'"');
+    out.extend_from_slice(text.as_bytes());
+    out.push(b'"');
 }
 
 #[derive(Clone, Copy)]
@@ -87,11 +161,12 @@ enum Field {
     Referrer,
     Bytes,
     FillMs,
+    Edge,
 }
 
 /// The fields as `encode` writes them, each as `"name":`: a message in this order is
 /// read without scanning its field names.
-const IN_ORDER: [(&[u8], Field); 10] = [
+const IN_ORDER: [(&[u8], Field); 11] = [
     (b"\"v\":", Field::V),
     (b"\"ts_ms\":", Field::TsMs),
     (b"\"tenant\":", Field::Tenant),
@@ -102,6 +177,7 @@ const IN_ORDER: [(&[u8], Field); 10] = [
     (b"\"referrer\":", Field::Referrer),
     (b"\"bytes\":", Field::Bytes),
     (b"\"fill_ms\":", Field::FillMs),
+    (b"\"edge\":", Field::Edge),
 ];
 
 impl Field {
@@ -113,6 +189,7 @@ impl Field {
             b"key" => Field::Key,
             b"region" => Field::Region,
             b"node" => Field::Node,
+            b"edge" => Field::Edge,
             b"outcome" => Field::Outcome,
             b"referrer" => Field::Referrer,
             b"bytes" => Field::Bytes,
@@ -130,6 +207,17 @@ fn outcome_named(name: &[u8]) -> Option<Outcome> {
     Outcome::ALL
         .into_iter()
         .find(|o| o.as_str().as_bytes() == name)
+}
+
+/// Any name is a kind (unknown ones are `Other`), as serde reads it; the known names
+/// are matched on their bytes, anything else must be UTF-8 (serde refuses it if not).
+fn edge_named(name: &[u8]) -> Option<EdgeKind> {
+    Some(match name {
+        b"prefetcher" => EdgeKind::Prefetcher,
+        b"nginx" => EdgeKind::Nginx,
+        b"varnish" => EdgeKind::Varnish,
+        other => EdgeKind::from_name(std::str::from_utf8(other).ok()?),
+    })
 }
 
 struct Reader<'a> {
@@ -234,9 +322,33 @@ mod tests {
     use crate::codec::{decode, encode};
     use crate::event::AccessEvent;
 
+    /// The writer's bytes are `encode`'s, with and without the optional fields, and
+    /// with a key that needs escapes.
+    #[test]
+    fn writes_what_encode_writes() {
+        let line = br#"{"v":1,"ts_ms":1764470000000,"tenant":"acme","key":"/img/a.png?v=2","region":"eu-west","node":"edge-1","outcome":"prefetch_useful","referrer":"news.example.com","bytes":5120,"fill_ms":42,"edge":"varnish"}"#;
+        let mut event = decode::<AccessEvent>(line).unwrap();
+        let mut out = Vec::new();
+        write(&event.borrowed(), &mut out);
+        assert_eq!(out, line.to_vec());
+        // A quote is allowed in a key (serde escapes it); a control character is not.
+        assert!(crate::CacheKey::new("/a\u{1}b").is_err());
+        for key in ["/q\"uote", "/caf\u{e9}", "/"] {
+            event.key = crate::CacheKey::new(key).unwrap();
+            event.referrer = None;
+            event.fill_ms = None;
+            event.edge = None;
+            event.bytes = u64::MAX;
+            event.ts_ms = 0;
+            out.clear();
+            write(&event.borrowed(), &mut out);
+            assert_eq!(out, encode(&event), "{key:?}");
+        }
+    }
+
     #[test]
     fn reads_what_encode_writes() {
-        let line = br#"{"v":1,"ts_ms":1764470000000,"tenant":"acme","key":"/img/a.png?v=2","region":"eu-west","node":"edge-1","outcome":"prefetch_useful","referrer":"news.example.com","bytes":5120,"fill_ms":42}"#;
+        let line = br#"{"v":1,"ts_ms":1764470000000,"tenant":"acme","key":"/img/a.png?v=2","region":"eu-west","node":"edge-1","outcome":"prefetch_useful","referrer":"news.example.com","bytes":5120,"fill_ms":42,"edge":"varnish"}"#;
         let event = parse(line).expect("compact shape");
         assert_eq!(event.to_owned_event(), decode::<AccessEvent>(line).unwrap());
         assert_eq!(encode(&event.to_owned_event()), line.to_vec());
@@ -244,13 +356,23 @@ mod tests {
 
     #[test]
     fn any_field_order_and_nulls_for_the_optional_fields() {
-        let line = br#"{"outcome":"miss","fill_ms":null,"node":"n","referrer":null,"region":"r","key":"/k","tenant":"t","ts_ms":0,"v":1}"#;
+        let line = br#"{"outcome":"miss","fill_ms":null,"node":"n","edge":null,"referrer":null,"region":"r","key":"/k","tenant":"t","ts_ms":0,"v":1}"#;
         let event = parse(line).expect("compact shape");
         assert_eq!(event.to_owned_event(), decode::<AccessEvent>(line).unwrap());
         assert_eq!(
-            (event.bytes, event.referrer, event.fill_ms),
-            (0, None, None)
+            (event.bytes, event.referrer, event.fill_ms, event.edge),
+            (0, None, None, None)
         );
+    }
+
+    /// An edge kind this build does not know is `Other` on the fast path too, as
+    /// serde reads it.
+    #[test]
+    fn an_unknown_edge_kind_is_other_on_both_paths() {
+        let line = br#"{"v":1,"ts_ms":5,"tenant":"t","key":"/k","region":"r","node":"n","edge":"haproxy","outcome":"hit"}"#;
+        let event = parse(line).expect("compact shape");
+        assert_eq!(event.edge, Some(EdgeKind::Other));
+        assert_eq!(event.to_owned_event(), decode::<AccessEvent>(line).unwrap());
     }
 
     /// Each of these is either refused by serde or accepted by it (unknown field,
@@ -287,6 +409,11 @@ mod tests {
                 r#""outcome":"hit","referrer":"not a host""#,
             ),
             (r#""outcome":"hit""#, r#""outcome":"hit","bytes":null"#),
+            (r#""outcome":"hit""#, r#""outcome":"hit","edge":7"#),
+            (
+                r#""outcome":"hit""#,
+                r#""outcome":"hit","edge":"ngin\u0078""#,
+            ),
             (r#""outcome":"hit""#, r#""outcome": "hit""#),
             (r#""outcome":"hit"}"#, r#""outcome":"hit"} "#),
             (r#""outcome":"hit"}"#, r#""outcome":"hit""#),

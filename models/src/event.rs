@@ -70,6 +70,78 @@ impl Outcome {
     }
 }
 
+/// Which kind of edge node sent an event: pulse counts its events per kind.
+///
+/// On the wire it is the optional `edge` field, a string. The codec's rule is that a
+/// newer producer stays readable: a name this build does not know (a new kind of
+/// edge) is read as [`EdgeKind::Other`], not refused, so the event still counts in
+/// the heat map; anything but a string (or `null`, which is "not said") is an
+/// invalid field.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum EdgeKind {
+    /// This project's prefetcher (`prefetcher serve`).
+    Prefetcher,
+    /// nginx, through the edge agent (`log_format = "nginx_json"`).
+    Nginx,
+    /// Varnish, through the edge agent (`log_format = "varnishncsa_json"`).
+    Varnish,
+    /// A kind this build does not know: the name is not kept.
+    Other,
+}
+
+impl EdgeKind {
+    /// Every kind, in declaration order; `kind as usize` is its index here.
+    pub const ALL: [EdgeKind; 4] = [
+        EdgeKind::Prefetcher,
+        EdgeKind::Nginx,
+        EdgeKind::Varnish,
+        EdgeKind::Other,
+    ];
+
+    /// The wire name, also used as a label.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            EdgeKind::Prefetcher => "prefetcher",
+            EdgeKind::Nginx => "nginx",
+            EdgeKind::Varnish => "varnish",
+            EdgeKind::Other => "other",
+        }
+    }
+
+    /// The kind a wire name stands for: any name but the known ones is
+    /// [`EdgeKind::Other`].
+    pub fn from_name(name: &str) -> EdgeKind {
+        match name {
+            "prefetcher" => EdgeKind::Prefetcher,
+            "nginx" => EdgeKind::Nginx,
+            "varnish" => EdgeKind::Varnish,
+            _ => EdgeKind::Other,
+        }
+    }
+}
+
+impl Serialize for EdgeKind {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_str(self.as_str())
+    }
+}
+
+impl<'de> Deserialize<'de> for EdgeKind {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct Name;
+        impl serde::de::Visitor<'_> for Name {
+            type Value = EdgeKind;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("an edge kind name")
+            }
+            fn visit_str<E: serde::de::Error>(self, name: &str) -> Result<EdgeKind, E> {
+                Ok(EdgeKind::from_name(name))
+            }
+        }
+        deserializer.deserialize_str(Name)
+    }
+}
+
 /// One request outcome at one edge node: the message on the `edge-events` topic,
 /// keyed by `tenant/key` so one key's events stay in order on one partition.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -97,10 +169,16 @@ pub struct AccessEvent {
     /// Origin fill latency in milliseconds, for outcomes that waited on a fill.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub fill_ms: Option<u32>,
+    /// What kind of edge the node is; absent from older producers and hand-written
+    /// events (pulse counts those as `unspecified`). Written last, so a reader of the
+    /// compact shape pays nothing for it when it is absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub edge: Option<EdgeKind>,
 }
 
 impl AccessEvent {
-    /// An event with the current schema version, no referrer, no bytes and no fill.
+    /// An event with the current schema version, no edge kind, no referrer, no bytes
+    /// and no fill.
     pub fn new(
         ts_ms: u64,
         tenant: TenantId,
@@ -120,6 +198,7 @@ impl AccessEvent {
             referrer: None,
             bytes: 0,
             fill_ms: None,
+            edge: None,
         }
     }
 
@@ -137,6 +216,7 @@ impl AccessEvent {
             referrer: self.referrer.as_ref().map(Domain::borrowed),
             bytes: self.bytes,
             fill_ms: self.fill_ms,
+            edge: self.edge,
         }
     }
 
@@ -182,6 +262,9 @@ pub struct AccessEventRef<'a> {
     /// Origin fill latency in milliseconds, for outcomes that waited on a fill.
     #[serde(default)]
     pub fill_ms: Option<u32>,
+    /// What kind of edge the node is, when it says.
+    #[serde(default)]
+    pub edge: Option<EdgeKind>,
 }
 
 impl AccessEventRef<'_> {
@@ -198,6 +281,7 @@ impl AccessEventRef<'_> {
             referrer: self.referrer.as_ref().map(DomainRef::to_owned_id),
             bytes: self.bytes,
             fill_ms: self.fill_ms,
+            edge: self.edge,
         }
     }
 }

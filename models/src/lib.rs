@@ -20,11 +20,12 @@
 //! # Layout
 //! - `ids`: [`TenantId`], [`CacheKey`], [`RegionId`], [`NodeId`], [`Domain`], and
 //!   their borrowed twins ([`TenantRef`], [`CacheKeyRef`], …) for zero-copy decoding.
-//! - `event`: [`AccessEvent`] and its [`Outcome`] (prefetcher → pulse), and the
-//!   borrowed [`AccessEventRef`].
+//! - `event`: [`AccessEvent`], its [`Outcome`] and the [`EdgeKind`] that sent it
+//!   (edge → pulse), and the borrowed [`AccessEventRef`].
 //! - `command`: [`PrewarmCommand`] (pulse → prefetcher).
-//! - `codec`: the JSON codec ([`encode`], [`decode`], and [`decode_event_ref`] that
-//!   copies no string), its [`DecodeError`] and their [`DecodeReason`]s.
+//! - `codec`: the JSON codec ([`encode`], [`decode`], and [`decode_event_ref`] and
+//!   [`encode_event_into`] that copy no string), its [`DecodeError`] and their
+//!   [`DecodeReason`]s.
 
 mod codec;
 mod command;
@@ -32,10 +33,12 @@ mod compact;
 mod event;
 mod ids;
 
-pub use codec::{DecodeError, DecodeReason, Wire, decode, decode_event_ref, encode};
+pub use codec::{
+    DecodeError, DecodeReason, Wire, decode, decode_event_ref, encode, encode_event_into,
+};
 pub use command::MAX_COMMAND_ID_LEN;
 pub use command::{FeatureContribution, PrewarmCommand, Priority, Reason, RegionTargets};
-pub use event::{AccessEvent, AccessEventRef, Outcome};
+pub use event::{AccessEvent, AccessEventRef, EdgeKind, Outcome};
 pub use ids::{
     CacheKey, CacheKeyRef, Domain, DomainRef, IdError, MAX_DOMAIN_LEN, MAX_ID_LEN, MAX_KEY_LEN,
     NodeId, NodeRef, RegionId, RegionRef, TenantId, TenantRef,

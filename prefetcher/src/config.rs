@@ -444,7 +444,8 @@ pub struct KafkaConfig {
     pub linger_ms: u64,
     /// librdkafka `message.timeout.ms`: an event not delivered by then is dropped.
     pub message_timeout_ms: u64,
-    /// Extra librdkafka properties for both clients (security settings and the like).
+    /// Extra librdkafka properties for both clients (security settings and the like);
+    /// they override the event producer's own settings (lz4, `acks=1`, the fields above).
     pub properties: std::collections::BTreeMap<String, String>,
 }
 

@@ -12,7 +12,10 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use models::{AccessEvent, CacheKey, Domain, NodeId, Outcome, RegionId, TenantId};
+use models::{
+    AccessEvent, CacheKey, CacheKeyRef, Domain, DomainRef, NodeId, Outcome, RegionId, TenantId,
+    TenantRef,
+};
 use tokio::sync::mpsc;
 
 /// One request outcome, before the node adds its region and node ids.
@@ -50,6 +53,56 @@ impl OutcomeRecord {
         event.fill_ms = self.fill_ms;
         event.referrer = self.referrer;
         event
+    }
+}
+
+impl OutcomeRecord {
+    /// The record borrowed: what the publisher encodes.
+    pub fn borrowed(&self) -> OutcomeRef<'_> {
+        OutcomeRef {
+            ts_ms: self.ts_ms,
+            tenant: self.tenant.borrowed(),
+            key: self.key.borrowed(),
+            outcome: self.outcome,
+            bytes: self.bytes,
+            fill_ms: self.fill_ms,
+            referrer: self.referrer.as_ref().map(Domain::borrowed),
+        }
+    }
+}
+
+/// An [`OutcomeRecord`] whose strings are borrowed (from a log line, say), so one
+/// can be encoded and published without an allocation.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OutcomeRef<'a> {
+    /// When it was answered, milliseconds since the Unix epoch.
+    pub ts_ms: u64,
+    /// The tenant.
+    pub tenant: TenantRef<'a>,
+    /// The normalised cache key.
+    pub key: CacheKeyRef<'a>,
+    /// How it was answered.
+    pub outcome: Outcome,
+    /// Body bytes sent.
+    pub bytes: u64,
+    /// Origin fill time.
+    pub fill_ms: Option<u32>,
+    /// The `Referer` header's host.
+    pub referrer: Option<DomainRef<'a>>,
+}
+
+impl OutcomeRef<'_> {
+    /// The owned record (strings copied, not checked again).
+    pub fn to_owned_record(&self) -> OutcomeRecord {
+        OutcomeRecord {
+            ts_ms: self.ts_ms,
+            tenant: self.tenant.to_owned_id(),
+            key: self.key.to_owned_id(),
+            outcome: self.outcome,
+            bytes: self.bytes,
+            fill_ms: self.fill_ms,
+            referrer: self.referrer.as_ref().map(DomainRef::to_owned_id),
+        }
     }
 }
 

@@ -85,7 +85,7 @@ pub use config::{
     CacheConfig, Config, ConfigError, FlightConfig, Http2Config, KafkaConfig, OffsetReset,
     OriginConfig, PrefetchConfig, RequestLimits, TenantConfig, TlsListenConfig, WaitTimeoutPolicy,
 };
-pub use events::{ChannelSink, Dropped, EventSink, NoopSink, OutcomeRecord};
+pub use events::{ChannelSink, Dropped, EventSink, NoopSink, OutcomeRecord, OutcomeRef};
 pub use flight::{
     Acquire, FillError, FillPermit, FlightKey, FlightRegistry, FlightSubscriber, Head, HeadOutcome,
     VaryMatch,

@@ -13,7 +13,7 @@
 
 use std::time::Duration;
 
-use models::{NodeId, RegionId, encode};
+use models::{AccessEventRef, EdgeKind, NodeId, RegionId, SCHEMA_VERSION, encode_event_into};
 use prometheus_client::metrics::counter::Counter;
 use rdkafka::ClientConfig;
 use rdkafka::client::ClientContext;
@@ -22,7 +22,7 @@ use rdkafka::producer::{BaseRecord, DeliveryResult, Producer, ProducerContext, T
 use tokio::sync::{mpsc, watch};
 
 use crate::config::{Config, KafkaConfig};
-use crate::events::OutcomeRecord;
+use crate::events::{OutcomeRecord, OutcomeRef};
 use crate::metrics::Metrics;
 
 /// Counts deliveries in librdkafka's polling thread.
@@ -65,7 +65,21 @@ pub struct EventPublisher {
     topic: String,
     region: RegionId,
     node: NodeId,
+    edge: EdgeKind,
     dropped: Counter,
+    /// The Kafka key and the payload of the event being sent, reused: an event
+    /// costs the producer's own copies and no allocation here.
+    key_buf: Vec<u8>,
+    payload_buf: Vec<u8>,
+}
+
+/// Why the producer did not take an event.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum NotSent {
+    /// Its queue is full (`kafka.queue_max_messages`): the caller may wait and retry.
+    QueueFull,
+    /// Refused for another reason: dropped and counted already.
+    Refused,
 }
 
 impl std::fmt::Debug for EventPublisher {
@@ -78,30 +92,33 @@ impl std::fmt::Debug for EventPublisher {
 
 impl EventPublisher {
     /// A publisher for a validated `config` with Kafka on (`region` and `node` set),
-    /// counting into `metrics`. It creates the producer; nothing is sent yet.
+    /// counting into `metrics`; its events say they come from a prefetcher. It creates
+    /// the producer; nothing is sent yet.
     pub fn new(config: &Config, metrics: &Metrics) -> Result<EventPublisher, KafkaError> {
         let (Some(region), Some(node)) = (config.region.clone(), config.node.clone()) else {
             return Err(KafkaError::ClientCreation(
                 "the event publisher needs `region` and `node` in the config".into(),
             ));
         };
-        EventPublisher::with_ids(&config.kafka, region, node, metrics)
+        EventPublisher::with_ids(&config.kafka, region, node, EdgeKind::Prefetcher, metrics)
     }
 
     /// A publisher from the narrower parts [`EventPublisher::new`] reads from a node's
-    /// config: the Kafka settings and the ids events are stamped with (the edge agent
-    /// has no node config).
+    /// config: the Kafka settings and what events are stamped with (the edge agent has
+    /// no node config, and its edge is nginx or Varnish).
     pub fn with_ids(
         kafka: &KafkaConfig,
         region: RegionId,
         node: NodeId,
+        edge: EdgeKind,
         metrics: &Metrics,
     ) -> Result<EventPublisher, KafkaError> {
         let context = DeliveryCounter {
             published: metrics.events_published.clone(),
             dropped: metrics.events_dropped.clone(),
         };
-        let producer = client_config(kafka)
+        let mut producer = client_config(kafka);
+        producer
             .set("client.id", format!("prefetcher-{node}"))
             .set(
                 "queue.buffering.max.messages",
@@ -112,31 +129,88 @@ impl EventPublisher {
             .set("compression.type", "lz4")
             // Events are statistics: one leader ack is enough, and a lost event is
             // counted, not retried forever.
-            .set("acks", "1")
-            .create_with_context(context)?;
+            .set("acks", "1");
+        // `kafka.properties` have the last word (compression, acks, batch sizes...).
+        for (key, value) in &kafka.properties {
+            producer.set(key, value);
+        }
+        let producer = producer.create_with_context(context)?;
         Ok(EventPublisher {
             producer,
             topic: kafka.events_topic.clone(),
             region,
             node,
+            edge,
             dropped: metrics.events_dropped.clone(),
+            key_buf: Vec::with_capacity(256),
+            payload_buf: Vec::with_capacity(512),
         })
     }
 
-    /// Hands one record to the producer; never blocks.
-    fn publish(&self, record: OutcomeRecord) {
-        // The record's own time: when it was answered, not now (a backlog would shift it).
-        let event = record.into_event(self.region.clone(), self.node.clone());
-        let key = event.partition_key();
-        let payload = encode(&event);
-        if let Err((error, _)) = self
-            .producer
-            .send(BaseRecord::to(&self.topic).key(&key).payload(&payload))
-        {
-            self.dropped.inc();
-            if error.rdkafka_error_code() != Some(RDKafkaErrorCode::QueueFull) {
-                tracing::debug!(%error, "access event refused by the producer");
+    /// Encodes one event (stamped with this node's region, node id and edge kind, and
+    /// the record's own time) and hands it to the producer; never blocks. A full queue
+    /// is left to the caller to count or wait out; any other refusal is counted here.
+    pub(crate) fn send(&mut self, record: &OutcomeRef<'_>) -> Result<(), NotSent> {
+        self.stamp(record);
+        let sent = self.producer.send(
+            BaseRecord::to(&self.topic)
+                .key(&self.key_buf[..])
+                .payload(&self.payload_buf[..]),
+        );
+        match sent {
+            Ok(()) => Ok(()),
+            Err((error, _)) if error.rdkafka_error_code() == Some(RDKafkaErrorCode::QueueFull) => {
+                Err(NotSent::QueueFull)
             }
+            Err((error, _)) => {
+                self.dropped.inc();
+                tracing::debug!(%error, "access event refused by the producer");
+                Err(NotSent::Refused)
+            }
+        }
+    }
+
+    /// Writes the event's Kafka key and payload into the reused buffers.
+    fn stamp(&mut self, record: &OutcomeRef<'_>) {
+        let event = AccessEventRef {
+            v: SCHEMA_VERSION,
+            ts_ms: record.ts_ms,
+            tenant: record.tenant.clone(),
+            key: record.key.clone(),
+            region: self.region.borrowed(),
+            node: self.node.borrowed(),
+            outcome: record.outcome,
+            referrer: record.referrer.clone(),
+            bytes: record.bytes,
+            fill_ms: record.fill_ms,
+            edge: Some(self.edge),
+        };
+        // `AccessEvent::partition_key`: `tenant/key`, so one key's events share a partition.
+        self.key_buf.clear();
+        self.key_buf
+            .extend_from_slice(event.tenant.as_str().as_bytes());
+        self.key_buf
+            .extend_from_slice(event.key.as_str().as_bytes());
+        self.payload_buf.clear();
+        encode_event_into(&event, &mut self.payload_buf);
+    }
+
+    /// Counts an event the caller gave up on (a full queue it would not wait out).
+    pub(crate) fn count_dropped(&self) {
+        self.dropped.inc();
+    }
+
+    /// Waits up to `timeout` for every event handed over to be delivered (or to
+    /// fail and be counted). Blocks.
+    pub(crate) fn flush(&self, timeout: Duration) -> Result<(), KafkaError> {
+        self.producer.flush(timeout)
+    }
+
+    /// Hands one record to the producer; never blocks: a full queue drops it (counted).
+    fn publish(&mut self, record: OutcomeRecord) {
+        // The record's own time: when it was answered, not now (a backlog would shift it).
+        if self.send(&record.borrowed()) == Err(NotSent::QueueFull) {
+            self.count_dropped();
         }
     }
 
@@ -144,7 +218,7 @@ impl EventPublisher {
     /// is gone), then publishes what is still buffered and flushes the producer for up
     /// to `grace`.
     pub async fn run(
-        self,
+        mut self,
         mut events_rx: mpsc::Receiver<OutcomeRecord>,
         mut shutdown: watch::Receiver<bool>,
         grace: Duration,
@@ -169,6 +243,52 @@ impl EventPublisher {
             Ok(Ok(())) => tracing::info!("access-event publisher flushed and stopped"),
             Ok(Err(error)) => tracing::warn!(%error, "access events left unflushed at shutdown"),
             Err(error) => tracing::warn!(%error, "flushing access events failed"),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use models::{CacheKey, Domain, Outcome, TenantId, encode};
+
+    use super::*;
+
+    /// What the publisher sends is the record as an `AccessEvent` stamped with the
+    /// node's ids and edge kind, keyed `tenant/key`, byte for byte as `encode` and
+    /// `partition_key` make them.
+    #[test]
+    fn an_event_is_stamped_keyed_and_encoded_as_the_wire_type_says() {
+        let kafka = KafkaConfig {
+            brokers: Some("127.0.0.1:9".into()),
+            ..KafkaConfig::default()
+        };
+        let (region, node) = (
+            RegionId::new("eu-west").unwrap(),
+            NodeId::new("n-1").unwrap(),
+        );
+        let mut publisher = EventPublisher::with_ids(
+            &kafka,
+            region.clone(),
+            node.clone(),
+            EdgeKind::Varnish,
+            &Metrics::new(),
+        )
+        .unwrap();
+        for (referrer, fill_ms) in [(None, None), (Some("news.example"), Some(12))] {
+            let record = OutcomeRecord {
+                ts_ms: 1_700_000_000_123,
+                tenant: TenantId::new("acme").unwrap(),
+                key: CacheKey::new("/a?b=1").unwrap(),
+                outcome: Outcome::Miss,
+                bytes: 512,
+                fill_ms,
+                referrer: referrer.map(|d| Domain::new(d).unwrap()),
+            };
+            publisher.stamp(&record.borrowed());
+            let mut event = record.into_event(region.clone(), node.clone());
+            event.edge = Some(EdgeKind::Varnish);
+            assert_eq!(publisher.payload_buf, encode(&event));
+            assert_eq!(publisher.key_buf, event.partition_key().into_bytes());
         }
     }
 }

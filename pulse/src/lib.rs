@@ -11,7 +11,8 @@
 //! - `ingest`: [`Ingest`], the consumer-group member that feeds the heat map and commits;
 //!   the [`Clock`] it reads.
 //! - `heat`: [`HeatMap`], Count-Min sketches (own or shared) and Top-K per tenant on event
-//!   time, idle tenants evicted, the clock-skew bound.
+//!   time, idle tenants evicted, the clock-skew bound; counters per kind of edge
+//!   ([`EdgeSummary`]).
 //! - `reject`: [`RejectReason`], why ingest refuses a message (metric and dead-letter label).
 //! - `checkpoint`: [`save_checkpoint`] / [`load_checkpoint`], the heat map on disk.
 //! - `predict`: [`Predictor`], [`Features`], the [`ScoringModel`], decisions, retraining.
@@ -55,10 +56,10 @@ pub use checkpoint::{
     CHECKPOINT_VERSION, CheckpointError, load as load_checkpoint, save as save_checkpoint,
 };
 pub use heat::{
-    ApplyError, COARSE_BUCKETS, COARSE_MS, ConfigError, EvictedTenant, FINE_BUCKETS, FINE_MS,
-    HeatConfig, HeatMap, HotKey, IDLE_EVICT_MS, KeyStats, MAX_EVICTED_SUMMARIES, MAX_REGIONS,
-    OutcomeCounts, QueryError, RegionCount, SketchKind, TenantHeat, TenantSummary, Trend,
-    Velocities, Window, WindowStats,
+    ApplyError, COARSE_BUCKETS, COARSE_MS, ConfigError, EdgeSummary, EvictedTenant, FINE_BUCKETS,
+    FINE_MS, HeatConfig, HeatMap, HotKey, IDLE_EVICT_MS, KeyStats, MAX_EVICTED_SUMMARIES,
+    MAX_NODES_PER_EDGE, MAX_REGIONS, NODE_WINDOW_S, OutcomeCounts, QueryError, RATE_WINDOW_S,
+    RegionCount, SketchKind, TenantHeat, TenantSummary, Trend, Velocities, Window, WindowStats,
 };
 pub use ingest::{
     BatchObserver, Clock, Ingest, IngestConfig, IngestError, SharedHeatMap, WallClock,

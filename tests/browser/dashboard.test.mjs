@@ -20,6 +20,10 @@ let page;
 let base;
 let viral;
 let eventCount;
+/** The kinds the trace's nodes are given, `unspecified` for events without `edge`. */
+const EDGE_KINDS = ['prefetcher', 'nginx', 'varnish', 'unspecified'];
+/** Per kind: events, hits, demand and nodes the edges panel should show. */
+const expectedEdges = {};
 
 /** Polls `probe` until it is truthy; a timeout shows pulse's log tail. */
 const until = (what, probe, ms) => poll(what, probe, { ms, context: () => pulse?.logTail() ?? '' });
@@ -46,7 +50,27 @@ before(async () => {
   execFileSync(PULSE_BIN, ['trace', '--spec', spec, '--out', events, '--truth', truth]);
   viral = JSON.parse(readFileSync(truth, 'utf8')).find((b) => b.kind === 'viral');
   assert.ok(viral, 'the trace has a viral burst');
-  eventCount = readFileSync(events, 'utf8').split('\n').filter((l) => l.trim()).length;
+  // Each node is one kind of edge: the sorted nodes take prefetcher, nginx, varnish and
+  // none (an older producer) in turn. What each kind should show is counted here.
+  const lines = readFileSync(events, 'utf8').split('\n').filter((l) => l.trim()).map((l) => JSON.parse(l));
+  const nodes = [...new Set(lines.map((e) => e.node))].sort();
+  const kindOf = new Map(nodes.map((n, i) => [n, EDGE_KINDS[i % EDGE_KINDS.length]]));
+  const lastSecond = Math.floor(Math.max(...lines.map((e) => e.ts_ms)) / 1000);
+  for (const e of lines) {
+    const kind = kindOf.get(e.node) ?? 'unspecified';
+    if (kind !== 'unspecified') e.edge = kind;
+    const x = (expectedEdges[kind] ??= { events: 0, hits: 0, demand: 0, seen: new Map() });
+    x.events += 1;
+    if (e.outcome === 'hit' || e.outcome === 'prefetch_useful') x.hits += 1;
+    if (e.outcome !== 'prefetch_fill') x.demand += 1;
+    x.seen.set(e.node, Math.max(x.seen.get(e.node) ?? 0, Math.floor(e.ts_ms / 1000)));
+  }
+  for (const x of Object.values(expectedEdges)) {
+    // Nodes with an event in the last 60 s of event time, as pulse counts them.
+    x.nodes = [...x.seen.values()].filter((s) => s + 60 > lastSecond).length;
+  }
+  writeFileSync(events, lines.map((e) => JSON.stringify(e)).join('\n') + '\n');
+  eventCount = lines.length;
 
   pulse = await startPulse();
   base = pulse.base;
@@ -155,6 +179,31 @@ test('the load chart and the model card are drawn', async () => {
     (await page.$eval('#model', (s) => s.dataset.model)) === model.name);
   const shown = await page.locator('#model-body tbody tr').count();
   assert.equal(shown, model.features.length);
+});
+
+test('the edges panel shows each kind side by side with the counts of the events sent', async () => {
+  // The events are all applied (the first test waited for it): the page's next
+  // round must show exactly what was sent, per kind.
+  const api = await getJson('/api/edges');
+  const cell = (field, kind) =>
+    page.$eval(`#edges-table tr[data-field="${field}"] td[data-edge="${kind}"]`, (td) => td.dataset.value);
+  await until('the edges panel to draw the settled counts', async () =>
+    (await page.$eval('#edges-table', (t) => t.dataset.nowMs)) === String(api.now_ms));
+  const headers = await page.$$eval('#edges-table thead th[data-edge]', (ths) => ths.map((th) => th.dataset.edge));
+  assert.deepEqual(headers, EDGE_KINDS, 'the three kinds side by side, then the events without a kind');
+  for (const kind of EDGE_KINDS) {
+    const want = expectedEdges[kind];
+    const got = api.edges.find((e) => e.edge === kind);
+    assert.equal(got.events, want.events, `${kind}: events in /api/edges`);
+    assert.equal(Number(await cell('events', kind)), want.events, `${kind}: events shown`);
+    assert.equal(Number(await cell('nodes', kind)), want.nodes, `${kind}: nodes shown`);
+    const ratio = Number(await cell('hit_ratio', kind));
+    assert.ok(Math.abs(ratio - want.hits / want.demand) < 1e-9, `${kind}: hit ratio ${ratio}`);
+    assert.ok(Number(await cell('rate_per_s', kind)) > 0, `${kind}: a rate`);
+    const shown = await page.textContent(`#edges-table tr[data-field="events"] td[data-edge="${kind}"]`);
+    assert.equal(shown, want.events.toLocaleString('en'), `${kind}: the count as text`);
+  }
+  assert.equal(api.edges.find((e) => e.edge === 'other').events, 0);
 });
 
 test('the page loads nothing from another host and logs no error; screenshot', async () => {

@@ -4,7 +4,8 @@
 //! command makes exactly one origin fill through the real cache and the next user
 //! request is a hit; a rename rotation and a copy-truncate mid-run lose no line;
 //! forged, expired, foreign and unknown-tenant commands reach no origin; a restarted
-//! agent resumes at its saved read position.
+//! agent resumes at its saved read position; every event names its kind of edge, and
+//! pulse, reading the same topic, counts them under that kind (`GET /api/edges`).
 //!
 //! nginx, varnishd and varnishncsa must be installed (`scripts/install-deps`): a test
 //! without them fails, it is never skipped. Servers run as child processes on
@@ -20,11 +21,12 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use models::{
-    AccessEvent, CacheKey, Outcome, PrewarmCommand, Reason, RegionId, RegionTargets, TenantId,
-    decode, encode,
+    AccessEvent, CacheKey, EdgeKind, Outcome, PrewarmCommand, Reason, RegionId, RegionTargets,
+    TenantId, decode, encode,
 };
 use prefetcher::testing::{SyntheticOrigin, TestClient, wait_until};
 use prefetcher::{AgentConfig, AgentHandle, AgentTenant, LogFormat, SkipReason, spawn_agent};
+use pulse::PulseConfig;
 use rdkafka::Message;
 use rdkafka::consumer::Consumer;
 use tests::{TestKafka, produce};
@@ -429,6 +431,17 @@ async fn edge_feeds_pulse_and_takes_prewarms(kind: &str) {
     kafka.create_topic(&events_topic, 3).await;
     kafka.create_topic(&prewarm_topic, 2).await;
     let events = Events::start(&kafka, &events_topic);
+    // Pulse itself on the same topic (its heat map and API only: no commands).
+    let pulse = pulse::start(PulseConfig {
+        brokers: Some(kafka.bootstrap_servers().to_owned()),
+        group: format!("{events_topic}-pulse"),
+        topic: events_topic.clone(),
+        listen: "127.0.0.1:0".parse().unwrap(),
+        prewarm: false,
+        ..PulseConfig::default()
+    })
+    .await
+    .expect("starting pulse");
 
     let dir = tempfile::tempdir().unwrap();
     // Worker processes run as an unprivileged user: they must reach their files.
@@ -626,6 +639,56 @@ async fn edge_feeds_pulse_and_takes_prewarms(kind: &str) {
         expected.insert(format!("/t/{i}"), 1);
     }
     assert_eq!(per_key, expected);
+
+    // Every event names the kind of edge that wrote the log, and pulse counts them
+    // under that kind alone.
+    let all = events.all();
+    let kind = match kind {
+        "nginx" => EdgeKind::Nginx,
+        _ => EdgeKind::Varnish,
+    };
+    for event in &all {
+        assert_eq!(event.edge, Some(kind), "{event:?}");
+    }
+    let consumed = pulse.metrics().consumed.clone();
+    wait_until(
+        || consumed.get() >= all.len() as u64,
+        "pulse to apply every event",
+    )
+    .await;
+    let response = client
+        .get(pulse.api_addr(), "localhost", "/api/edges")
+        .await
+        .expect("GET /api/edges");
+    assert_eq!(response.status, 200);
+    let body: serde_json::Value =
+        serde_json::from_slice(response.body.as_ref().expect("a body")).expect("JSON");
+    for summary in body["edges"].as_array().expect("edges") {
+        let name = summary["edge"].as_str().unwrap();
+        if name != kind.as_str() {
+            assert_eq!(summary["events"], 0, "{name}: {body}");
+            continue;
+        }
+        let count =
+            |wanted: fn(Outcome) -> bool| all.iter().filter(|e| wanted(e.outcome)).count() as u64;
+        assert_eq!(summary["events"], all.len() as u64, "{body}");
+        assert_eq!(
+            summary["hits"],
+            count(|o| matches!(o, Outcome::Hit | Outcome::PrefetchUseful)),
+            "{body}"
+        );
+        assert_eq!(summary["misses"], count(Outcome::is_miss), "{body}");
+        assert_eq!(
+            summary["prefetch_fills"],
+            count(|o| o == Outcome::PrefetchFill),
+            "{body}"
+        );
+        // Two agents ran (the restarted one under a new node id); the second at least
+        // sent within the last minute.
+        let nodes = summary["nodes"].as_u64().unwrap();
+        assert!((1..=2).contains(&nodes), "{body}");
+    }
+    pulse.shutdown().await;
     drop(edge);
 }
 

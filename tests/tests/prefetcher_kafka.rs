@@ -11,8 +11,8 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use models::{
-    AccessEvent, CacheKey, Outcome, PrewarmCommand, Reason, RegionId, RegionTargets, TenantId,
-    decode, encode,
+    AccessEvent, CacheKey, EdgeKind, Outcome, PrewarmCommand, Reason, RegionId, RegionTargets,
+    TenantId, decode, encode,
 };
 use prefetcher::testing::{Fetched, SyntheticOrigin, TestClient, wait_until};
 use prefetcher::{CacheStatus, Config, FlightKey, NodeHandle, spawn_node};
@@ -193,6 +193,10 @@ async fn a_prewarm_fills_once_and_its_first_user_hit_is_prefetched_and_published
         outcomes,
         [Outcome::PrefetchFill, Outcome::PrefetchUseful, Outcome::Hit],
         "one key's events arrive in order on its partition"
+    );
+    assert!(
+        events.iter().all(|e| e.edge == Some(EdgeKind::Prefetcher)),
+        "a prefetcher's events say so: {events:?}"
     );
     let useful = &events[1];
     assert_eq!(useful.key.as_str(), "/warm");

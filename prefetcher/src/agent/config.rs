@@ -95,9 +95,6 @@ pub struct AgentConfig {
     pub rotate_grace_ms: u64,
     /// Longest line read; longer ones are skipped and counted.
     pub max_line_bytes: usize,
-    /// Lines parsed and waiting for the publisher; the follower waits when it is full
-    /// (the log itself is the buffer).
-    pub line_buffer: usize,
     /// The local cache's address (`http://host:port`) pre-warm requests go to.
     pub cache_url: String,
     /// Where `/metrics` and `/healthz` are served; off when absent.
@@ -122,7 +119,6 @@ impl Default for AgentConfig {
             poll_ms: 100,
             rotate_grace_ms: 2_000,
             max_line_bytes: 64 * 1024,
-            line_buffer: 16_384,
             cache_url: "http://127.0.0.1:80".into(),
             admin_listen: None,
             tenants: Vec::new(),
@@ -194,9 +190,6 @@ impl AgentConfig {
         }
         if self.max_line_bytes < 256 {
             return Err(invalid("max_line_bytes", "must be at least 256"));
-        }
-        if self.line_buffer == 0 {
-            return Err(invalid("line_buffer", "must be positive"));
         }
         let uri: Uri = self
             .cache_url

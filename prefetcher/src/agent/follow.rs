@@ -232,7 +232,7 @@ impl LogFollower {
             }
             open.read_to += n as u64;
             let mut chunk = &self.buf[..n];
-            while let Some(i) = chunk.iter().position(|&b| b == b'\n') {
+            while let Some(i) = memchr::memchr(b'\n', chunk) {
                 let (head, rest) = (&chunk[..i], &chunk[i + 1..]);
                 if self.skipping {
                     self.skipping = false;

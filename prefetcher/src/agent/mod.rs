@@ -5,10 +5,11 @@
 //!   and copy-truncate rotation), parses each line ([`formats`](self::formats)), maps
 //!   its cache status to an [`Outcome`](models::Outcome) by the one table of
 //!   statuses, takes the tenant from the configured host map (never from the `Host`
-//!   alone) and hands an [`OutcomeRecord`] to the prefetcher's [`EventPublisher`]:
-//!   bounded, batched, a full producer queue or an undelivered event dropped and
-//!   counted. The node itself is never touched: it writes its log, whatever the agent
-//!   or Kafka does.
+//!   alone) and hands the event, borrowed from the line ([`OutcomeRef`]), to the
+//!   prefetcher's [`EventPublisher`] on the same thread: encoded into a reused buffer,
+//!   produced (bounded, batched). A full producer queue is waited out (the log is the
+//!   buffer); an undelivered event is dropped and counted. The node itself is never
+//!   touched: it writes its log, whatever the agent or Kafka does.
 //! - **Read position.** Saved to `state_path` every `checkpoint_ms`, but only a
 //!   position whose lines were handed to the producer at least
 //!   `kafka.message_timeout_ms` ago (by then each of their events was delivered or
@@ -37,10 +38,10 @@ use axum::Router;
 use axum::extract::State;
 use axum::routing::get;
 use http::{HeaderValue, Uri, header};
-use models::{Domain, Outcome, TenantId};
+use models::{CacheKeyRef, DomainRef, Outcome, TenantId};
 use rdkafka::error::KafkaError;
 use tokio::net::TcpListener;
-use tokio::sync::{mpsc, watch};
+use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
 pub use self::config::{AgentConfig, AgentTenant, WarmConfig};
@@ -50,10 +51,10 @@ use self::formats::{outcome, parse_line};
 pub use self::metrics::AgentMetrics;
 use self::warm::{WarmConsumer, Warmer};
 use crate::config::ConfigError;
-use crate::events::OutcomeRecord;
+use crate::events::{OutcomeRecord, OutcomeRef};
 use crate::metrics::Metrics;
 use crate::proxy::normalise_key;
-use crate::publisher::EventPublisher;
+use crate::publisher::{EventPublisher, NotSent};
 use crate::server::{ServeOptions, serve};
 
 /// Why the agent could not start.
@@ -102,7 +103,9 @@ impl TenantMap {
         TenantMap { by_host, fallback }
     }
 
-    fn tenant(&self, host: &str) -> Option<&TenantId> {
+    /// The tenant of `host`; `lower` is room for its lower-case copy, made only when
+    /// it has an upper-case letter.
+    fn tenant(&self, host: &str, lower: &mut String) -> Option<&TenantId> {
         let host = host.rsplit_once(':').map_or(host, |(h, port)| {
             if port.bytes().all(|b| b.is_ascii_digit()) {
                 h
@@ -110,9 +113,130 @@ impl TenantMap {
                 host
             }
         });
-        let host = host.to_ascii_lowercase();
-        self.by_host.get(&host).or(self.fallback.as_ref())
+        let host = if host.bytes().any(|b| b.is_ascii_uppercase()) {
+            lower.clear();
+            lower.push_str(host);
+            lower.make_ascii_lowercase();
+            lower.as_str()
+        } else {
+            host
+        };
+        self.by_host.get(host).or(self.fallback.as_ref())
     }
+}
+
+/// Bytes a request target or a referrer may hold for the fast paths below: the URI
+/// characters (RFC 3986 unreserved, sub-delims, `:`, `@`, `/`, `?`, `%`) that
+/// `http::Uri` reads as they are. Anything else (`#`, a space, a quote, non-ASCII)
+/// takes `http::Uri`'s own parse.
+const URI_SAFE: [bool; 256] = {
+    let mut table = [false; 256];
+    let mut b = 0;
+    while b < 256 {
+        table[b] = (b as u8).is_ascii_alphanumeric();
+        b += 1;
+    }
+    let extra = b"-._~!$&'()*+,;=:@/?%";
+    let mut i = 0;
+    while i < extra.len() {
+        table[extra[i] as usize] = true;
+        i += 1;
+    }
+    table
+};
+
+fn uri_safe(text: &str) -> bool {
+    text.bytes().all(|b| URI_SAFE[usize::from(b)])
+}
+
+/// The cache key of a logged request target, normalised as the prefetcher's
+/// [`normalise_key`] does (path plus sorted, non-empty query parameters); `None` for
+/// an absolute or invalid target. It borrows the line when the target is already
+/// normal, else writes into `scratch`.
+fn request_key<'a>(uri: &'a str, scratch: &'a mut String) -> Option<CacheKeyRef<'a>> {
+    if !(uri.starts_with('/') && uri_safe(uri)) {
+        // A target `http::Uri` must read (a fragment, an odd character): its own way.
+        let key = uri
+            .parse::<Uri>()
+            .ok()
+            .filter(|uri| uri.scheme().is_none())
+            .and_then(|uri| normalise_key(&uri).ok())?;
+        *scratch = String::from(key);
+        return CacheKeyRef::new(scratch).ok();
+    }
+    let Some((path, query)) = uri.split_once('?') else {
+        return CacheKeyRef::new(uri).ok();
+    };
+    let mut params = query.split('&').filter(|p| !p.is_empty());
+    let mut sorted = true;
+    let mut count = 0;
+    let mut previous = "";
+    for param in params.by_ref() {
+        sorted &= count == 0 || previous <= param;
+        previous = param;
+        count += 1;
+    }
+    if count == 0 {
+        return CacheKeyRef::new(path).ok();
+    }
+    // Already normal: sorted, and no empty parameter to drop.
+    if sorted && !query.starts_with('&') && !query.ends_with('&') && !query.contains("&&") {
+        return CacheKeyRef::new(uri).ok();
+    }
+    let mut params: Vec<&str> = query.split('&').filter(|p| !p.is_empty()).collect();
+    params.sort_unstable();
+    scratch.clear();
+    scratch.push_str(path);
+    scratch.push('?');
+    for (i, param) in params.iter().enumerate() {
+        if i > 0 {
+            scratch.push('&');
+        }
+        scratch.push_str(param);
+    }
+    CacheKeyRef::new(scratch).ok()
+}
+
+/// The host of a logged `Referer`, lower case, as the prefetcher takes it (through
+/// `http::Uri`); `None` when there is none or it is no valid domain. The plain
+/// `http(s)://host/...` form is read here, borrowing the line (or `scratch`, for an
+/// upper-case host); any other form is `http::Uri`'s to read.
+fn referrer_host<'a>(referer: &'a str, scratch: &'a mut String) -> Option<DomainRef<'a>> {
+    let rest = referer
+        .strip_prefix("https://")
+        .or_else(|| referer.strip_prefix("http://"));
+    let fast = rest.filter(|_| uri_safe(referer)).and_then(|rest| {
+        let host = rest.split(['/', '?']).next().unwrap_or(rest);
+        // A port, user info or an IP literal: `http::Uri`'s to read.
+        (!host.contains([':', '@', '['])).then_some(host)
+    });
+    let host = match fast {
+        Some(host) if !host.bytes().any(|b| b.is_ascii_uppercase()) => host,
+        Some(host) => {
+            scratch.clear();
+            scratch.push_str(host);
+            scratch.make_ascii_lowercase();
+            scratch.as_str()
+        }
+        None if referer.is_empty() || referer == "-" => return None,
+        None => {
+            let uri: Uri = referer.parse().ok()?;
+            scratch.clear();
+            scratch.push_str(uri.host()?);
+            scratch.make_ascii_lowercase();
+            scratch.as_str()
+        }
+    };
+    DomainRef::new(host).ok()
+}
+
+/// Room for what one line's event cannot borrow from the line: a lower-case host,
+/// a normalised key, a lower-case referrer host. Reused from line to line.
+#[derive(Debug, Default)]
+pub(crate) struct Scratch {
+    host: String,
+    key: String,
+    referrer: String,
 }
 
 /// Turns log lines into access events.
@@ -133,6 +257,15 @@ pub enum Line {
     Malformed(MalformedLine),
 }
 
+/// Why a line makes no event.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum NoEvent {
+    /// Well formed, but no event ([`Line::Skip`]).
+    Skip(SkipReason),
+    /// Not a line of the format ([`Line::Malformed`]).
+    Malformed(MalformedLine),
+}
+
 impl LineMapper {
     /// A mapper for a validated config.
     pub fn new(config: &AgentConfig) -> LineMapper {
@@ -144,55 +277,52 @@ impl LineMapper {
 
     /// Maps one line (without its newline).
     pub fn map(&self, text: &[u8]) -> Line {
-        let parsed = match parse_line(text) {
-            Ok(parsed) => parsed,
-            Err(error) => return Line::Malformed(error),
+        match self.map_with(text, &mut Scratch::default(), |r| r.to_owned_record()) {
+            Ok(record) => Line::Event(record),
+            Err(NoEvent::Skip(reason)) => Line::Skip(reason),
+            Err(NoEvent::Malformed(error)) => Line::Malformed(error),
+        }
+    }
+
+    /// Maps one line and hands its event, borrowed from the line (and `scratch`), to
+    /// `publish`: the follower's path, which copies no string that it need not.
+    pub(crate) fn map_with<R>(
+        &self,
+        text: &[u8],
+        scratch: &mut Scratch,
+        publish: impl FnOnce(&OutcomeRef<'_>) -> R,
+    ) -> Result<R, NoEvent> {
+        let parsed = parse_line(text).map_err(NoEvent::Malformed)?;
+        let outcome = outcome(self.format, &parsed.line).map_err(NoEvent::Skip)?;
+        let Some(tenant) = self.tenants.tenant(&parsed.line.host, &mut scratch.host) else {
+            return Err(NoEvent::Skip(SkipReason::UnknownHost));
         };
-        let outcome = match outcome(self.format, &parsed.line) {
-            Ok(outcome) => outcome,
-            Err(reason) => return Line::Skip(reason),
+        let Some(key) = request_key(&parsed.line.uri, &mut scratch.key) else {
+            return Err(NoEvent::Skip(SkipReason::InvalidKey));
         };
-        let Some(tenant) = self.tenants.tenant(&parsed.line.host) else {
-            return Line::Skip(SkipReason::UnknownHost);
-        };
-        let Some(key) = parsed
-            .line
-            .uri
-            .parse::<Uri>()
-            .ok()
-            .filter(|uri| uri.scheme().is_none())
-            .and_then(|uri| normalise_key(&uri).ok())
-        else {
-            return Line::Skip(SkipReason::InvalidKey);
-        };
-        let referrer = parsed
-            .line
-            .referer
-            .parse::<Uri>()
-            .ok()
-            .and_then(|uri| Domain::new(uri.host()?.to_ascii_lowercase()).ok());
+        let referrer = referrer_host(&parsed.line.referer, &mut scratch.referrer);
         // Only a request that went to the origin has a fill time.
         let fill_ms = match outcome {
             Outcome::Miss | Outcome::PrefetchFill => parsed.upstream_ms,
             _ => None,
         };
-        Line::Event(OutcomeRecord {
+        Ok(publish(&OutcomeRef {
             ts_ms: parsed.ts_ms,
-            tenant: tenant.clone(),
+            tenant: tenant.borrowed(),
             key,
             outcome,
             bytes: parsed.bytes,
             fill_ms,
             referrer,
-        })
+        }))
     }
 }
 
-/// The follower thread's work: lines to events, into the publisher's channel.
+/// The follower thread's work: lines to events, straight to the producer.
 struct FollowLoop {
     follower: LogFollower,
     mapper: LineMapper,
-    events_tx: mpsc::Sender<OutcomeRecord>,
+    handoff: Handoff,
     metrics: Arc<AgentMetrics>,
     stop: Arc<AtomicBool>,
     poll: Duration,
@@ -201,36 +331,81 @@ struct FollowLoop {
     state_path: std::path::PathBuf,
 }
 
+/// How long the follower waits before offering an event to a full producer queue
+/// again.
+const QUEUE_FULL_BACKOFF: Duration = Duration::from_millis(1);
+
+/// The follower's side of the producer: events handed over one by one, a full queue
+/// waited out (the log is the buffer: the follower reads more slowly). Once the agent
+/// is stopping, a full queue is waited out for `grace` at most, then events are
+/// dropped and counted, so a dead broker cannot hold the shutdown.
+struct Handoff {
+    publisher: EventPublisher,
+    stop: Arc<AtomicBool>,
+    grace: Duration,
+    /// When waiting ends, from the first full queue after the stop.
+    give_up_at: Option<Instant>,
+}
+
+impl Handoff {
+    /// Hands one event over; whether the producer took it.
+    fn publish(&mut self, record: &OutcomeRef<'_>) -> bool {
+        loop {
+            match self.publisher.send(record) {
+                Ok(()) => return true,
+                Err(NotSent::Refused) => return false,
+                Err(NotSent::QueueFull) => {
+                    if self.stop.load(Ordering::Relaxed) {
+                        let grace = self.grace;
+                        let give_up_at = *self
+                            .give_up_at
+                            .get_or_insert_with(|| Instant::now() + grace);
+                        if Instant::now() >= give_up_at {
+                            self.publisher.count_dropped();
+                            return false;
+                        }
+                    }
+                    std::thread::sleep(QUEUE_FULL_BACKOFF);
+                }
+            }
+        }
+    }
+
+    /// Waits up to `grace` for what was handed over to be delivered or counted.
+    fn flush(&self) {
+        match self.publisher.flush(self.grace) {
+            Ok(()) => tracing::info!("access events flushed"),
+            Err(error) => tracing::warn!(%error, "access events left unflushed at shutdown"),
+        }
+    }
+}
+
 impl FollowLoop {
-    /// Follows until `stop`, then returns the final position (every line before it
-    /// handed to the publisher).
+    /// Follows until `stop`, flushes the producer, then returns the final position
+    /// (every line before it handed to the producer).
     fn run(mut self) -> Position {
         let mut seen = FollowStats::default();
         // Positions by when they were reached; one is saved once it has settled.
         let mut pending: std::collections::VecDeque<(Instant, Position)> = Default::default();
         let mut last_mark = Instant::now();
+        let mut scratch = Scratch::default();
         while !self.stop.load(Ordering::Relaxed) {
-            let (mapper, events_tx, metrics) = (&self.mapper, &self.events_tx, &self.metrics);
-            let mut closed = false;
+            let (mapper, handoff, metrics) = (&self.mapper, &mut self.handoff, &self.metrics);
+            let mut queued = 0;
             let polled = self.follower.poll(|text| {
-                metrics.lines_read.inc();
-                match mapper.map(text) {
-                    Line::Event(record) => {
-                        // Waits while the publisher is behind: the log is the buffer,
-                        // and the publisher itself never waits on Kafka.
-                        if events_tx.blocking_send(record).is_err() {
-                            closed = true;
-                        } else {
-                            metrics.events_queued.inc();
-                        }
-                    }
-                    Line::Skip(reason) => metrics.skipped(reason),
-                    Line::Malformed(error) => {
+                match mapper.map_with(text, &mut scratch, |record| handoff.publish(record)) {
+                    Ok(true) => queued += 1,
+                    Ok(false) => {}
+                    Err(NoEvent::Skip(reason)) => metrics.skipped(reason),
+                    Err(NoEvent::Malformed(error)) => {
                         metrics.lines_malformed.inc();
                         tracing::debug!(%error, "malformed log line skipped");
                     }
                 }
             });
+            // Counted once per poll, not per line: an atomic add per line is
+            // measurable at a million lines a second.
+            self.metrics.events_queued.inc_by(queued);
             let lines = match polled {
                 Ok(lines) => lines,
                 Err(error) => {
@@ -238,13 +413,11 @@ impl FollowLoop {
                     0
                 }
             };
+            self.metrics.lines_read.inc_by(lines as u64);
             let stats = self.follower.stats();
             metrics_delta(&self.metrics, &mut seen, stats);
             let position = self.follower.position();
             self.metrics.read_offset.set(position.offset as i64);
-            if closed {
-                break;
-            }
             let now = Instant::now();
             if now.duration_since(last_mark) >= self.checkpoint {
                 last_mark = now;
@@ -267,6 +440,7 @@ impl FollowLoop {
                 std::thread::sleep(self.poll);
             }
         }
+        self.handoff.flush();
         self.follower.position()
     }
 }
@@ -290,7 +464,6 @@ pub struct AgentHandle {
     stop: Arc<AtomicBool>,
     shutdown_tx: watch::Sender<bool>,
     follow: Option<std::thread::JoinHandle<Position>>,
-    publisher: Option<JoinHandle<()>>,
     tasks: Vec<JoinHandle<()>>,
     state_path: std::path::PathBuf,
 }
@@ -323,11 +496,16 @@ pub async fn spawn_agent(config: AgentConfig) -> Result<AgentHandle, AgentError>
     };
     let admin_addr = admin_listener.as_ref().and_then(|l| l.local_addr().ok());
     // Kafka clients first, so a bad property fails the start with nothing running.
-    let publisher = EventPublisher::with_ids(&config.kafka, region, node, &metrics)?;
+    let publisher = EventPublisher::with_ids(
+        &config.kafka,
+        region,
+        node,
+        config.log_format.edge_kind(),
+        &metrics,
+    )?;
     let warmer = Warmer::new(&config, Arc::clone(&agent_metrics), Arc::clone(&metrics));
     let consumer = WarmConsumer::new(&config, warmer.clone(), Arc::clone(&metrics))?;
 
-    let (events_tx, events_rx) = mpsc::channel(config.line_buffer);
     let stop = Arc::new(AtomicBool::new(false));
     let resume = Position::load(&config.state_path);
     let follow = FollowLoop {
@@ -338,7 +516,12 @@ pub async fn spawn_agent(config: AgentConfig) -> Result<AgentHandle, AgentError>
             Duration::from_millis(config.rotate_grace_ms),
         ),
         mapper: LineMapper::new(&config),
-        events_tx,
+        handoff: Handoff {
+            publisher,
+            stop: Arc::clone(&stop),
+            grace: Duration::from_millis(config.kafka.message_timeout_ms.min(10_000)),
+            give_up_at: None,
+        },
         metrics: Arc::clone(&agent_metrics),
         stop: Arc::clone(&stop),
         poll: Duration::from_millis(config.poll_ms),
@@ -352,14 +535,6 @@ pub async fn spawn_agent(config: AgentConfig) -> Result<AgentHandle, AgentError>
         .map_err(AgentError::Thread)?;
 
     let (shutdown_tx, shutdown_rx) = watch::channel(false);
-    // The publisher stops when the follower drops its sender (after the final line),
-    // not on the shutdown signal: every line read is handed over before the flush.
-    let (_never_tx, never_rx) = watch::channel(false);
-    let grace = Duration::from_millis(config.kafka.message_timeout_ms.min(10_000));
-    let publisher = tokio::spawn(async move {
-        let _keep = _never_tx;
-        publisher.run(events_rx, never_rx, grace).await;
-    });
     let mut tasks = vec![tokio::spawn(consumer.run(shutdown_rx.clone()))];
     if let Some(listener) = admin_listener {
         let mut rx = shutdown_rx.clone();
@@ -381,7 +556,6 @@ pub async fn spawn_agent(config: AgentConfig) -> Result<AgentHandle, AgentError>
         stop,
         shutdown_tx,
         follow: Some(follow),
-        publisher: Some(publisher),
         tasks,
         state_path: config.state_path,
     })
@@ -448,9 +622,6 @@ impl AgentHandle {
             .await
             .ok()
             .and_then(Result::ok);
-        if let Some(publisher) = self.publisher.take() {
-            let _ = publisher.await;
-        }
         for task in std::mem::take(&mut self.tasks) {
             let _ = task.await;
         }
@@ -480,6 +651,8 @@ impl Drop for AgentHandle {
 
 #[cfg(test)]
 mod tests {
+    use models::Domain;
+
     use super::*;
 
     fn mapper(format: LogFormat) -> LineMapper {
@@ -514,6 +687,169 @@ mod tests {
         assert_eq!(record.bytes, 10);
         assert_eq!(record.fill_ms, Some(20));
         assert_eq!(record.referrer.unwrap().as_str(), "news.example");
+    }
+
+    /// The prefetcher's way to a key: `http::Uri`, then `normalise_key`.
+    fn slow_key(uri: &str) -> Option<String> {
+        let uri = uri.parse::<Uri>().ok().filter(|u| u.scheme().is_none())?;
+        normalise_key(&uri).ok().map(String::from)
+    }
+
+    /// The prefetcher's way to a referrer: `http::Uri`'s host, lower case; but a log's
+    /// `-` (varnishncsa's "no header") is no referrer, where `http::Uri` would read a
+    /// host named `-`.
+    fn slow_referrer(referer: &str) -> Option<String> {
+        if referer == "-" {
+            return None;
+        }
+        let uri: Uri = referer.parse().ok()?;
+        Domain::new(uri.host()?.to_ascii_lowercase())
+            .ok()
+            .map(String::from)
+    }
+
+    #[test]
+    fn keys_and_referrers_are_read_as_the_prefetcher_reads_them() {
+        let mut scratch = String::new();
+        for uri in [
+            "/a",
+            "/a?",
+            "/a?b=1",
+            "/a?b=1&a=2",
+            "/a?&b=1",
+            "/a?b=1&",
+            "/a?b&&a",
+            "/a#f",
+            "/a?b=1#f",
+            "/a b",
+            "//evil/x",
+            "http://h/x",
+            "*",
+            "/../x",
+            "/%2e%2e/x",
+            "",
+            "/caf\u{e9}",
+            "/a?z=\"q\"",
+        ] {
+            let fast = request_key(uri, &mut scratch).map(|k| k.as_str().to_owned());
+            assert_eq!(fast, slow_key(uri), "{uri:?}");
+        }
+        for referer in [
+            "https://news.example/a",
+            "http://News.Example",
+            "https://a.example?x",
+            "https://a.example:8443/x",
+            "https://user@a.example/",
+            "https://[::1]/",
+            "android-app://com.example/x",
+            "https://a b/",
+            "https://a.example/#f",
+            "",
+            "-",
+            "news.example",
+            "https:///x",
+            "https://bad_host/x",
+        ] {
+            let fast = referrer_host(referer, &mut scratch).map(|d| d.as_str().to_owned());
+            assert_eq!(fast, slow_referrer(referer), "{referer:?}");
+        }
+        assert_eq!(referrer_host("-", &mut scratch), None);
+        assert!("-".parse::<Uri>().is_ok_and(|u| u.host() == Some("-")));
+    }
+
+    proptest::proptest! {
+        /// Targets and referrers made of URI characters and some that are not: the
+        /// fast paths give what `http::Uri` and `normalise_key` give.
+        #[test]
+        fn the_fast_key_and_referrer_agree_with_the_uri_parser(
+            uri in "(/|//|http://h/|\\*)?[a-zA-Z0-9/?&=.%#~ _\"<>@:!$',;*+()\\[\\]-]{0,24}",
+            referer in "(https?://|ftp://|//)?[a-zA-Z0-9/?&=.%#~ _\"@:\\[\\]-]{0,24}",
+        ) {
+            let mut scratch = String::new();
+            let fast = request_key(&uri, &mut scratch).map(|k| k.as_str().to_owned());
+            proptest::prop_assert_eq!(fast, slow_key(&uri), "{:?}", uri);
+            let fast = referrer_host(&referer, &mut scratch).map(|d| d.as_str().to_owned());
+            proptest::prop_assert_eq!(fast, slow_referrer(&referer), "{:?}", referer);
+        }
+
+        /// The same on inputs that mostly take the fast paths.
+        #[test]
+        fn the_fast_paths_agree_on_plain_targets_and_referrers(
+            uri in "/[a-z0-9/.%~_@:!$',;*+()-]{0,12}(\\?[a-z0-9&=.%@:/?-]{0,16})?",
+            referer in "https?://[a-zA-Z0-9._-]{0,12}([/?][a-z0-9/?&=.:@-]{0,12})?",
+        ) {
+            let mut scratch = String::new();
+            let fast = request_key(&uri, &mut scratch).map(|k| k.as_str().to_owned());
+            proptest::prop_assert_eq!(fast, slow_key(&uri), "{:?}", uri);
+            let fast = referrer_host(&referer, &mut scratch).map(|d| d.as_str().to_owned());
+            proptest::prop_assert_eq!(fast, slow_referrer(&referer), "{:?}", referer);
+        }
+    }
+
+    /// A handoff to a producer whose queue holds one event and whose broker never
+    /// answers, so the second event finds the queue full.
+    fn full_handoff(stop: &Arc<AtomicBool>, metrics: &Metrics) -> (Handoff, OutcomeRecord) {
+        let kafka = crate::config::KafkaConfig {
+            brokers: Some("127.0.0.1:9".into()),
+            queue_max_messages: 1,
+            ..Default::default()
+        };
+        let publisher = EventPublisher::with_ids(
+            &kafka,
+            "eu".parse().unwrap(),
+            "n1".parse().unwrap(),
+            models::EdgeKind::Nginx,
+            metrics,
+        )
+        .unwrap();
+        let record = OutcomeRecord {
+            ts_ms: 1,
+            tenant: TenantId::new("acme").unwrap(),
+            key: "/k".parse().unwrap(),
+            outcome: Outcome::Hit,
+            bytes: 0,
+            fill_ms: None,
+            referrer: None,
+        };
+        let mut handoff = Handoff {
+            publisher,
+            stop: Arc::clone(stop),
+            grace: Duration::ZERO,
+            give_up_at: None,
+        };
+        assert!(handoff.publish(&record.borrowed()), "room for the first");
+        (handoff, record)
+    }
+
+    /// A full queue is waited out while the agent runs: the event is not dropped
+    /// before the stop.
+    #[test]
+    fn a_full_queue_is_waited_out_until_the_stop() {
+        let stop = Arc::new(AtomicBool::new(false));
+        let metrics = Metrics::new();
+        let (mut handoff, record) = full_handoff(&stop, &metrics);
+        let stopper = {
+            let stop = Arc::clone(&stop);
+            std::thread::spawn(move || {
+                std::thread::sleep(Duration::from_millis(200));
+                stop.store(true, Ordering::Relaxed);
+            })
+        };
+        assert!(!handoff.publish(&record.borrowed()));
+        assert!(stop.load(Ordering::Relaxed), "gave up before the stop");
+        assert_eq!(metrics.events_dropped.get(), 1);
+        stopper.join().unwrap();
+    }
+
+    /// Once stopping (past the grace), a full queue drops the event and counts it.
+    #[test]
+    fn a_full_queue_at_the_stop_drops_and_counts() {
+        let stop = Arc::new(AtomicBool::new(true));
+        let metrics = Metrics::new();
+        let (mut handoff, record) = full_handoff(&stop, &metrics);
+        assert!(!handoff.publish(&record.borrowed()));
+        assert!(!handoff.publish(&record.borrowed()));
+        assert_eq!(metrics.events_dropped.get(), 2);
     }
 
     #[test]

@@ -250,6 +250,55 @@
     svg.dataset.tenant = data.tenant;
   }
 
+  // ---- edges by kind ----------------------------------------------------------
+
+  // The three kinds always, side by side; `other` and `unspecified` only with events.
+  const EDGE_KINDS = ['prefetcher', 'nginx', 'varnish'];
+  const EDGE_LABELS = {
+    prefetcher: 'prefetcher', nginx: 'nginx', varnish: 'Varnish',
+    other: 'other', unspecified: 'unspecified',
+  };
+  const EDGE_ROWS = [
+    ['events', 'Events', (e) => e.events.toLocaleString('en')],
+    ['hit_ratio', 'Hit ratio', (e) => (e.hit_ratio === null ? '–' : fmt.pct(e.hit_ratio))],
+    ['rate_per_s', 'Events/s', (e) => fmt.rate(e.rate_per_s)],
+    ['nodes', 'Nodes', (e) => `${e.nodes}${e.nodes_capped ? '+' : ''}`],
+    ['bytes', 'Bytes sent', (e) => e.bytes.toLocaleString('en')],
+  ];
+
+  function renderEdges(data) {
+    const shown = data.edges.filter((e) => EDGE_KINDS.includes(e.edge) || e.events > 0);
+    const table = $('edges-table');
+    const head = el('tr');
+    head.append(el('th', 'Kind'));
+    for (const e of shown) {
+      const th = el('th', EDGE_LABELS[e.edge] || e.edge);
+      th.dataset.edge = e.edge;
+      head.append(th);
+    }
+    head.querySelectorAll('th').forEach((th) => { th.scope = 'col'; });
+    table.tHead.replaceChildren(head);
+    const rows = EDGE_ROWS.map(([field, label, show]) => {
+      const tr = el('tr');
+      tr.dataset.field = field;
+      const th = el('th', label);
+      th.scope = 'row';
+      tr.append(th);
+      for (const e of shown) {
+        const td = el('td', show(e));
+        td.dataset.edge = e.edge;
+        td.dataset.value = String(e[field]);
+        tr.append(td);
+      }
+      return tr;
+    });
+    table.tBodies[0].replaceChildren(...rows);
+    $('edges-note').textContent =
+      `Every tenant, since pulse started; events/s over the last ${data.rate_window_s} s and ` +
+      `nodes over the last ${data.node_window_s} s of event time, ending ${fmt.stamp(data.now_ms)}.`;
+    table.dataset.nowMs = String(data.now_ms);
+  }
+
   // ---- decisions ------------------------------------------------------------
 
   const TOP_FEATURES = 5;
@@ -375,16 +424,18 @@
     saveView();
     const q = `tenant=${encodeURIComponent(view.tenant)}`;
     const w = view.window;
-    const [heat, rates, preds] = await Promise.allSettled([
+    const [heat, rates, preds, edges] = await Promise.allSettled([
       api(`/api/heatmap?${q}&window=${encodeURIComponent(w)}&n=${HEAT_ROWS}`),
       api(`/api/rates?${q}`),
       api(`/api/predictions?limit=${DECISIONS}`),
+      api('/api/edges'),
     ]);
     // A selection changed while the requests ran: draw the next round instead.
     if (view.tenant !== heat.value?.tenant && heat.status === 'fulfilled') return;
     if (heat.status === 'rejected') throw heat.reason;
     if (w === view.window) renderHeatmap(heat.value);
     if (rates.status === 'fulfilled') renderRates(rates.value);
+    if (edges.status === 'fulfilled') renderEdges(edges.value);
     if (preds.status === 'fulfilled') {
       renderPredictions(preds.value);
     } else if (preds.reason.code === 'prediction_off') {

@@ -160,6 +160,8 @@ mod tests {
             "/api/openapi.json",
             "/api/predictions",
             "/api/model",
+            "/api/rates?tenant=acme",
+            "/api/edges",
             "/api/no-such-route",
             "/api",
         ];

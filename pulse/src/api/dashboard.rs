@@ -95,6 +95,7 @@ mod tests {
             "/api/tenants",
             "/api/heatmap",
             "/api/rates",
+            "/api/edges",
             "/api/predictions",
             "/api/model",
         ] {

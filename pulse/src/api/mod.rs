@@ -1,10 +1,11 @@
-//! The dashboard API: the heat map, per-key estimates, per-second rates, pre-warm
-//! decisions and the model card, health, metrics and an OpenAPI description, and the
-//! dashboard page at `/` that shows them; built by [`app`] so tests drive it with
-//! `oneshot`.
+//! The dashboard API: the heat map, per-key estimates, per-second rates, counters per
+//! kind of edge, pre-warm decisions and the model card, health, metrics and an OpenAPI
+//! description, and the dashboard page at `/` that shows them; built by [`app`] so
+//! tests drive it with `oneshot`.
 
 mod auth;
 mod dashboard;
+mod edges;
 mod predictions;
 mod rates;
 
@@ -31,8 +32,8 @@ use serde::{Deserialize, Serialize};
 use utoipa::{IntoParams, OpenApi, ToSchema};
 
 use crate::heat::{
-    EvictedTenant, HotKey, KeyStats, OutcomeCounts, QueryError, RegionCount, SketchKind,
-    TenantSummary, Trend, Velocities, Window, WindowStats,
+    EdgeSummary, EvictedTenant, HotKey, KeyStats, OutcomeCounts, QueryError, RegionCount,
+    SketchKind, TenantSummary, Trend, Velocities, Window, WindowStats,
 };
 use crate::ingest::SharedHeatMap;
 use crate::metrics::{Metrics, RouteLabel};
@@ -223,8 +224,8 @@ pub struct Health {
     info(
         title = "pulse dashboard API",
         description = "Heat map, per-key estimates and per-second rates from windowed \
-            Count-Min sketches; pre-warm decisions and the model card. The dashboard \
-            page at `/` shows them."
+            Count-Min sketches; counters per kind of edge; pre-warm decisions and the \
+            model card. The dashboard page at `/` shows them."
     ),
     paths(
         tenants,
@@ -233,6 +234,7 @@ pub struct Health {
         predictions::predictions,
         predictions::model,
         rates::rates,
+        edges::edges,
         healthz
     ),
     components(schemas(
@@ -247,6 +249,8 @@ pub struct Health {
         ReliabilityView,
         rates::RatesResponse,
         rates::RatePoint,
+        edges::EdgesResponse,
+        EdgeSummary,
         ErrorBody,
         TenantsResponse,
         HeatmapResponse,
@@ -284,7 +288,8 @@ pub fn app(state: AppState) -> Router {
         .route("/api/openapi.json", get(|| async { Json(openapi()) }))
         .route("/healthz", get(healthz))
         .route("/metrics", get(metrics))
-        .route("/api/rates", get(rates::rates));
+        .route("/api/rates", get(rates::rates))
+        .route("/api/edges", get(edges::edges));
     for (path, content_type, body) in dashboard::ASSETS {
         router = router.route(
             path,

@@ -26,11 +26,13 @@
 //! - `top`: the Top-K trackers of keys (the heat map's candidates).
 //! - `rings`: the time-bucketed rings of sketches and Top-Ks.
 //! - `tenant`: [`TenantHeat`], one tenant's rings and the queries on them.
+//! - `edges`: counters per kind of edge ([`EdgeSummary`]), counted as events apply.
 //! - `view`: what queries return ([`Window`], [`KeyStats`], [`HotKey`],
 //!   [`TenantSummary`], …).
 //!
 //! This module keeps the [`HeatMap`] itself, its [`HeatConfig`] and its errors.
 
+mod edges;
 mod rings;
 mod sketch;
 mod tenant;
@@ -43,10 +45,12 @@ use models::{AccessEvent, AccessEventRef, CacheKey, RegionId, TenantId};
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
+use edges::EdgeCounters;
 use sketch::{Cell, key_hash};
 use tenant::SharedSketch;
 use top::{REGION_TOP_SKETCH, TOP_DEPTH, TOP_WIDTH, TopKey};
 
+pub use edges::{EdgeSummary, MAX_NODES_PER_EDGE, NODE_WINDOW_S, RATE_WINDOW_S};
 pub use tenant::TenantHeat;
 pub use view::{
     HotKey, KeyStats, OutcomeCounts, RegionCount, SketchKind, TenantSummary, Trend, Velocities,
@@ -378,6 +382,9 @@ pub struct HeatMap {
     /// of event time, raised at once by each new tenant and each promotion.
     #[serde(skip)]
     bytes: usize,
+    /// Counters per kind of edge, since this process started (not checkpointed).
+    #[serde(skip)]
+    edges: EdgeCounters,
 }
 
 /// What is kept of an evicted tenant.
@@ -408,6 +415,7 @@ impl HeatMap {
             clock_ms: None,
             allowed: None,
             bytes: 0,
+            edges: EdgeCounters::default(),
         };
         heat.bytes = heat.reserved_bytes();
         heat
@@ -497,6 +505,7 @@ impl HeatMap {
         };
         let opened = tenant.apply(&self.config, &mut self.shared, event, watermark)?;
         self.watermark_ms = watermark;
+        self.edges.count(event);
         if opened && self.config.shared_sketch_below > 0 {
             self.reconsider(event.tenant.as_str(), watermark);
         }
@@ -643,6 +652,13 @@ impl HeatMap {
         self.tenants.keys().map(String::as_str)
     }
 
+    /// The counters of each kind of edge (prefetcher, nginx, varnish, other, then
+    /// `unspecified`) since this process started, with their rate and nodes as of
+    /// the watermark.
+    pub fn edges(&self) -> Vec<EdgeSummary> {
+        self.edges.summaries(self.watermark_ms)
+    }
+
     /// Tenants evicted since this heat map was made or restored.
     pub fn evictions(&self) -> u64 {
         self.evictions
@@ -740,6 +756,7 @@ impl HeatMap {
                 .map(|(name, t)| 48 + name.len() + t.bytes())
                 .sum::<usize>()
             + self.evicted.len() * (2 * 48 + std::mem::size_of::<EvictedTenant>())
+            + self.edges.bytes()
     }
 }
 
