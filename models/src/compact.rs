@@ -302,9 +302,10 @@ impl<'a> Reader<'a> {
     }
 }
 
-/// Bytes that end the fast scan of a string: the closing quote, the escape character
-/// and the control characters.
-const STRING_STOP: [bool; 256] = {
+/// Bytes that end the fast scan of a JSON string: the closing quote, the escape
+/// character and the control characters (which serde refuses). The edge agent's log
+/// reader scans with it too.
+pub const STRING_STOP: [bool; 256] = {
     let mut table = [false; 256];
     let mut b = 0;
     while b < 0x20 {

@@ -30,6 +30,7 @@
 mod codec;
 mod command;
 mod compact;
+pub use compact::STRING_STOP;
 mod event;
 mod ids;
 

@@ -25,7 +25,7 @@
 
 use std::borrow::Cow;
 
-use models::{EdgeKind, Outcome};
+use models::{EdgeKind, Outcome, STRING_STOP};
 use serde::Deserialize;
 
 /// The log format the agent follows.
@@ -237,20 +237,6 @@ fn field_slot(name: &str) -> Option<usize> {
         _ => return None,
     })
 }
-
-/// Bytes that end the scan of a string value: the closing quote, the escape character
-/// and the control characters (which serde refuses).
-const STRING_STOP: [bool; 256] = {
-    let mut table = [false; 256];
-    let mut b = 0;
-    while b < 0x20 {
-        table[b] = true;
-        b += 1;
-    }
-    table[b'"' as usize] = true;
-    table[b'\\' as usize] = true;
-    table
-};
 
 /// The shape both shipped formats write, read without serde: one flat object of
 /// string values with no whitespace and no escape. serde_json was most of the agent's
