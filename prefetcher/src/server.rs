@@ -1,6 +1,13 @@
 //! The accept loop: HTTP/1.1 and h2c on one listener (HTTP/1.1 and h2 by ALPN on a
 //! TLS listener), graceful shutdown.
 //!
+//! Each accepted connection is first admitted (`admission`: the node-wide and
+//! per-address connection limits; a refused one is closed at once), then served under
+//! supervision (`supervise`: header, idle and send timeouts; per-request rate and
+//! header-count checks). The proxy listeners take their limits from the node's
+//! `[server]` configuration; [`serve`] (the admin listener, test origins) only the
+//! default timeouts.
+//!
 //! The proxy listener ([`serve_node`]) hands each request straight to
 //! [`Node::handle`]: the proxy has no routes, so an axum `Router` in front of it
 //! (path matching, extensions, body boxing) was pure per-request cost on the hit
@@ -17,13 +24,14 @@ use axum::body::Body;
 use hyper::body::Incoming;
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use hyper_util::server::conn::auto;
-use hyper_util::server::graceful::GracefulShutdown;
 use hyper_util::service::TowerToHyperService;
 use tokio::net::TcpListener;
 use tokio_rustls::TlsAcceptor;
 
+use crate::admission::ConnectionLimiter;
 use crate::origin::ClientAddr;
 use crate::proxy::Node;
+use crate::supervise::{CountingIo, Gate, Supervisor, count_connection_error};
 
 /// Options of [`serve`].
 #[derive(Debug, Clone)]
@@ -49,7 +57,8 @@ impl Default for ServeOptions {
 }
 
 /// Serves `router` on `listener` until `shutdown` resolves, then lets open
-/// connections finish for up to `options.grace`.
+/// connections finish for up to `options.grace`. Connections get the default
+/// header, idle and send timeouts and no connection or rate limits.
 pub async fn serve(
     listener: TcpListener,
     router: Router,
@@ -57,7 +66,16 @@ pub async fn serve(
     options: ServeOptions,
 ) {
     let service = TowerToHyperService::new(router);
-    serve_with(listener, move |_| service.clone(), None, shutdown, options).await;
+    let limiter = ConnectionLimiter::unlimited();
+    serve_with(
+        listener,
+        move |_| service.clone(),
+        None,
+        shutdown,
+        options,
+        limiter,
+    )
+    .await;
 }
 
 /// Serves `node`'s proxy on `listener` (the same requests and answers as
@@ -68,14 +86,16 @@ pub async fn serve_node(
     shutdown: impl Future<Output = ()>,
     options: ServeOptions,
 ) {
+    let limiter = node.connections().clone();
     let service = move |client| ProxyService(node.clone(), client);
-    serve_with(listener, service, None, shutdown, options).await;
+    serve_with(listener, service, None, shutdown, options, limiter).await;
 }
 
 /// Serves `node`'s proxy over TLS on `listener`, like [`serve_node`]: HTTP/2 or
 /// HTTP/1.1 as the client's ALPN chooses (`tls` should offer both). Each handshake
-/// runs in the connection's own task under a timeout, so a slow or silent client
-/// never holds up the accept loop.
+/// runs in the connection's own task within the header timeout, so a slow or silent
+/// client never holds up the accept loop. The plain and TLS listeners of one node
+/// share its connection limits.
 pub async fn serve_node_tls(
     listener: TcpListener,
     node: Node,
@@ -84,12 +104,18 @@ pub async fn serve_node_tls(
     options: ServeOptions,
 ) {
     let acceptor = TlsAcceptor::from(tls);
+    let limiter = node.connections().clone();
     let service = move |client| ProxyService(node.clone(), client);
-    serve_with(listener, service, Some(acceptor), shutdown, options).await;
+    serve_with(
+        listener,
+        service,
+        Some(acceptor),
+        shutdown,
+        options,
+        limiter,
+    )
+    .await;
 }
-
-/// Longest a client may take over its TLS handshake.
-const TLS_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// A node as a hyper service for one connection: one boxed future per request,
 /// nothing else; the client's address and whether it came over TLS ride along
@@ -114,13 +140,13 @@ async fn serve_with<S>(
     tls: Option<TlsAcceptor>,
     shutdown: impl Future<Output = ()>,
     options: ServeOptions,
+    limiter: ConnectionLimiter,
 ) where
     S: hyper::service::Service<
             http::Request<Incoming>,
             Response = http::Response<Body>,
             Error = Infallible,
-        > + Clone
-        + Send
+        > + Send
         + 'static,
     S::Future: Send + 'static,
 {
@@ -137,7 +163,9 @@ async fn serve_with<S>(
         .http1()
         .max_buf_size(options.max_head_bytes.max(8192))
         .writev(true);
-    let graceful = GracefulShutdown::new();
+    configure_limits(&mut builder, &limiter);
+    let supervisor = Supervisor::start(limiter.limits(), limiter.counters());
+    let max_headers = limiter.limits().max_headers;
     tokio::pin!(shutdown);
     loop {
         tokio::select! {
@@ -146,37 +174,47 @@ async fn serve_with<S>(
                     Ok(accepted) => accepted,
                     Err(e) => {
                         // Out of file descriptors and the like: back off, keep serving.
+                        limiter.count(crate::status::ClientLimit::AcceptError);
                         tracing::warn!(error = %e, "accept failed");
                         tokio::time::sleep(Duration::from_millis(20)).await;
                         continue;
                     }
                 };
+                // Refused (and counted): closed at once, before any read.
+                let Ok(slot) = limiter.admit(peer.ip()) else {
+                    drop(stream);
+                    continue;
+                };
                 let _ = stream.set_nodelay(true);
-                let service = service_for(ClientAddr { addr: peer, tls: tls.is_some() });
+                let supervised = supervisor.register();
+                let stream = CountingIo::new(stream, Arc::clone(supervised.activity()));
+                let service = Gate::new(
+                    service_for(ClientAddr { addr: peer, tls: tls.is_some() }),
+                    slot,
+                    Arc::clone(supervised.activity()),
+                    max_headers,
+                );
+                let counters = limiter.counters();
                 if let Some(acceptor) = &tls {
                     let (acceptor, builder) = (acceptor.clone(), builder.clone());
-                    let watcher = graceful.watcher();
                     tokio::spawn(async move {
-                        let stream = match tokio::time::timeout(
-                            TLS_HANDSHAKE_TIMEOUT,
-                            acceptor.accept(stream),
-                        )
-                        .await
-                        {
-                            Ok(Ok(stream)) => stream,
-                            Ok(Err(e)) => {
+                        // The handshake counts against the first request's header timeout.
+                        let stream = match supervised.run(acceptor.accept(stream)).await {
+                            Some(Ok(stream)) => stream,
+                            Some(Err(e)) => {
                                 tracing::debug!(error = %e, "TLS handshake failed");
                                 return;
                             }
-                            Err(_) => {
-                                tracing::debug!("TLS handshake timed out");
-                                return;
-                            }
+                            None => return,
                         };
                         let connection = builder
                             .serve_connection(TokioIo::new(stream), service)
                             .into_owned();
-                        if let Err(e) = watcher.watch(connection).await {
+                        let ended = supervised
+                            .run_graceful(connection, |c| c.graceful_shutdown())
+                            .await;
+                        if let Some(Err(e)) = ended {
+                            count_connection_error(&*e, &counters);
                             tracing::trace!(error = %e, "connection ended with an error");
                         }
                     });
@@ -185,9 +223,12 @@ async fn serve_with<S>(
                 let connection = builder
                     .serve_connection(TokioIo::new(stream), service)
                     .into_owned();
-                let connection = graceful.watch(connection);
                 tokio::spawn(async move {
-                    if let Err(e) = connection.await {
+                    let ended = supervised
+                        .run_graceful(connection, |c| c.graceful_shutdown())
+                        .await;
+                    if let Some(Err(e)) = ended {
+                        count_connection_error(&*e, &counters);
                         tracing::trace!(error = %e, "connection ended with an error");
                     }
                 });
@@ -196,11 +237,28 @@ async fn serve_with<S>(
         }
     }
     drop(listener);
+    supervisor.shutdown();
     tokio::select! {
-        () = graceful.shutdown() => {}
+        () = supervisor.drained() => {}
         () = tokio::time::sleep(options.grace) => {
             tracing::warn!("grace period over; closing remaining connections");
+            supervisor.abort_all();
         }
+    }
+}
+
+/// The hyper settings of the `[server]` limits.
+fn configure_limits(builder: &mut auto::Builder<TokioExecutor>, limiter: &ConnectionLimiter) {
+    let limits = limiter.limits();
+    // hyper's own header timeout is off: it needs a timer reset per request, and it
+    // runs from the moment a keep-alive connection goes idle, so it would also be the
+    // idle timeout. The supervisor's runs from the head's first byte.
+    let http1 = &mut builder.http1();
+    http1.header_read_timeout(None);
+    // 100 is hyper's default; setting it anyway would build the parser's header
+    // array element by element on every request.
+    if limits.max_headers != 100 {
+        http1.max_headers(limits.max_headers);
     }
 }
 

@@ -1,0 +1,808 @@
+//! Supervision of client connections: the timeouts a slow client meets (request
+//! head, idle keep-alive, a response it does not read), the per-request checks (the
+//! address's rate, the header count) and the drain at shutdown.
+//!
+//! One sweeper task per listener looks at every connection's [`Activity`] a few
+//! times per timeout and tells a connection to close when one has passed. So the
+//! request path arms no timer and takes no lock: a read, a call and the end of a
+//! response each bump a counter of their connection, nothing more.
+//!
+//! Invariants:
+//! - A connection's phase is one of: its request head is due (from the accept, or
+//!   from the first byte after an idle spell), idle (no request in flight), busy (a
+//!   request in flight, from the call until its response body is dropped). Only the
+//!   head phase has the header timeout, only the idle phase the idle timeout.
+//! - A busy connection is closed only when the client takes none of the response
+//!   (writes blocked, nothing written) for the send timeout: a request waiting on a
+//!   slow origin is bounded by the origin timeouts, not here.
+//! - Once told to close, a connection closes: idle ones gracefully (HTTP/2 `GOAWAY`),
+//!   and are dropped if that takes longer than the header timeout; a late head is
+//!   dropped at once.
+//! - Every registered connection deregisters when its task ends, so the drain at
+//!   shutdown ends when the last connection does.
+//!
+//! Timeouts fire up to one sweep period late (a quarter of the shortest timeout, at
+//! most 1 s), and never early.
+
+use std::collections::HashMap;
+use std::convert::Infallible;
+use std::future::Future;
+use std::io;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, Weak};
+use std::task::{Context, Poll, ready};
+use std::time::Duration;
+
+use axum::body::Body;
+use bytes::Bytes;
+use futures::task::AtomicWaker;
+use http::{HeaderValue, Request, Response, StatusCode, header};
+use hyper::body::Incoming;
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::sync::Notify;
+use tokio::time::Instant;
+
+use crate::admission::ConnectionSlot;
+use crate::config::ConnectionLimits;
+use crate::metrics::ClientCounters;
+use crate::status::ClientLimit;
+
+const RUN: u8 = 0;
+/// Close gracefully (idle, or the listener shuts down).
+const CLOSE: u8 = 1;
+/// Drop the connection now.
+const ABORT: u8 = 2;
+
+/// What a connection did, as its own task and its requests record it, for the
+/// sweeper to judge. Counters only grow.
+#[derive(Debug, Default)]
+pub(crate) struct Activity {
+    /// Reads that returned bytes.
+    reads: AtomicU64,
+    /// Writes that took bytes.
+    writes: AtomicU64,
+    /// The last write found the socket full.
+    write_blocked: AtomicBool,
+    /// Requests handed to the service.
+    started: AtomicU64,
+    /// Requests whose response body is done (or dropped).
+    finished: AtomicU64,
+    /// The connection speaks HTTP/2: bytes between requests are frames (pings,
+    /// window updates), not a request head on its way.
+    h2: AtomicBool,
+    signal: AtomicU8,
+    waker: AtomicWaker,
+}
+
+impl Activity {
+    fn tell(&self, signal: u8) {
+        self.signal.fetch_max(signal, Ordering::AcqRel);
+        self.waker.wake();
+    }
+
+    /// Bumps a counter only this connection's task writes: no read-modify-write.
+    fn bump(counter: &AtomicU64) {
+        counter.store(counter.load(Ordering::Relaxed) + 1, Ordering::Relaxed);
+    }
+}
+
+/// A connection's socket, counting reads and writes into its [`Activity`].
+pub(crate) struct CountingIo<T> {
+    io: T,
+    activity: Arc<Activity>,
+}
+
+impl<T> CountingIo<T> {
+    pub(crate) fn new(io: T, activity: Arc<Activity>) -> Self {
+        CountingIo { io, activity }
+    }
+}
+
+impl<T: AsyncRead + Unpin> AsyncRead for CountingIo<T> {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        let before = buf.filled().len();
+        ready!(Pin::new(&mut self.io).poll_read(cx, buf))?;
+        if buf.filled().len() > before {
+            Activity::bump(&self.activity.reads);
+        }
+        Poll::Ready(Ok(()))
+    }
+}
+
+impl<T: AsyncWrite + Unpin> CountingIo<T> {
+    fn wrote(&self, result: &Poll<io::Result<usize>>) {
+        match result {
+            Poll::Pending => self.activity.write_blocked.store(true, Ordering::Relaxed),
+            Poll::Ready(Ok(n)) if *n > 0 => {
+                Activity::bump(&self.activity.writes);
+                if self.activity.write_blocked.load(Ordering::Relaxed) {
+                    self.activity.write_blocked.store(false, Ordering::Relaxed);
+                }
+            }
+            Poll::Ready(_) => {}
+        }
+    }
+}
+
+impl<T: AsyncWrite + Unpin> AsyncWrite for CountingIo<T> {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        let result = Pin::new(&mut self.io).poll_write(cx, buf);
+        self.wrote(&result);
+        result
+    }
+
+    fn poll_write_vectored(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        let result = Pin::new(&mut self.io).poll_write_vectored(cx, bufs);
+        self.wrote(&result);
+        result
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.io.is_write_vectored()
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.io).poll_flush(cx)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.io).poll_shutdown(cx)
+    }
+}
+
+/// The timeouts the sweeper applies.
+#[derive(Debug, Clone, Copy)]
+struct Timeouts {
+    header: Duration,
+    idle: Duration,
+    send: Duration,
+    /// The sweep period.
+    tick: Duration,
+}
+
+impl Timeouts {
+    fn new(limits: &ConnectionLimits) -> Timeouts {
+        let header = Duration::from_millis(limits.header_timeout_ms);
+        let idle = Duration::from_millis(limits.idle_timeout_ms);
+        let send = Duration::from_millis(limits.send_timeout_ms);
+        let tick = (header.min(idle).min(send) / 4)
+            .clamp(Duration::from_millis(5), Duration::from_secs(1));
+        Timeouts {
+            header,
+            idle,
+            send,
+            tick,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy)]
+enum Phase {
+    /// A request head is due: the header timeout runs from `since`.
+    Head { since: Instant },
+    /// No request in flight since `since`; `reads` was the read count then.
+    Idle { since: Instant, reads: u64 },
+    /// A request in flight.
+    Busy,
+}
+
+/// The sweeper's view of one connection.
+struct Watched {
+    activity: Arc<Activity>,
+    phase: Phase,
+    /// `finished` at the last sweep: a change means a request came and went.
+    finished: u64,
+    /// `writes` at the last sweep, and since when writes have been blocked with no
+    /// progress.
+    writes: u64,
+    blocked_since: Option<Instant>,
+    /// Told to close gracefully; dropped if still open at this instant.
+    close_by: Option<Instant>,
+    /// Told to close by the shutdown (the listener's grace period applies instead).
+    draining: bool,
+}
+
+struct Table {
+    next_id: u64,
+    connections: HashMap<u64, Watched>,
+    shutting_down: bool,
+}
+
+/// The connections of one listener, their sweeper and their drain.
+pub(crate) struct Supervisor {
+    timeouts: Timeouts,
+    counters: ClientCounters,
+    table: Mutex<Table>,
+    drained: Notify,
+}
+
+impl Supervisor {
+    /// A supervisor for `limits`' timeouts, counting into `counters`, with its sweeper
+    /// running until the supervisor is dropped.
+    pub(crate) fn start(limits: &ConnectionLimits, counters: ClientCounters) -> Arc<Supervisor> {
+        let supervisor = Arc::new(Supervisor {
+            timeouts: Timeouts::new(limits),
+            counters,
+            table: Mutex::new(Table {
+                next_id: 0,
+                connections: HashMap::new(),
+                shutting_down: false,
+            }),
+            drained: Notify::new(),
+        });
+        let weak = Arc::downgrade(&supervisor);
+        let tick = supervisor.timeouts.tick;
+        tokio::spawn(sweep_until_dropped(weak, tick));
+        supervisor
+    }
+
+    /// Registers a connection accepted just now.
+    pub(crate) fn register(self: &Arc<Self>) -> Supervised {
+        let activity = Arc::new(Activity::default());
+        let mut table = lock(&self.table);
+        let id = table.next_id;
+        table.next_id += 1;
+        let draining = table.shutting_down;
+        if draining {
+            activity.tell(CLOSE);
+        }
+        table.connections.insert(
+            id,
+            Watched {
+                activity: Arc::clone(&activity),
+                phase: Phase::Head {
+                    since: Instant::now(),
+                },
+                finished: 0,
+                writes: 0,
+                blocked_since: None,
+                close_by: None,
+                draining,
+            },
+        );
+        Supervised {
+            supervisor: Arc::clone(self),
+            id,
+            activity,
+        }
+    }
+
+    /// Tells every connection to close gracefully; new ones are told at once.
+    pub(crate) fn shutdown(&self) {
+        let mut table = lock(&self.table);
+        table.shutting_down = true;
+        for watched in table.connections.values_mut() {
+            watched.draining = true;
+            watched.activity.tell(CLOSE);
+        }
+    }
+
+    /// Resolves when no connection is left.
+    pub(crate) async fn drained(&self) {
+        loop {
+            let notified = self.drained.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            if lock(&self.table).connections.is_empty() {
+                return;
+            }
+            notified.await;
+        }
+    }
+
+    /// Drops every connection still open.
+    pub(crate) fn abort_all(&self) {
+        for watched in lock(&self.table).connections.values() {
+            watched.activity.tell(ABORT);
+        }
+    }
+
+    /// Connections open now.
+    #[cfg(test)]
+    fn len(&self) -> usize {
+        lock(&self.table).connections.len()
+    }
+
+    fn sweep(&self, now: Instant) {
+        let t = self.timeouts;
+        let mut table = lock(&self.table);
+        for w in table.connections.values_mut() {
+            let a = &w.activity;
+            if let Some(close_by) = w.close_by {
+                if now >= close_by {
+                    a.tell(ABORT);
+                }
+                continue;
+            }
+            if w.draining {
+                continue;
+            }
+            // `finished` first: it never passes `started`, so busy is never missed.
+            let finished = a.finished.load(Ordering::Acquire);
+            let started = a.started.load(Ordering::Acquire);
+            let reads = a.reads.load(Ordering::Relaxed);
+            let writes = a.writes.load(Ordering::Relaxed);
+            if a.write_blocked.load(Ordering::Relaxed) && writes == w.writes {
+                let since = *w.blocked_since.get_or_insert(now);
+                if now - since >= t.send {
+                    self.counters.count(ClientLimit::SendTimeout);
+                    a.tell(ABORT);
+                    w.close_by = Some(now);
+                    continue;
+                }
+            } else {
+                w.blocked_since = None;
+            }
+            w.writes = writes;
+            if started != finished {
+                w.phase = Phase::Busy;
+                w.finished = finished;
+                continue;
+            }
+            if matches!(w.phase, Phase::Busy) || finished != w.finished {
+                w.phase = Phase::Idle { since: now, reads };
+            }
+            w.finished = finished;
+            match w.phase {
+                Phase::Idle { reads: before, .. }
+                    if reads != before && !a.h2.load(Ordering::Relaxed) =>
+                {
+                    w.phase = Phase::Head { since: now };
+                }
+                Phase::Idle { since, .. } if now - since >= t.idle => {
+                    self.counters.count(ClientLimit::IdleTimeout);
+                    a.tell(CLOSE);
+                    w.close_by = Some(now + t.header.max(Duration::from_secs(1)));
+                }
+                Phase::Head { since } if now - since >= t.header => {
+                    self.counters.count(ClientLimit::HeaderTimeout);
+                    a.tell(ABORT);
+                    w.close_by = Some(now);
+                }
+                _ => {}
+            }
+        }
+    }
+}
+
+async fn sweep_until_dropped(supervisor: Weak<Supervisor>, tick: Duration) {
+    let mut interval = tokio::time::interval(tick);
+    interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        interval.tick().await;
+        let Some(supervisor) = supervisor.upgrade() else {
+            return;
+        };
+        supervisor.sweep(Instant::now());
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// One registered connection; deregisters on drop.
+pub(crate) struct Supervised {
+    supervisor: Arc<Supervisor>,
+    id: u64,
+    activity: Arc<Activity>,
+}
+
+impl Supervised {
+    /// The connection's activity, for its socket and its service.
+    pub(crate) fn activity(&self) -> &Arc<Activity> {
+        &self.activity
+    }
+
+    /// Runs `work` (a TLS handshake) until it ends or the connection is told to
+    /// close (`None`).
+    pub(crate) async fn run<F: Future>(&self, work: F) -> Option<F::Output> {
+        self.run_graceful(work, |_| {}).await
+    }
+
+    /// Runs `connection` until it ends; when told to close gracefully, calls
+    /// `graceful` on it once and runs it on; when told to abort, drops it (`None`).
+    pub(crate) async fn run_graceful<C: Future>(
+        &self,
+        connection: C,
+        graceful: impl FnOnce(Pin<&mut C>),
+    ) -> Option<C::Output> {
+        let mut connection = std::pin::pin!(connection);
+        let mut graceful = Some(graceful);
+        std::future::poll_fn(|cx| {
+            self.activity.waker.register(cx.waker());
+            match self.activity.signal.load(Ordering::Acquire) {
+                RUN => {}
+                CLOSE => {
+                    if let Some(graceful) = graceful.take() {
+                        graceful(connection.as_mut());
+                    }
+                }
+                _ => return Poll::Ready(None),
+            }
+            connection.as_mut().poll(cx).map(Some)
+        })
+        .await
+    }
+}
+
+impl Drop for Supervised {
+    fn drop(&mut self) {
+        let mut table = lock(&self.supervisor.table);
+        table.connections.remove(&self.id);
+        if table.connections.is_empty() && table.shutting_down {
+            self.supervisor.drained.notify_waiters();
+        }
+    }
+}
+
+/// Counts what ended a connection with an error, where it is a limit: an HTTP/1.1
+/// head the parser refused as too large (hyper answered 431).
+pub(crate) fn count_connection_error(
+    error: &(dyn std::error::Error + 'static),
+    counters: &ClientCounters,
+) {
+    let mut source = Some(error);
+    while let Some(e) = source {
+        if let Some(e) = e.downcast_ref::<hyper::Error>()
+            && e.is_parse_too_large()
+        {
+            counters.count(ClientLimit::HeadTooLarge);
+            return;
+        }
+        source = e.source();
+    }
+}
+
+/// A connection's service behind its per-request checks: the header count and the
+/// address's rate, refused with 431 or 429 before the inner service sees the request;
+/// every request it passes on is tracked in the connection's [`Activity`] until its
+/// response body is done.
+pub(crate) struct Gate<S> {
+    inner: S,
+    slot: ConnectionSlot,
+    activity: Arc<Activity>,
+    max_headers: usize,
+}
+
+impl<S> Gate<S> {
+    pub(crate) fn new(
+        inner: S,
+        slot: ConnectionSlot,
+        activity: Arc<Activity>,
+        max_headers: usize,
+    ) -> Self {
+        Gate {
+            inner,
+            slot,
+            activity,
+            max_headers,
+        }
+    }
+}
+
+impl<S> hyper::service::Service<Request<Incoming>> for Gate<S>
+where
+    S: hyper::service::Service<Request<Incoming>, Response = Response<Body>, Error = Infallible>,
+{
+    type Response = Response<TrackedBody>;
+    type Error = Infallible;
+    type Future = GateFuture<S::Future>;
+
+    fn call(&self, request: Request<Incoming>) -> Self::Future {
+        // HTTP/1.1 heads past the count never get here (hyper's parser refuses them).
+        if request.headers().len() > self.max_headers {
+            self.slot.counters().count(ClientLimit::TooManyHeaders);
+            return GateFuture::Refused {
+                response: Some(refusal(
+                    StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
+                    None,
+                    "too many header fields\n",
+                )),
+            };
+        }
+        if let Err(wait) = self.slot.check_rate() {
+            return GateFuture::Refused {
+                response: Some(refusal(
+                    StatusCode::TOO_MANY_REQUESTS,
+                    Some(wait),
+                    "too many requests from this address\n",
+                )),
+            };
+        }
+        let activity = &self.activity;
+        if request.version() == http::Version::HTTP_2 && !activity.h2.load(Ordering::Relaxed) {
+            activity.h2.store(true, Ordering::Relaxed);
+        }
+        // Calls come from the connection's own task only: no read-modify-write needed.
+        Activity::bump(&activity.started);
+        GateFuture::Inner {
+            future: self.inner.call(request),
+            in_flight: Some(InFlight(Arc::clone(activity))),
+        }
+    }
+}
+
+/// A refusal by a gate: small, never stored, `Retry-After` when there is a wait.
+fn refusal(
+    status: StatusCode,
+    retry_after: Option<Duration>,
+    message: &'static str,
+) -> Response<Body> {
+    let mut response = Response::new(Body::from(message));
+    *response.status_mut() = status;
+    let headers = response.headers_mut();
+    headers.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("text/plain; charset=utf-8"),
+    );
+    headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    if let Some(wait) = retry_after {
+        let secs = wait.as_secs() + u64::from(wait.subsec_nanos() > 0);
+        headers.insert(header::RETRY_AFTER, HeaderValue::from(secs.max(1)));
+    }
+    response
+}
+
+/// One request in flight on its connection; finished when dropped.
+pub(crate) struct InFlight(Arc<Activity>);
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        // HTTP/2 drops response bodies in stream tasks: another thread, so an RMW.
+        self.0.finished.fetch_add(1, Ordering::Release);
+    }
+}
+
+pin_project_lite::pin_project! {
+    /// The future of a [`Gate`]'s response.
+    #[project = GateFutureProj]
+    pub(crate) enum GateFuture<F> {
+        /// Passed to the inner service.
+        Inner { #[pin] future: F, in_flight: Option<InFlight> },
+        /// Refused by the gate.
+        Refused { response: Option<Response<Body>> },
+    }
+}
+
+impl<F> Future for GateFuture<F>
+where
+    F: Future<Output = Result<Response<Body>, Infallible>>,
+{
+    type Output = Result<Response<TrackedBody>, Infallible>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        match self.project() {
+            GateFutureProj::Inner { future, in_flight } => {
+                let Ok(response) = ready!(future.poll(cx));
+                let in_flight = in_flight.take();
+                Poll::Ready(Ok(response.map(|body| TrackedBody {
+                    body,
+                    _in_flight: in_flight,
+                })))
+            }
+            GateFutureProj::Refused { response } => {
+                let response = response.take().expect("polled after completion");
+                Poll::Ready(Ok(response.map(|body| TrackedBody {
+                    body,
+                    _in_flight: None,
+                })))
+            }
+        }
+    }
+}
+
+/// A response body that keeps its request in flight until it is dropped.
+pub(crate) struct TrackedBody {
+    body: Body,
+    _in_flight: Option<InFlight>,
+}
+
+impl http_body::Body for TrackedBody {
+    type Data = Bytes;
+    type Error = axum::Error;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<http_body::Frame<Bytes>, axum::Error>>> {
+        Pin::new(&mut self.body).poll_frame(cx)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.body.is_end_stream()
+    }
+
+    fn size_hint(&self) -> http_body::SizeHint {
+        self.body.size_hint()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn limits(header_ms: u64, idle_ms: u64, send_ms: u64) -> ConnectionLimits {
+        ConnectionLimits {
+            header_timeout_ms: header_ms,
+            idle_timeout_ms: idle_ms,
+            send_timeout_ms: send_ms,
+            ..ConnectionLimits::default()
+        }
+    }
+
+    fn signal(s: &Supervised) -> u8 {
+        s.activity.signal.load(Ordering::Acquire)
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_head_that_does_not_arrive_in_time_is_dropped_and_counted() {
+        let counters = ClientCounters::default();
+        let sup = Supervisor::start(&limits(1_000, 60_000, 60_000), counters.clone());
+        let conn = sup.register();
+        sup.sweep(Instant::now() + Duration::from_millis(999));
+        assert_eq!(signal(&conn), RUN);
+        sup.sweep(Instant::now() + Duration::from_millis(1_000));
+        assert_eq!(signal(&conn), ABORT);
+        assert_eq!(counters.get(ClientLimit::HeaderTimeout), 1);
+        assert_eq!(counters.get(ClientLimit::IdleTimeout), 0);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn idle_runs_from_the_end_of_the_last_request_and_a_later_head_has_its_own_timeout() {
+        let counters = ClientCounters::default();
+        let sup = Supervisor::start(&limits(1_000, 5_000, 60_000), counters.clone());
+        let conn = sup.register();
+        let a = conn.activity();
+        let t0 = Instant::now();
+        // A request comes and goes: busy, then idle from the next sweep.
+        Activity::bump(&a.started);
+        sup.sweep(t0 + Duration::from_millis(500));
+        a.finished.fetch_add(1, Ordering::Release);
+        sup.sweep(t0 + Duration::from_millis(600));
+        // Well past the header timeout, but idle: not closed.
+        sup.sweep(t0 + Duration::from_millis(5_500));
+        assert_eq!(signal(&conn), RUN);
+        // A byte arrives: the head's own timeout runs from here.
+        Activity::bump(&a.reads);
+        sup.sweep(t0 + Duration::from_millis(5_550));
+        sup.sweep(t0 + Duration::from_millis(6_500));
+        assert_eq!(signal(&conn), RUN);
+        sup.sweep(t0 + Duration::from_millis(6_550));
+        assert_eq!(signal(&conn), ABORT);
+        assert_eq!(counters.get(ClientLimit::HeaderTimeout), 1);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_idle_connection_is_closed_gracefully_then_dropped_if_it_lingers() {
+        let counters = ClientCounters::default();
+        let sup = Supervisor::start(&limits(1_000, 2_000, 60_000), counters.clone());
+        let conn = sup.register();
+        let a = conn.activity();
+        let t0 = Instant::now();
+        Activity::bump(&a.started);
+        a.finished.fetch_add(1, Ordering::Release);
+        sup.sweep(t0);
+        sup.sweep(t0 + Duration::from_millis(1_999));
+        assert_eq!(signal(&conn), RUN);
+        sup.sweep(t0 + Duration::from_millis(2_000));
+        assert_eq!(signal(&conn), CLOSE);
+        assert_eq!(counters.get(ClientLimit::IdleTimeout), 1);
+        sup.sweep(t0 + Duration::from_millis(3_000));
+        assert_eq!(signal(&conn), ABORT, "dropped after the close grace");
+        assert_eq!(counters.get(ClientLimit::IdleTimeout), 1, "counted once");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn http2_frames_between_requests_are_no_request_head() {
+        let counters = ClientCounters::default();
+        let sup = Supervisor::start(&limits(1_000, 5_000, 60_000), counters.clone());
+        let conn = sup.register();
+        let a = conn.activity();
+        let t0 = Instant::now();
+        a.h2.store(true, Ordering::Relaxed);
+        Activity::bump(&a.started);
+        a.finished.fetch_add(1, Ordering::Release);
+        sup.sweep(t0);
+        for ms in (100..4_900).step_by(100) {
+            Activity::bump(&a.reads);
+            sup.sweep(t0 + Duration::from_millis(ms));
+        }
+        assert_eq!(signal(&conn), RUN, "pings keep no idle connection open ...");
+        sup.sweep(t0 + Duration::from_millis(5_000));
+        assert_eq!(signal(&conn), CLOSE, "... but do not close it early either");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_busy_connection_is_closed_only_when_the_client_takes_nothing() {
+        let counters = ClientCounters::default();
+        let sup = Supervisor::start(&limits(1_000, 1_000, 3_000), counters.clone());
+        let conn = sup.register();
+        let a = conn.activity();
+        let t0 = Instant::now();
+        Activity::bump(&a.started);
+        // Waiting on the origin: no IO at all, far past every timeout but the send one.
+        for ms in (0..10_000).step_by(250) {
+            sup.sweep(t0 + Duration::from_millis(ms));
+        }
+        assert_eq!(signal(&conn), RUN);
+        // Writing slowly but steadily: not closed.
+        a.write_blocked.store(true, Ordering::Relaxed);
+        for ms in (10_000..20_000).step_by(250) {
+            Activity::bump(&a.writes);
+            sup.sweep(t0 + Duration::from_millis(ms));
+        }
+        assert_eq!(signal(&conn), RUN);
+        // Blocked with no progress for the send timeout: dropped.
+        for ms in (20_000..23_250).step_by(250) {
+            sup.sweep(t0 + Duration::from_millis(ms));
+        }
+        assert_eq!(signal(&conn), ABORT);
+        assert_eq!(counters.get(ClientLimit::SendTimeout), 1);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_drain_ends_when_the_last_connection_deregisters() {
+        let sup = Supervisor::start(&limits(1_000, 1_000, 1_000), ClientCounters::default());
+        let a = sup.register();
+        let b = sup.register();
+        sup.shutdown();
+        assert_eq!((signal(&a), signal(&b)), (CLOSE, CLOSE));
+        let late = sup.register();
+        assert_eq!(
+            signal(&late),
+            CLOSE,
+            "a connection accepted during shutdown"
+        );
+        // The shutdown's own grace governs draining connections, not the timeouts.
+        sup.sweep(Instant::now() + Duration::from_secs(60));
+        assert_eq!(signal(&a), CLOSE);
+        let drained = tokio::spawn({
+            let sup = Arc::clone(&sup);
+            async move { sup.drained().await }
+        });
+        drop((a, b));
+        tokio::task::yield_now().await;
+        assert!(!drained.is_finished());
+        drop(late);
+        drained.await.unwrap();
+        assert_eq!(sup.len(), 0);
+    }
+
+    #[tokio::test]
+    async fn a_connection_told_to_abort_is_dropped_and_one_told_to_close_is_closed_gracefully() {
+        let sup = Supervisor::start(&limits(1_000, 1_000, 1_000), ClientCounters::default());
+        let conn = sup.register();
+        conn.activity.tell(CLOSE);
+        let closed = Arc::new(AtomicBool::new(false));
+        let flag = Arc::clone(&closed);
+        let out = conn
+            .run_graceful(
+                std::future::poll_fn(|_| {
+                    if closed.load(Ordering::Relaxed) {
+                        Poll::Ready("closed")
+                    } else {
+                        Poll::Pending
+                    }
+                }),
+                move |_| flag.store(true, Ordering::Relaxed),
+            )
+            .await;
+        assert_eq!(out, Some("closed"));
+        conn.activity.tell(ABORT);
+        assert_eq!(conn.run(std::future::pending::<()>()).await, None);
+    }
+}
