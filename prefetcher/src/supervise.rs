@@ -2,7 +2,7 @@
 //! head, idle keep-alive, a response it does not read), the per-request checks (the
 //! address's rate, the header count) and the drain at shutdown.
 //!
-//! One sweeper task per listener looks at every connection's [`Activity`] a few
+//! One sweeper thread per listener looks at every connection's [`Activity`] a few
 //! times per timeout and tells a connection to close when one has passed. So the
 //! request path arms no timer and takes no lock: a read, a call and the end of a
 //! response each bump a counter of their connection, nothing more.
@@ -233,7 +233,23 @@ impl Supervisor {
     /// A supervisor for `limits`' timeouts, counting into `counters`, with its sweeper
     /// running until the supervisor is dropped.
     pub(crate) fn start(limits: &ConnectionLimits, counters: ClientCounters) -> Arc<Supervisor> {
-        let supervisor = Arc::new(Supervisor {
+        let supervisor = Supervisor::new(limits, counters);
+        let weak = Arc::downgrade(&supervisor);
+        let tick = supervisor.timeouts.tick;
+        // A thread of its own, not a tokio timer: a timer in the runtime's wheel makes
+        // every worker park (about one per request under light load) look it up.
+        let spawned = std::thread::Builder::new()
+            .name("conn-sweeper".into())
+            .spawn(move || sweep_until_dropped(&weak, tick));
+        if let Err(e) = spawned {
+            tracing::error!(error = %e, "no connection sweeper: client timeouts are off");
+        }
+        supervisor
+    }
+
+    /// A supervisor without a sweeper (tests sweep by hand).
+    fn new(limits: &ConnectionLimits, counters: ClientCounters) -> Arc<Supervisor> {
+        Arc::new(Supervisor {
             timeouts: Timeouts::new(limits),
             counters,
             table: Mutex::new(Table {
@@ -242,11 +258,7 @@ impl Supervisor {
                 shutting_down: false,
             }),
             drained: Notify::new(),
-        });
-        let weak = Arc::downgrade(&supervisor);
-        let tick = supervisor.timeouts.tick;
-        tokio::spawn(sweep_until_dropped(weak, tick));
-        supervisor
+        })
     }
 
     /// Registers a connection accepted just now.
@@ -378,11 +390,9 @@ impl Supervisor {
     }
 }
 
-async fn sweep_until_dropped(supervisor: Weak<Supervisor>, tick: Duration) {
-    let mut interval = tokio::time::interval(tick);
-    interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+fn sweep_until_dropped(supervisor: &Weak<Supervisor>, tick: Duration) {
     loop {
-        interval.tick().await;
+        std::thread::sleep(tick);
         let Some(supervisor) = supervisor.upgrade() else {
             return;
         };
@@ -422,8 +432,13 @@ impl Supervised {
     ) -> Option<C::Output> {
         let mut connection = std::pin::pin!(connection);
         let mut graceful = Some(graceful);
+        // A task polls with the same waker every time: register it once, not per poll.
+        let mut registered: Option<std::task::Waker> = None;
         std::future::poll_fn(|cx| {
-            self.activity.waker.register(cx.waker());
+            if !registered.as_ref().is_some_and(|w| w.will_wake(cx.waker())) {
+                self.activity.waker.register(cx.waker());
+                registered = Some(cx.waker().clone());
+            }
             match self.activity.signal.load(Ordering::Acquire) {
                 RUN => {}
                 CLOSE => {
@@ -651,7 +666,7 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn a_head_that_does_not_arrive_in_time_is_dropped_and_counted() {
         let counters = ClientCounters::default();
-        let sup = Supervisor::start(&limits(1_000, 60_000, 60_000), counters.clone());
+        let sup = Supervisor::new(&limits(1_000, 60_000, 60_000), counters.clone());
         let conn = sup.register();
         sup.sweep(Instant::now() + Duration::from_millis(999));
         assert_eq!(signal(&conn), RUN);
@@ -664,7 +679,7 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn idle_runs_from_the_end_of_the_last_request_and_a_later_head_has_its_own_timeout() {
         let counters = ClientCounters::default();
-        let sup = Supervisor::start(&limits(1_000, 5_000, 60_000), counters.clone());
+        let sup = Supervisor::new(&limits(1_000, 5_000, 60_000), counters.clone());
         let conn = sup.register();
         let a = conn.activity();
         let t0 = Instant::now();
@@ -689,7 +704,7 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn an_idle_connection_is_closed_gracefully_then_dropped_if_it_lingers() {
         let counters = ClientCounters::default();
-        let sup = Supervisor::start(&limits(1_000, 2_000, 60_000), counters.clone());
+        let sup = Supervisor::new(&limits(1_000, 2_000, 60_000), counters.clone());
         let conn = sup.register();
         let a = conn.activity();
         let t0 = Instant::now();
@@ -709,7 +724,7 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn http2_frames_between_requests_are_no_request_head() {
         let counters = ClientCounters::default();
-        let sup = Supervisor::start(&limits(1_000, 5_000, 60_000), counters.clone());
+        let sup = Supervisor::new(&limits(1_000, 5_000, 60_000), counters.clone());
         let conn = sup.register();
         let a = conn.activity();
         let t0 = Instant::now();
@@ -729,7 +744,7 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn a_busy_connection_is_closed_only_when_the_client_takes_nothing() {
         let counters = ClientCounters::default();
-        let sup = Supervisor::start(&limits(1_000, 1_000, 3_000), counters.clone());
+        let sup = Supervisor::new(&limits(1_000, 1_000, 3_000), counters.clone());
         let conn = sup.register();
         let a = conn.activity();
         let t0 = Instant::now();
@@ -756,7 +771,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn the_drain_ends_when_the_last_connection_deregisters() {
-        let sup = Supervisor::start(&limits(1_000, 1_000, 1_000), ClientCounters::default());
+        let sup = Supervisor::new(&limits(1_000, 1_000, 1_000), ClientCounters::default());
         let a = sup.register();
         let b = sup.register();
         sup.shutdown();
@@ -784,7 +799,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_connection_told_to_abort_is_dropped_and_one_told_to_close_is_closed_gracefully() {
-        let sup = Supervisor::start(&limits(1_000, 1_000, 1_000), ClientCounters::default());
+        let sup = Supervisor::new(&limits(1_000, 1_000, 1_000), ClientCounters::default());
         let conn = sup.register();
         conn.activity.tell(CLOSE);
         let closed = Arc::new(AtomicBool::new(false));
