@@ -39,6 +39,8 @@ struct Options {
     path: String,
     rps: u64,
     secs: u64,
+    /// Ordinary requests slower than this (ms) are printed to stderr with their time.
+    report_over_ms: Option<u64>,
 }
 
 #[derive(Default)]
@@ -66,6 +68,7 @@ fn main() {
         path: "/bytes/1024/ordinary".into(),
         rps: 100,
         secs: 10,
+        report_over_ms: None,
     };
     let mut args = std::env::args().skip(1);
     while let Some(flag) = args.next() {
@@ -83,6 +86,7 @@ fn main() {
             "--path" => o.path = value.clone(),
             "--rps" => o.rps = number().max(1),
             "--secs" => o.secs = number(),
+            "--report-over-ms" => o.report_over_ms = Some(number()),
             other => panic!("unknown flag {other}"),
         }
     }
@@ -133,7 +137,20 @@ async fn run(o: Arc<Options>) {
     for _ in 0..o.rps * o.secs {
         tokio::time::sleep_until(next).await;
         next += gap;
-        probes.push(tokio::spawn(ordinary(Arc::clone(&o))));
+        let o = Arc::clone(&o);
+        probes.push(tokio::spawn(async move {
+            let latency = ordinary(Arc::clone(&o)).await;
+            if let Some(over) = o.report_over_ms {
+                let ms = latency.map_or(f64::INFINITY, |l| l.as_secs_f64() * 1e3);
+                if ms > over as f64 {
+                    eprintln!(
+                        "t={:.2}s ordinary took {ms:.1} ms",
+                        start.elapsed().as_secs_f64()
+                    );
+                }
+            }
+            latency
+        }));
     }
     let mut latencies = Vec::new();
     let total = probes.len();

@@ -18,15 +18,110 @@
 //! The table's `Mutex` is taken once when a connection opens and once when it
 //! closes, never per request; a `std` mutex, as the critical sections never await.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::net::IpAddr;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
+
+use futures::task::AtomicWaker;
 
 use crate::config::{ConnectionLimits, IpNetwork};
 use crate::metrics::ClientCounters;
 use crate::status::ClientLimit;
+
+/// Run on.
+pub(crate) const RUN: u8 = 0;
+/// Close gracefully (idle, or the listener shuts down).
+pub(crate) const CLOSE: u8 = 1;
+/// Drop the connection now.
+pub(crate) const ABORT: u8 = 2;
+
+/// What a connection did, as its own task and its requests record it, for the
+/// sweeper (`supervise`) and for admission to judge; and how to tell it to close.
+/// Counters only grow.
+#[derive(Debug, Default)]
+pub(crate) struct Activity {
+    /// Reads that returned bytes.
+    pub(crate) reads: AtomicU64,
+    /// Writes that took bytes.
+    pub(crate) writes: AtomicU64,
+    /// The last write found the socket full.
+    pub(crate) write_blocked: AtomicBool,
+    /// Requests handed to the service: 0 until the first request head is complete
+    /// (the connection is *unproven* until then).
+    pub(crate) started: AtomicU64,
+    /// Requests whose response body is done (or dropped).
+    pub(crate) finished: AtomicU64,
+    /// The connection speaks HTTP/2: bytes between requests are frames (pings,
+    /// window updates), not a request head on its way.
+    pub(crate) h2: AtomicBool,
+    /// [`RUN`], [`CLOSE`] or [`ABORT`]; only ever raised.
+    pub(crate) signal: AtomicU8,
+    /// The connection's task, woken when told to close.
+    pub(crate) waker: AtomicWaker,
+}
+
+impl Activity {
+    /// Tells the connection to close ([`CLOSE`]) or to drop ([`ABORT`]).
+    pub(crate) fn tell(&self, signal: u8) {
+        self.signal.fetch_max(signal, Ordering::AcqRel);
+        self.waker.wake();
+    }
+
+    /// Bumps a counter only this connection's task writes: no read-modify-write.
+    pub(crate) fn bump(counter: &AtomicU64) {
+        counter.store(counter.load(Ordering::Relaxed) + 1, Ordering::Relaxed);
+    }
+
+    fn proven_or_closing(&self) -> bool {
+        self.started.load(Ordering::Relaxed) > 0 || self.signal.load(Ordering::Relaxed) >= ABORT
+    }
+}
+
+/// A connection that had not sent a complete request head when it was admitted, in
+/// admission order: the candidates for eviction.
+struct Unproven {
+    accepted: Instant,
+    activity: Weak<Activity>,
+}
+
+/// Connections admitted, oldest first, that may still be unproven. Entries that
+/// are proven, closing or gone are dropped from the front as new ones arrive, so the
+/// queue holds about the connections of the last header timeout.
+#[derive(Default)]
+struct UnprovenQueue(VecDeque<Unproven>);
+
+impl UnprovenQueue {
+    fn push(&mut self, accepted: Instant, activity: &Arc<Activity>) {
+        self.prune();
+        self.0.push_back(Unproven {
+            accepted,
+            activity: Arc::downgrade(activity),
+        });
+    }
+
+    fn prune(&mut self) {
+        while self
+            .0
+            .front()
+            .is_some_and(|u| u.activity.upgrade().is_none_or(|a| a.proven_or_closing()))
+        {
+            self.0.pop_front();
+        }
+    }
+
+    /// The oldest unproven connection, if it was admitted at least `after` before
+    /// `now`.
+    fn oldest(&mut self, now: Instant, after: Duration) -> Option<Arc<Activity>> {
+        self.prune();
+        let front = self.0.front()?;
+        if now.saturating_duration_since(front.accepted) < after {
+            return None;
+        }
+        front.activity.upgrade()
+    }
+}
 
 /// Node-wide and per-address admission of client connections. Cheap to clone.
 #[derive(Clone)]
@@ -50,15 +145,27 @@ struct Inner {
     /// GCRA emission interval and tolerance in nanoseconds, when a rate is set.
     rate: Option<Gcra>,
     exempt: Vec<IpNetwork>,
+    /// How long a connection must have been unproven before it may be evicted.
+    evictable_after: Duration,
     counters: ClientCounters,
-    addresses: Mutex<HashMap<AddressKey, Tracked>>,
+    table: Mutex<Table>,
     epoch: Instant,
+}
+
+/// What admission keeps, behind one lock taken per connection open and close.
+#[derive(Default)]
+struct Table {
+    addresses: HashMap<AddressKey, Tracked>,
+    /// Every admitted connection that may be unproven.
+    unproven: UnprovenQueue,
 }
 
 /// One client address in the table.
 struct Tracked {
     connections: usize,
     bucket: Arc<Bucket>,
+    /// The address's connections that may be unproven.
+    unproven: UnprovenQueue,
 }
 
 /// A client address as the limits see it: an IPv4 address, or an IPv6 /64 (one
@@ -154,8 +261,10 @@ impl ConnectionLimiter {
                     .iter()
                     .filter_map(|n| IpNetwork::parse(n).ok())
                     .collect(),
+                evictable_after: EVICTABLE_AFTER
+                    .min(Duration::from_millis(limits.header_timeout_ms) / 2),
                 counters,
-                addresses: Mutex::new(HashMap::new()),
+                table: Mutex::new(Table::default()),
                 epoch: Instant::now(),
                 limits: limits.clone(),
             }),
@@ -200,48 +309,97 @@ impl ConnectionLimiter {
         self.inner.counters.count(limit);
     }
 
-    /// Admits a new connection from `ip`, or refuses it (counted).
-    pub(crate) fn admit(&self, ip: IpAddr) -> Result<ConnectionSlot, Refused> {
+    /// Admits a new connection from `ip` whose activity is `activity`, or refuses it
+    /// (counted). At a limit, the oldest connection (of the node, or of the address)
+    /// that has been *unproven* (no complete request head) for a while is told to
+    /// drop instead, and the new one is admitted: a slow-header client gives way to
+    /// one that sends its request. Until the evicted connection is gone, the count
+    /// may pass its limit by the connections so told.
+    pub(crate) fn admit(
+        &self,
+        ip: IpAddr,
+        activity: &Arc<Activity>,
+    ) -> Result<ConnectionSlot, Refused> {
+        self.admit_at(ip, activity, Instant::now())
+    }
+
+    fn admit_at(
+        &self,
+        ip: IpAddr,
+        activity: &Arc<Activity>,
+        now: Instant,
+    ) -> Result<ConnectionSlot, Refused> {
         let inner = &self.inner;
-        if inner.counters.open.inc() >= inner.max_connections {
-            inner.counters.open.dec();
-            inner.counters.count(ClientLimit::MaxConnections);
-            return Err(ClientLimit::MaxConnections);
-        }
         let per_address = inner.limits.max_connections_per_address;
         let tracked = (per_address > 0 || inner.rate.is_some())
             && !inner.exempt.iter().any(|n| n.contains(ip));
-        if !tracked {
-            return Ok(ConnectionSlot {
-                limiter: Arc::clone(inner),
-                address: None,
-            });
-        }
         let key = address_key(ip);
-        let now = inner.now();
-        let mut table = lock(&inner.addresses);
-        if !table.contains_key(&key) && table.len() >= inner.limits.max_tracked_addresses {
-            make_room(&mut table, now, inner.limits.max_tracked_addresses);
+        let mut table = lock(&inner.table);
+        let table = &mut *table;
+        if tracked
+            && !table.addresses.contains_key(&key)
+            && table.addresses.len() >= inner.limits.max_tracked_addresses
+        {
+            make_room(
+                &mut table.addresses,
+                inner.now(),
+                inner.limits.max_tracked_addresses,
+            );
         }
-        let entry = table.entry(key).or_insert_with(|| Tracked {
-            connections: 0,
-            bucket: Arc::default(),
+        let mut entry = tracked.then(|| {
+            table.addresses.entry(key).or_insert_with(|| Tracked {
+                connections: 0,
+                bucket: Arc::default(),
+                unproven: UnprovenQueue::default(),
+            })
         });
-        if per_address > 0 && entry.connections >= per_address {
-            drop(table);
-            inner.counters.open.dec();
-            inner.counters.count(ClientLimit::AddressConnections);
-            return Err(ClientLimit::AddressConnections);
+        // Decide first, evict after: a refusal evicts nothing.
+        let mut victim = None;
+        if let Some(entry) = &mut entry
+            && per_address > 0
+            && entry.connections >= per_address
+        {
+            match entry.unproven.oldest(now, inner.evictable_after) {
+                Some(v) => victim = Some(v),
+                None => {
+                    inner.counters.count(ClientLimit::AddressConnections);
+                    return Err(ClientLimit::AddressConnections);
+                }
+            }
         }
-        entry.connections += 1;
-        let bucket = Arc::clone(&entry.bucket);
-        inner.counters.addresses.set(table.len() as i64);
+        // An address's victim frees a node-wide slot too.
+        if victim.is_none() && inner.counters.open.get() >= inner.max_connections {
+            match table.unproven.oldest(now, inner.evictable_after) {
+                Some(v) => victim = Some(v),
+                None => {
+                    inner.counters.count(ClientLimit::MaxConnections);
+                    return Err(ClientLimit::MaxConnections);
+                }
+            }
+        }
+        if let Some(victim) = victim {
+            victim.tell(ABORT);
+            inner.counters.count(ClientLimit::Evicted);
+        }
+        inner.counters.open.inc();
+        table.unproven.push(now, activity);
+        let address = entry.map(|entry| {
+            entry.connections += 1;
+            entry.unproven.push(now, activity);
+            (key, Arc::clone(&entry.bucket))
+        });
+        inner.counters.addresses.set(table.addresses.len() as i64);
         Ok(ConnectionSlot {
             limiter: Arc::clone(inner),
-            address: Some((key, bucket)),
+            address,
         })
     }
 }
+
+/// How long a connection must have been unproven before a newcomer may evict it (or
+/// half the header timeout, if shorter): a client on a slow link gets this long to
+/// send its request head before it can lose its place.
+const EVICTABLE_AFTER: Duration = Duration::from_secs(1);
 
 impl Inner {
     fn now(&self) -> u64 {
@@ -308,14 +466,14 @@ impl Drop for ConnectionSlot {
             return;
         };
         let now = inner.now();
-        let mut table = lock(&inner.addresses);
-        if let Some(entry) = table.get_mut(key) {
+        let mut table = lock(&inner.table);
+        if let Some(entry) = table.addresses.get_mut(key) {
             entry.connections = entry.connections.saturating_sub(1);
             if entry.connections == 0 && entry.bucket.is_full(now) {
-                table.remove(key);
+                table.addresses.remove(key);
             }
         }
-        inner.counters.addresses.set(table.len() as i64);
+        inner.counters.addresses.set(table.addresses.len() as i64);
     }
 }
 
@@ -349,24 +507,49 @@ mod tests {
         s.parse().unwrap()
     }
 
+    /// A connection as the listener admits it: its slot and its activity.
+    struct Conn {
+        slot: ConnectionSlot,
+        activity: Arc<Activity>,
+    }
+
+    impl Conn {
+        fn prove(&self) {
+            Activity::bump(&self.activity.started);
+        }
+
+        fn told(&self) -> u8 {
+            self.activity.signal.load(Ordering::Acquire)
+        }
+    }
+
+    fn admit(l: &ConnectionLimiter, from: &str) -> Result<Conn, ClientLimit> {
+        admit_at(l, from, Instant::now())
+    }
+
+    fn admit_at(l: &ConnectionLimiter, from: &str, now: Instant) -> Result<Conn, ClientLimit> {
+        let activity = Arc::new(Activity::default());
+        let slot = l.admit_at(ip(from), &activity, now)?;
+        Ok(Conn { slot, activity })
+    }
+
     #[test]
     fn the_node_wide_count_never_passes_max_connections_and_slots_give_back() {
         let l = limiter(|l| {
             l.max_connections = 3;
             l.max_connections_per_address = 0;
         });
-        let slots: Vec<_> = (0..3)
-            .map(|i| l.admit(ip(&format!("10.0.0.{i}"))))
+        let conns: Vec<_> = (0..3)
+            .map(|i| admit(&l, &format!("10.0.0.{i}")).unwrap())
             .collect();
-        assert!(slots.iter().all(Result::is_ok));
         assert_eq!(
-            l.admit(ip("10.0.0.9")).err(),
+            admit(&l, "10.0.0.9").err(),
             Some(ClientLimit::MaxConnections)
         );
         assert_eq!(l.open(), 3);
-        drop(slots);
+        drop(conns);
         assert_eq!(l.open(), 0);
-        assert!(l.admit(ip("10.0.0.9")).is_ok());
+        assert!(admit(&l, "10.0.0.9").is_ok());
         assert_eq!(l.inner.counters.get(ClientLimit::MaxConnections), 1);
     }
 
@@ -376,27 +559,84 @@ mod tests {
             l.max_connections_per_address = 2;
             l.exempt = vec!["192.0.2.0/24".into()];
         });
-        let a: Vec<_> = (0..2).map(|_| l.admit(ip("10.0.0.1")).unwrap()).collect();
+        let a: Vec<_> = (0..2).map(|_| admit(&l, "10.0.0.1").unwrap()).collect();
         assert_eq!(
-            l.admit(ip("10.0.0.1")).err(),
+            admit(&l, "10.0.0.1").err(),
             Some(ClientLimit::AddressConnections)
         );
         // The same address mapped into IPv6 is the same client.
-        assert!(l.admit(ip("::ffff:10.0.0.1")).is_err());
-        assert!(l.admit(ip("10.0.0.2")).is_ok(), "another address is served");
-        let exempt: Vec<_> = (0..5).map(|_| l.admit(ip("192.0.2.7"))).collect();
+        assert!(admit(&l, "::ffff:10.0.0.1").is_err());
+        assert!(admit(&l, "10.0.0.2").is_ok(), "another address is served");
+        let exempt: Vec<_> = (0..5).map(|_| admit(&l, "192.0.2.7")).collect();
         assert!(
             exempt.iter().all(Result::is_ok),
             "exempt addresses are not counted"
         );
         // One /64 is one client.
         let _v6: Vec<_> = (1..=2)
-            .map(|i| l.admit(ip(&format!("2001:db8::{i}"))).unwrap())
+            .map(|i| admit(&l, &format!("2001:db8::{i}")).unwrap())
             .collect();
-        assert!(l.admit(ip("2001:db8::ffff")).is_err());
-        assert!(l.admit(ip("2001:db8:0:1::1")).is_ok());
+        assert!(admit(&l, "2001:db8::ffff").is_err());
+        assert!(admit(&l, "2001:db8:0:1::1").is_ok());
         drop(a);
-        assert!(l.admit(ip("10.0.0.1")).is_ok(), "given back on drop");
+        assert!(admit(&l, "10.0.0.1").is_ok(), "given back on drop");
+    }
+
+    #[test]
+    fn at_a_limit_the_oldest_unproven_connection_gives_way_and_a_proven_one_never() {
+        let l = limiter(|l| {
+            l.max_connections = 4;
+            l.max_connections_per_address = 2;
+        });
+        let t0 = Instant::now();
+        let half = t0 + EVICTABLE_AFTER / 2;
+        // An address at its limit with two unproven connections, the older first.
+        let old = admit_at(&l, "10.0.0.1", t0).unwrap();
+        let young = admit_at(&l, "10.0.0.1", half).unwrap();
+        // Not unproven for long enough to give way: refused.
+        assert_eq!(
+            admit_at(&l, "10.0.0.1", half).err(),
+            Some(ClientLimit::AddressConnections)
+        );
+        assert_eq!((old.told(), young.told()), (RUN, RUN));
+        // Long enough: the oldest is told to drop, the newcomer admitted.
+        let newcomer = admit_at(&l, "10.0.0.1", t0 + EVICTABLE_AFTER).unwrap();
+        assert_eq!((old.told(), young.told()), (ABORT, RUN));
+        assert_eq!(l.inner.counters.get(ClientLimit::Evicted), 1);
+        // Proven connections never give way.
+        young.prove();
+        newcomer.prove();
+        drop(old);
+        assert_eq!(
+            admit_at(&l, "10.0.0.1", t0 + 10 * EVICTABLE_AFTER).err(),
+            Some(ClientLimit::AddressConnections)
+        );
+        // The node-wide limit evicts the same way, across addresses.
+        let other = admit_at(&l, "10.0.0.2", t0).unwrap();
+        let _third = admit_at(&l, "10.0.0.3", t0).unwrap();
+        let late = t0 + 10 * EVICTABLE_AFTER;
+        let _fourth = admit_at(&l, "10.0.0.4", late).unwrap();
+        assert_eq!(other.told(), ABORT, "the node's oldest unproven connection");
+        assert_eq!(l.inner.counters.get(ClientLimit::Evicted), 2);
+        drop(other);
+        let _ = &newcomer.slot;
+    }
+
+    #[test]
+    fn the_unproven_queue_forgets_proven_and_closed_connections() {
+        let l = limiter(|l| l.max_connections_per_address = 0);
+        let mut kept = Vec::new();
+        for i in 0..1000 {
+            let conn = admit(&l, "10.0.0.1").unwrap();
+            conn.prove();
+            if i % 2 == 0 {
+                kept.push(conn);
+            }
+        }
+        assert!(
+            lock(&l.inner.table).unproven.0.len() <= 1,
+            "pruned as they come"
+        );
     }
 
     #[test]
@@ -405,18 +645,18 @@ mod tests {
             l.requests_per_second_per_address = 0.5;
             l.request_burst_per_address = 3;
         });
-        let slot = l.admit(ip("10.0.0.1")).unwrap();
+        let conn = admit(&l, "10.0.0.1").unwrap();
         for _ in 0..3 {
-            slot.check_rate().unwrap();
+            conn.slot.check_rate().unwrap();
         }
-        let wait = slot.check_rate().unwrap_err();
+        let wait = conn.slot.check_rate().unwrap_err();
         assert!(wait > Duration::from_millis(1500) && wait <= Duration::from_secs(2));
         // A new connection from the same address finds the bucket empty.
-        drop(slot);
-        let again = l.admit(ip("10.0.0.1")).unwrap();
-        assert!(again.check_rate().is_err());
+        drop(conn);
+        let again = admit(&l, "10.0.0.1").unwrap();
+        assert!(again.slot.check_rate().is_err());
         // Another address has its own bucket.
-        assert!(l.admit(ip("10.0.0.2")).unwrap().check_rate().is_ok());
+        assert!(admit(&l, "10.0.0.2").unwrap().slot.check_rate().is_ok());
         assert_eq!(l.inner.counters.get(ClientLimit::AddressRate), 2);
     }
 
@@ -444,18 +684,22 @@ mod tests {
             l.request_burst_per_address = 1;
         });
         let held: Vec<_> = (0..4)
-            .map(|i| l.admit(ip(&format!("10.0.0.{i}"))).unwrap())
+            .map(|i| {
+                let conn = admit(&l, &format!("10.0.0.{i}")).unwrap();
+                conn.prove();
+                conn
+            })
             .collect();
         // Addresses that made a request and left keep their (empty) bucket ...
         for i in 10..200 {
-            let slot = l.admit(ip(&format!("10.0.1.{i}"))).unwrap();
-            slot.check_rate().unwrap();
-            assert!(lock(&l.inner.addresses).len() <= 8);
+            let conn = admit(&l, &format!("10.0.1.{i}")).unwrap();
+            conn.slot.check_rate().unwrap();
+            assert!(lock(&l.inner.table).addresses.len() <= 8);
         }
         // ... but never at the cost of an address with an open connection.
         for i in 0..4 {
             assert_eq!(
-                l.admit(ip(&format!("10.0.0.{i}"))).err(),
+                admit(&l, &format!("10.0.0.{i}")).err(),
                 Some(ClientLimit::AddressConnections)
             );
         }

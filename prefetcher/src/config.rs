@@ -231,6 +231,10 @@ pub struct ConnectionLimits {
     /// Addresses or networks (`10.0.0.0/8`, `2001:db8::/32`, `127.0.0.1`) free of the
     /// per-address limits: the edges in front of a shield, a trusted load balancer.
     pub exempt: Vec<String>,
+    /// The listen backlog of the proxy listeners: connections the kernel completes
+    /// before the node accepts them (Linux caps it at `net.core.somaxconn`). A flood
+    /// of reconnects past it drops SYNs, which clients retry after a second.
+    pub listen_backlog: u32,
     /// Most header fields in a request: past it 431 (`too_many_headers`; an HTTP/1.1
     /// head is refused by the parser and counted `head_too_large`). Above 100 every
     /// HTTP/1.1 request head costs a heap allocation.
@@ -250,6 +254,7 @@ impl Default for ConnectionLimits {
             request_burst_per_address: 200,
             max_tracked_addresses: 65_536,
             exempt: Vec::new(),
+            listen_backlog: 4096,
             max_headers: 100,
         }
     }
@@ -301,6 +306,9 @@ impl ConnectionLimits {
         }
         for (i, network) in self.exempt.iter().enumerate() {
             IpNetwork::parse(network).map_err(|r| invalid(format!("server.exempt[{i}]"), r))?;
+        }
+        if !(1..=65_535).contains(&self.listen_backlog) {
+            return Err(invalid("server.listen_backlog", "must be in [1, 65535]"));
         }
         if !(1..=1000).contains(&self.max_headers) {
             return Err(invalid("server.max_headers", "must be in [1, 1000]"));
@@ -980,7 +988,7 @@ mod tests {
         );
         base.validate().unwrap();
         type BreakIt = fn(&mut ConnectionLimits);
-        let cases: [(&str, BreakIt); 9] = [
+        let cases: [(&str, BreakIt); 10] = [
             ("server.header_timeout_ms", |s| s.header_timeout_ms = 0),
             ("server.idle_timeout_ms", |s| s.idle_timeout_ms = 86_400_000),
             ("server.body_timeout_ms", |s| s.body_timeout_ms = 0),
@@ -998,6 +1006,7 @@ mod tests {
             ("server.exempt[1]", |s| {
                 s.exempt = vec!["10.0.0.0/8".into(), "10.0.0.0/33".into()]
             }),
+            ("server.listen_backlog", |s| s.listen_backlog = 0),
             ("server.max_headers", |s| s.max_headers = 0),
         ];
         for (field, break_it) in cases {

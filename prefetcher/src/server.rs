@@ -28,7 +28,7 @@ use hyper_util::service::TowerToHyperService;
 use tokio::net::TcpListener;
 use tokio_rustls::TlsAcceptor;
 
-use crate::admission::ConnectionLimiter;
+use crate::admission::{Activity, ConnectionLimiter};
 use crate::origin::ClientAddr;
 use crate::proxy::Node;
 use crate::supervise::{CountingIo, Gate, Supervisor, count_connection_error};
@@ -181,12 +181,13 @@ async fn serve_with<S>(
                     }
                 };
                 // Refused (and counted): closed at once, before any read.
-                let Ok(slot) = limiter.admit(peer.ip()) else {
+                let activity = Arc::new(Activity::default());
+                let Ok(slot) = limiter.admit(peer.ip(), &activity) else {
                     drop(stream);
                     continue;
                 };
                 let _ = stream.set_nodelay(true);
-                let supervised = supervisor.register();
+                let supervised = supervisor.register(activity);
                 let stream = CountingIo::new(stream, Arc::clone(supervised.activity()));
                 let service = Gate::new(
                     service_for(ClientAddr { addr: peer, tls: tls.is_some() }),

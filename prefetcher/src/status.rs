@@ -179,6 +179,9 @@ pub enum ClientLimit {
     MaxConnections,
     /// `max_connections_per_address` open from its address: closed at once.
     AddressConnections,
+    /// At one of those two limits, an unproven connection (no complete request head
+    /// after a while) was dropped to admit a new one.
+    Evicted,
     /// Its address past `requests_per_second_per_address`: 429.
     AddressRate,
     /// More than `max_headers` header fields: 431.
@@ -192,13 +195,14 @@ pub enum ClientLimit {
 
 impl ClientLimit {
     /// Every reason, in declaration order (metrics pre-create one series each).
-    pub const ALL: [ClientLimit; 10] = [
+    pub const ALL: [ClientLimit; 11] = [
         ClientLimit::HeaderTimeout,
         ClientLimit::IdleTimeout,
         ClientLimit::SendTimeout,
         ClientLimit::BodyTimeout,
         ClientLimit::MaxConnections,
         ClientLimit::AddressConnections,
+        ClientLimit::Evicted,
         ClientLimit::AddressRate,
         ClientLimit::TooManyHeaders,
         ClientLimit::HeadTooLarge,
@@ -214,6 +218,7 @@ impl ClientLimit {
             ClientLimit::BodyTimeout => "body_timeout",
             ClientLimit::MaxConnections => "max_connections",
             ClientLimit::AddressConnections => "address_connections",
+            ClientLimit::Evicted => "evicted",
             ClientLimit::AddressRate => "address_rate",
             ClientLimit::TooManyHeaders => "too_many_headers",
             ClientLimit::HeadTooLarge => "head_too_large",

@@ -21,71 +21,33 @@
 //! - Every registered connection deregisters when its task ends, so the drain at
 //!   shutdown ends when the last connection does.
 //!
-//! Timeouts fire up to one sweep period late (a quarter of the shortest timeout, at
-//! most 1 s), and never early.
+//! Timeouts never fire early, and at most a quarter of the timeout plus one sweep
+//! period (a sixteenth of the shortest timeout, at most 100 ms) late: each
+//! connection's timeouts are stretched by its own random factor in [1, 1.25), so
+//! connections opened together are not all closed, and reopened, together.
 
 use std::collections::HashMap;
 use std::convert::Infallible;
 use std::future::Future;
 use std::io;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex, Weak};
 use std::task::{Context, Poll, ready};
 use std::time::Duration;
 
 use axum::body::Body;
 use bytes::Bytes;
-use futures::task::AtomicWaker;
 use http::{HeaderValue, Request, Response, StatusCode, header};
 use hyper::body::Incoming;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
-use crate::admission::ConnectionSlot;
+use crate::admission::{ABORT, Activity, CLOSE, ConnectionSlot, RUN};
 use crate::config::ConnectionLimits;
 use crate::metrics::ClientCounters;
 use crate::status::ClientLimit;
-
-const RUN: u8 = 0;
-/// Close gracefully (idle, or the listener shuts down).
-const CLOSE: u8 = 1;
-/// Drop the connection now.
-const ABORT: u8 = 2;
-
-/// What a connection did, as its own task and its requests record it, for the
-/// sweeper to judge. Counters only grow.
-#[derive(Debug, Default)]
-pub(crate) struct Activity {
-    /// Reads that returned bytes.
-    reads: AtomicU64,
-    /// Writes that took bytes.
-    writes: AtomicU64,
-    /// The last write found the socket full.
-    write_blocked: AtomicBool,
-    /// Requests handed to the service.
-    started: AtomicU64,
-    /// Requests whose response body is done (or dropped).
-    finished: AtomicU64,
-    /// The connection speaks HTTP/2: bytes between requests are frames (pings,
-    /// window updates), not a request head on its way.
-    h2: AtomicBool,
-    signal: AtomicU8,
-    waker: AtomicWaker,
-}
-
-impl Activity {
-    fn tell(&self, signal: u8) {
-        self.signal.fetch_max(signal, Ordering::AcqRel);
-        self.waker.wake();
-    }
-
-    /// Bumps a counter only this connection's task writes: no read-modify-write.
-    fn bump(counter: &AtomicU64) {
-        counter.store(counter.load(Ordering::Relaxed) + 1, Ordering::Relaxed);
-    }
-}
 
 /// A connection's socket, counting reads and writes into its [`Activity`].
 pub(crate) struct CountingIo<T> {
@@ -171,20 +133,28 @@ struct Timeouts {
     send: Duration,
     /// The sweep period.
     tick: Duration,
+    /// Each connection's timeouts are stretched by a random factor in
+    /// `[1, 1 + jitter)`, so connections opened together (a flood, a reconnecting
+    /// attacker) are not all closed, and reopened, in the same instant.
+    jitter: f32,
 }
 
+/// The production [`Timeouts::jitter`].
+const JITTER: f32 = 0.25;
+
 impl Timeouts {
-    fn new(limits: &ConnectionLimits) -> Timeouts {
+    fn new(limits: &ConnectionLimits, jitter: f32) -> Timeouts {
         let header = Duration::from_millis(limits.header_timeout_ms);
         let idle = Duration::from_millis(limits.idle_timeout_ms);
         let send = Duration::from_millis(limits.send_timeout_ms);
-        let tick = (header.min(idle).min(send) / 4)
-            .clamp(Duration::from_millis(5), Duration::from_secs(1));
+        let tick = (header.min(idle).min(send) / 16)
+            .clamp(Duration::from_millis(5), Duration::from_millis(100));
         Timeouts {
             header,
             idle,
             send,
             tick,
+            jitter,
         }
     }
 }
@@ -202,6 +172,8 @@ enum Phase {
 /// The sweeper's view of one connection.
 struct Watched {
     activity: Arc<Activity>,
+    /// This connection's factor on every timeout (see [`Timeouts::jitter`]).
+    stretch: f32,
     phase: Phase,
     /// `finished` at the last sweep: a change means a request came and went.
     finished: u64,
@@ -233,7 +205,7 @@ impl Supervisor {
     /// A supervisor for `limits`' timeouts, counting into `counters`, with its sweeper
     /// running until the supervisor is dropped.
     pub(crate) fn start(limits: &ConnectionLimits, counters: ClientCounters) -> Arc<Supervisor> {
-        let supervisor = Supervisor::new(limits, counters);
+        let supervisor = Supervisor::new(limits, counters, JITTER);
         let weak = Arc::downgrade(&supervisor);
         let tick = supervisor.timeouts.tick;
         // A thread of its own, not a tokio timer: a timer in the runtime's wheel makes
@@ -248,9 +220,9 @@ impl Supervisor {
     }
 
     /// A supervisor without a sweeper (tests sweep by hand).
-    fn new(limits: &ConnectionLimits, counters: ClientCounters) -> Arc<Supervisor> {
+    fn new(limits: &ConnectionLimits, counters: ClientCounters, jitter: f32) -> Arc<Supervisor> {
         Arc::new(Supervisor {
-            timeouts: Timeouts::new(limits),
+            timeouts: Timeouts::new(limits, jitter),
             counters,
             table: Mutex::new(Table {
                 next_id: 0,
@@ -261,9 +233,8 @@ impl Supervisor {
         })
     }
 
-    /// Registers a connection accepted just now.
-    pub(crate) fn register(self: &Arc<Self>) -> Supervised {
-        let activity = Arc::new(Activity::default());
+    /// Registers a connection accepted just now, whose activity is `activity`.
+    pub(crate) fn register(self: &Arc<Self>, activity: Arc<Activity>) -> Supervised {
         let mut table = lock(&self.table);
         let id = table.next_id;
         table.next_id += 1;
@@ -275,6 +246,7 @@ impl Supervisor {
             id,
             Watched {
                 activity: Arc::clone(&activity),
+                stretch: 1.0 + rand::random::<f32>() * self.timeouts.jitter,
                 phase: Phase::Head {
                     since: Instant::now(),
                 },
@@ -349,7 +321,7 @@ impl Supervisor {
             let writes = a.writes.load(Ordering::Relaxed);
             if a.write_blocked.load(Ordering::Relaxed) && writes == w.writes {
                 let since = *w.blocked_since.get_or_insert(now);
-                if now - since >= t.send {
+                if now - since >= t.send.mul_f32(w.stretch) {
                     self.counters.count(ClientLimit::SendTimeout);
                     a.tell(ABORT);
                     w.close_by = Some(now);
@@ -374,12 +346,12 @@ impl Supervisor {
                 {
                     w.phase = Phase::Head { since: now };
                 }
-                Phase::Idle { since, .. } if now - since >= t.idle => {
+                Phase::Idle { since, .. } if now - since >= t.idle.mul_f32(w.stretch) => {
                     self.counters.count(ClientLimit::IdleTimeout);
                     a.tell(CLOSE);
                     w.close_by = Some(now + t.header.max(Duration::from_secs(1)));
                 }
-                Phase::Head { since } if now - since >= t.header => {
+                Phase::Head { since } if now - since >= t.header.mul_f32(w.stretch) => {
                     self.counters.count(ClientLimit::HeaderTimeout);
                     a.tell(ABORT);
                     w.close_by = Some(now);
@@ -648,6 +620,8 @@ impl http_body::Body for TrackedBody {
 
 #[cfg(test)]
 mod tests {
+    use std::sync::atomic::AtomicBool;
+
     use super::*;
 
     fn limits(header_ms: u64, idle_ms: u64, send_ms: u64) -> ConnectionLimits {
@@ -666,8 +640,8 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn a_head_that_does_not_arrive_in_time_is_dropped_and_counted() {
         let counters = ClientCounters::default();
-        let sup = Supervisor::new(&limits(1_000, 60_000, 60_000), counters.clone());
-        let conn = sup.register();
+        let sup = Supervisor::new(&limits(1_000, 60_000, 60_000), counters.clone(), 0.0);
+        let conn = sup.register(Arc::default());
         sup.sweep(Instant::now() + Duration::from_millis(999));
         assert_eq!(signal(&conn), RUN);
         sup.sweep(Instant::now() + Duration::from_millis(1_000));
@@ -679,8 +653,8 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn idle_runs_from_the_end_of_the_last_request_and_a_later_head_has_its_own_timeout() {
         let counters = ClientCounters::default();
-        let sup = Supervisor::new(&limits(1_000, 5_000, 60_000), counters.clone());
-        let conn = sup.register();
+        let sup = Supervisor::new(&limits(1_000, 5_000, 60_000), counters.clone(), 0.0);
+        let conn = sup.register(Arc::default());
         let a = conn.activity();
         let t0 = Instant::now();
         // A request comes and goes: busy, then idle from the next sweep.
@@ -704,8 +678,8 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn an_idle_connection_is_closed_gracefully_then_dropped_if_it_lingers() {
         let counters = ClientCounters::default();
-        let sup = Supervisor::new(&limits(1_000, 2_000, 60_000), counters.clone());
-        let conn = sup.register();
+        let sup = Supervisor::new(&limits(1_000, 2_000, 60_000), counters.clone(), 0.0);
+        let conn = sup.register(Arc::default());
         let a = conn.activity();
         let t0 = Instant::now();
         Activity::bump(&a.started);
@@ -724,8 +698,8 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn http2_frames_between_requests_are_no_request_head() {
         let counters = ClientCounters::default();
-        let sup = Supervisor::new(&limits(1_000, 5_000, 60_000), counters.clone());
-        let conn = sup.register();
+        let sup = Supervisor::new(&limits(1_000, 5_000, 60_000), counters.clone(), 0.0);
+        let conn = sup.register(Arc::default());
         let a = conn.activity();
         let t0 = Instant::now();
         a.h2.store(true, Ordering::Relaxed);
@@ -744,8 +718,8 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn a_busy_connection_is_closed_only_when_the_client_takes_nothing() {
         let counters = ClientCounters::default();
-        let sup = Supervisor::new(&limits(1_000, 1_000, 3_000), counters.clone());
-        let conn = sup.register();
+        let sup = Supervisor::new(&limits(1_000, 1_000, 3_000), counters.clone(), 0.0);
+        let conn = sup.register(Arc::default());
         let a = conn.activity();
         let t0 = Instant::now();
         Activity::bump(&a.started);
@@ -770,13 +744,33 @@ mod tests {
     }
 
     #[tokio::test(start_paused = true)]
+    async fn jitter_never_closes_early_and_spreads_a_flood_over_a_quarter_of_the_timeout() {
+        let counters = ClientCounters::default();
+        let sup = Supervisor::new(&limits(1_000, 60_000, 60_000), counters.clone(), JITTER);
+        let t0 = Instant::now();
+        let conns: Vec<_> = (0..200).map(|_| sup.register(Arc::default())).collect();
+        let closed = |conns: &[Supervised]| conns.iter().filter(|c| signal(c) == ABORT).count();
+        sup.sweep(t0 + Duration::from_millis(999));
+        assert_eq!(closed(&conns), 0, "never early");
+        sup.sweep(t0 + Duration::from_millis(1_125));
+        let by_middle = closed(&conns);
+        assert!(
+            (20..180).contains(&by_middle),
+            "spread, not all at once: {by_middle}"
+        );
+        sup.sweep(t0 + Duration::from_millis(1_250));
+        assert_eq!(closed(&conns), 200, "all by a quarter late");
+        assert_eq!(counters.get(ClientLimit::HeaderTimeout), 200);
+    }
+
+    #[tokio::test(start_paused = true)]
     async fn the_drain_ends_when_the_last_connection_deregisters() {
-        let sup = Supervisor::new(&limits(1_000, 1_000, 1_000), ClientCounters::default());
-        let a = sup.register();
-        let b = sup.register();
+        let sup = Supervisor::new(&limits(1_000, 1_000, 1_000), ClientCounters::default(), 0.0);
+        let a = sup.register(Arc::default());
+        let b = sup.register(Arc::default());
         sup.shutdown();
         assert_eq!((signal(&a), signal(&b)), (CLOSE, CLOSE));
-        let late = sup.register();
+        let late = sup.register(Arc::default());
         assert_eq!(
             signal(&late),
             CLOSE,
@@ -799,8 +793,8 @@ mod tests {
 
     #[tokio::test]
     async fn a_connection_told_to_abort_is_dropped_and_one_told_to_close_is_closed_gracefully() {
-        let sup = Supervisor::new(&limits(1_000, 1_000, 1_000), ClientCounters::default());
-        let conn = sup.register();
+        let sup = Supervisor::new(&limits(1_000, 1_000, 1_000), ClientCounters::default(), 0.0);
+        let conn = sup.register(Arc::default());
         conn.activity.tell(CLOSE);
         let closed = Arc::new(AtomicBool::new(false));
         let flag = Arc::clone(&closed);

@@ -357,15 +357,14 @@ async fn past_max_connections_new_connections_are_closed_and_open_ones_are_serve
         c.server.max_connections_per_address = 0;
     }))
     .await;
+    // Three keep-alive connections that made a request each (connections that have
+    // not could give way to a newcomer: see the eviction test).
     let mut held = Vec::new();
-    for _ in 0..3 {
-        held.push(connect_from("127.0.0.1", node.addr).await);
+    for i in 0..3 {
+        let mut stream = connect_from("127.0.0.1", node.addr).await;
+        assert_eq!(get_on(&mut stream, &format!("/held-{i}")).await, Some(200));
+        held.push(stream);
     }
-    wait_until(
-        || node.node.metrics().client_connections() == 3,
-        "three open connections",
-    )
-    .await;
     let mut refused = connect_from("127.0.0.1", node.addr).await;
     assert!(read_until_closed(&mut refused).await.is_empty());
     assert_eq!(limits_hit(&node, ClientLimit::MaxConnections), 1);
@@ -381,7 +380,8 @@ async fn past_max_connections_new_connections_are_closed_and_open_ones_are_serve
     .await;
     let r = TestClient::new().get(node.addr, HOST, "/b").await.unwrap();
     assert_eq!(r.status, StatusCode::OK);
-    assert_eq!(origin.fills(), 2, "the refused connection reached nothing");
+    assert_eq!(origin.fills(), 5, "the refused connection reached nothing");
+    assert_eq!(limits_hit(&node, ClientLimit::Evicted), 0);
 }
 
 #[tokio::test]
@@ -394,13 +394,10 @@ async fn one_address_holds_only_its_share_of_connections() {
     .await;
     let mut greedy = Vec::new();
     for _ in 0..2 {
-        greedy.push(connect_from("127.0.0.1", node.addr).await);
+        let mut stream = connect_from("127.0.0.1", node.addr).await;
+        assert_eq!(get_on(&mut stream, "/greedy").await, Some(200));
+        greedy.push(stream);
     }
-    wait_until(
-        || node.node.metrics().client_connections() == 2,
-        "two open connections",
-    )
-    .await;
     let mut refused = connect_from("127.0.0.1", node.addr).await;
     assert!(read_until_closed(&mut refused).await.is_empty());
     assert_eq!(limits_hit(&node, ClientLimit::AddressConnections), 1);
@@ -419,6 +416,48 @@ async fn one_address_holds_only_its_share_of_connections() {
     // The greedy address's own connections still work.
     assert_eq!(get_on(&mut greedy[1], "/mine").await, Some(200));
     assert_eq!(limits_hit(&node, ClientLimit::AddressConnections), 1);
+}
+
+/// At a connection limit, a connection that has sent no complete request head for
+/// a while (a second, or half the header timeout) gives way to a newcomer: a
+/// slow-header client cannot lock out a client sharing its address (NAT) or the
+/// node's last connections; one that has made its request is never evicted.
+#[tokio::test]
+async fn an_unproven_connection_gives_way_to_one_that_sends_its_request() {
+    let origin = SyntheticOrigin::start("origin").await;
+    let node = TestNode::start(config(&origin.url(), |c| {
+        c.server.max_connections_per_address = 2;
+    }))
+    .await;
+    // Two connections from one address that never send a request ...
+    let mut first = connect_from("127.0.0.1", node.addr).await;
+    let mut second = connect_from("127.0.0.1", node.addr).await;
+    wait_until(
+        || node.node.metrics().client_connections() == 2,
+        "two open connections",
+    )
+    .await;
+    // ... for longer than a newcomer must wait to evict one.
+    tokio::time::sleep(Duration::from_millis(1_100)).await;
+    let mut newcomer = connect_from("127.0.0.1", node.addr).await;
+    assert_eq!(get_on(&mut newcomer, "/newcomer").await, Some(200));
+    assert!(
+        read_until_closed(&mut first).await.is_empty(),
+        "the oldest gave way"
+    );
+    assert_eq!(limits_hit(&node, ClientLimit::Evicted), 1);
+    // The next newcomer evicts the other slow one, never the newcomer ...
+    let mut second_newcomer = connect_from("127.0.0.1", node.addr).await;
+    assert_eq!(get_on(&mut second_newcomer, "/second").await, Some(200));
+    assert!(read_until_closed(&mut second).await.is_empty());
+    assert_eq!(limits_hit(&node, ClientLimit::Evicted), 2);
+    // ... and with only connections that made their request left, one more is refused.
+    let mut third = connect_from("127.0.0.1", node.addr).await;
+    assert!(read_until_closed(&mut third).await.is_empty());
+    assert_eq!(limits_hit(&node, ClientLimit::AddressConnections), 1);
+    assert_eq!(get_on(&mut newcomer, "/again").await, Some(200));
+    assert_eq!(get_on(&mut second_newcomer, "/again").await, Some(200));
+    assert_eq!(origin.fills(), 3);
 }
 
 #[tokio::test]
