@@ -31,7 +31,9 @@ use tokio_rustls::TlsAcceptor;
 use crate::admission::{Activity, ConnectionLimiter};
 use crate::origin::ClientAddr;
 use crate::proxy::Node;
-use crate::supervise::{CountingIo, Gate, Supervisor, count_connection_error};
+use crate::supervise::{
+    CountingIo, Gate, Prefixed, Supervisor, count_connection_error, read_first_head,
+};
 
 /// Options of [`serve`].
 #[derive(Debug, Clone)]
@@ -166,6 +168,7 @@ async fn serve_with<S>(
     configure_limits(&mut builder, &limiter);
     let supervisor = Supervisor::start(limiter.limits(), limiter.counters());
     let max_headers = limiter.limits().max_headers;
+    let max_head = options.max_head_bytes.max(8192);
     tokio::pin!(shutdown);
     loop {
         tokio::select! {
@@ -208,11 +211,19 @@ async fn serve_with<S>(
                             }
                             None => return,
                         };
-                        let connection = builder
-                            .serve_connection(TokioIo::new(stream), service)
-                            .into_owned();
+                        let mut stream = stream;
+                        let Some(head) =
+                            supervised.run(read_first_head(&mut stream, max_head)).await
+                        else {
+                            return;
+                        };
+                        let connection = Box::pin(
+                            builder
+                                .serve_connection(TokioIo::new(Prefixed::new(head, stream)), service)
+                                .into_owned(),
+                        );
                         let ended = supervised
-                            .run_graceful(connection, |c| c.graceful_shutdown())
+                            .run_graceful(connection, |c| c.get_mut().as_mut().graceful_shutdown())
                             .await;
                         if let Some(Err(e)) = ended {
                             count_connection_error(&*e, &counters);
@@ -221,12 +232,22 @@ async fn serve_with<S>(
                     });
                     continue;
                 }
-                let connection = builder
-                    .serve_connection(TokioIo::new(stream), service)
-                    .into_owned();
+                let builder = builder.clone();
                 tokio::spawn(async move {
+                    // hyper and its buffers only for a connection whose head is in.
+                    let mut stream = stream;
+                    let Some(head) = supervised.run(read_first_head(&mut stream, max_head)).await
+                    else {
+                        return;
+                    };
+                    // Boxed: the task's future stays small (tokio copies it whole when it
+                    // spawns and when it ends), and hyper's state exists only from here.
+                    let connection = Box::pin(
+                        builder
+                            .serve_connection(TokioIo::new(Prefixed::new(head, stream)), service),
+                    );
                     let ended = supervised
-                        .run_graceful(connection, |c| c.graceful_shutdown())
+                        .run_graceful(connection, |c| c.get_mut().as_mut().graceful_shutdown())
                         .await;
                     if let Some(Err(e)) = ended {
                         count_connection_error(&*e, &counters);

@@ -125,6 +125,103 @@ impl<T: AsyncWrite + Unpin> AsyncWrite for CountingIo<T> {
     }
 }
 
+/// Reads a connection's first request head (or the HTTP/2 preface) into a small
+/// buffer of its own, before hyper sees the connection: a client that trickles its
+/// head in costs this buffer and a cheap scan per read, not hyper's 8-16 KiB read
+/// buffer and a re-parse per read. Returns what was read (the head, and whatever
+/// followed it in the same reads) for [`Prefixed`] to replay; at EOF, at `max`
+/// bytes (hyper then answers 431) or on an error, what there is.
+pub(crate) async fn read_first_head<T: AsyncRead + Unpin>(io: &mut T, max: usize) -> Bytes {
+    use tokio::io::AsyncReadExt;
+    let mut buf = bytes::BytesMut::with_capacity(1024);
+    loop {
+        if buf.capacity() - buf.len() < 256 {
+            buf.reserve(buf.capacity().max(1024));
+        }
+        let scanned = buf.len().saturating_sub(2);
+        match io.read_buf(&mut buf).await {
+            Ok(0) | Err(_) => return buf.freeze(),
+            Ok(_) => {}
+        }
+        if head_ends_in(&buf[scanned..]) || buf.len() >= max {
+            return buf.freeze();
+        }
+    }
+}
+
+/// Whether `bytes` hold the empty line that ends a head: CRLF CRLF, or the bare LF
+/// endings parsers also accept. (The HTTP/2 preface ends in one too.)
+fn head_ends_in(bytes: &[u8]) -> bool {
+    let mut from = 0;
+    while let Some(i) = bytes[from..].iter().position(|&b| b == b'\n') {
+        let at = from + i;
+        match bytes.get(at + 1) {
+            Some(b'\n') => return true,
+            Some(b'\r') if bytes.get(at + 2) == Some(&b'\n') => return true,
+            _ => from = at + 1,
+        }
+    }
+    false
+}
+
+/// A connection's IO with bytes already read from it ([`read_first_head`]) put back
+/// in front.
+pub(crate) struct Prefixed<T> {
+    prefix: Bytes,
+    io: T,
+}
+
+impl<T> Prefixed<T> {
+    pub(crate) fn new(prefix: Bytes, io: T) -> Self {
+        Prefixed { prefix, io }
+    }
+}
+
+impl<T: AsyncRead + Unpin> AsyncRead for Prefixed<T> {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        if self.prefix.is_empty() {
+            return Pin::new(&mut self.io).poll_read(cx, buf);
+        }
+        let n = self.prefix.len().min(buf.remaining());
+        buf.put_slice(&self.prefix.split_to(n));
+        Poll::Ready(Ok(()))
+    }
+}
+
+impl<T: AsyncWrite + Unpin> AsyncWrite for Prefixed<T> {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.io).poll_write(cx, buf)
+    }
+
+    fn poll_write_vectored(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.io).poll_write_vectored(cx, bufs)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.io.is_write_vectored()
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.io).poll_flush(cx)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.io).poll_shutdown(cx)
+    }
+}
+
 /// The timeouts the sweeper applies.
 #[derive(Debug, Clone, Copy)]
 struct Timeouts {
@@ -161,10 +258,11 @@ impl Timeouts {
 
 #[derive(Debug, Clone, Copy)]
 enum Phase {
-    /// A request head is due: the header timeout runs from `since`.
-    Head { since: Instant },
-    /// No request in flight since `since`; `reads` was the read count then.
-    Idle { since: Instant, reads: u64 },
+    /// A request head is due by `deadline`.
+    Head { deadline: Instant },
+    /// No request in flight; closed at `deadline`; `reads` was the read count when
+    /// the spell began.
+    Idle { deadline: Instant, reads: u64 },
     /// A request in flight.
     Busy,
 }
@@ -172,24 +270,50 @@ enum Phase {
 /// The sweeper's view of one connection.
 struct Watched {
     activity: Arc<Activity>,
-    /// This connection's factor on every timeout (see [`Timeouts::jitter`]).
-    stretch: f32,
+    /// This connection's timeouts, each stretched by its own factor (see
+    /// [`Timeouts::jitter`]).
+    header: Duration,
+    idle: Duration,
+    send: Duration,
     phase: Phase,
     /// `finished` at the last sweep: a change means a request came and went.
     finished: u64,
-    /// `writes` at the last sweep, and since when writes have been blocked with no
-    /// progress.
+    /// `writes` at the last sweep, and when blocked writes with no progress since
+    /// will have lasted the send timeout.
     writes: u64,
-    blocked_since: Option<Instant>,
+    blocked_deadline: Option<Instant>,
     /// Told to close gracefully; dropped if still open at this instant.
     close_by: Option<Instant>,
     /// Told to close by the shutdown (the listener's grace period applies instead).
     draining: bool,
 }
 
+/// Connection ids are a counter, not client input: no need for SipHash.
+#[derive(Default)]
+struct IdHasher(u64);
+
+impl std::hash::Hasher for IdHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        for b in bytes {
+            self.0 = (self.0 << 8 | u64::from(*b)).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+        }
+    }
+
+    fn write_u64(&mut self, id: u64) {
+        // Fibonacci hashing: spreads consecutive ids over the high bits.
+        self.0 = id.wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    }
+}
+
+type ById<V> = HashMap<u64, V, std::hash::BuildHasherDefault<IdHasher>>;
+
 struct Table {
     next_id: u64,
-    connections: HashMap<u64, Watched>,
+    connections: ById<Watched>,
     shutting_down: bool,
 }
 
@@ -226,7 +350,7 @@ impl Supervisor {
             counters,
             table: Mutex::new(Table {
                 next_id: 0,
-                connections: HashMap::new(),
+                connections: ById::default(),
                 shutting_down: false,
             }),
             drained: Notify::new(),
@@ -242,17 +366,21 @@ impl Supervisor {
         if draining {
             activity.tell(CLOSE);
         }
+        let stretch = 1.0 + rand::random::<f32>() * self.timeouts.jitter;
+        let header = self.timeouts.header.mul_f32(stretch);
         table.connections.insert(
             id,
             Watched {
                 activity: Arc::clone(&activity),
-                stretch: 1.0 + rand::random::<f32>() * self.timeouts.jitter,
+                header,
+                idle: self.timeouts.idle.mul_f32(stretch),
+                send: self.timeouts.send.mul_f32(stretch),
                 phase: Phase::Head {
-                    since: Instant::now(),
+                    deadline: Instant::now() + header,
                 },
                 finished: 0,
                 writes: 0,
-                blocked_since: None,
+                blocked_deadline: None,
                 close_by: None,
                 draining,
             },
@@ -320,15 +448,15 @@ impl Supervisor {
             let reads = a.reads.load(Ordering::Relaxed);
             let writes = a.writes.load(Ordering::Relaxed);
             if a.write_blocked.load(Ordering::Relaxed) && writes == w.writes {
-                let since = *w.blocked_since.get_or_insert(now);
-                if now - since >= t.send.mul_f32(w.stretch) {
+                let deadline = *w.blocked_deadline.get_or_insert(now + w.send);
+                if now >= deadline {
                     self.counters.count(ClientLimit::SendTimeout);
                     a.tell(ABORT);
                     w.close_by = Some(now);
                     continue;
                 }
             } else {
-                w.blocked_since = None;
+                w.blocked_deadline = None;
             }
             w.writes = writes;
             if started != finished {
@@ -337,21 +465,26 @@ impl Supervisor {
                 continue;
             }
             if matches!(w.phase, Phase::Busy) || finished != w.finished {
-                w.phase = Phase::Idle { since: now, reads };
+                w.phase = Phase::Idle {
+                    deadline: now + w.idle,
+                    reads,
+                };
             }
             w.finished = finished;
             match w.phase {
                 Phase::Idle { reads: before, .. }
                     if reads != before && !a.h2.load(Ordering::Relaxed) =>
                 {
-                    w.phase = Phase::Head { since: now };
+                    w.phase = Phase::Head {
+                        deadline: now + w.header,
+                    };
                 }
-                Phase::Idle { since, .. } if now - since >= t.idle.mul_f32(w.stretch) => {
+                Phase::Idle { deadline, .. } if now >= deadline => {
                     self.counters.count(ClientLimit::IdleTimeout);
                     a.tell(CLOSE);
                     w.close_by = Some(now + t.header.max(Duration::from_secs(1)));
                 }
-                Phase::Head { since } if now - since >= t.header.mul_f32(w.stretch) => {
+                Phase::Head { deadline } if now >= deadline => {
                     self.counters.count(ClientLimit::HeaderTimeout);
                     a.tell(ABORT);
                     w.close_by = Some(now);
@@ -622,7 +755,48 @@ impl http_body::Body for TrackedBody {
 mod tests {
     use std::sync::atomic::AtomicBool;
 
+    use tokio::io::AsyncReadExt;
+
     use super::*;
+
+    #[tokio::test]
+    async fn the_first_head_is_read_whole_and_replayed_with_what_followed() {
+        let (mut client, server) = tokio::io::duplex(64);
+        let reader = tokio::spawn(async move {
+            let mut server = server;
+            let head = read_first_head(&mut server, 64 * 1024).await;
+            (head, server)
+        });
+        // A head in pieces, a body after it in the last piece.
+        for piece in ["GET / HTTP/1.1\r\n", "host: a\r", "\n\r", "\nbody"] {
+            tokio::io::AsyncWriteExt::write_all(&mut client, piece.as_bytes())
+                .await
+                .unwrap();
+            tokio::task::yield_now().await;
+        }
+        let (head, server) = reader.await.unwrap();
+        assert!(head.starts_with(b"GET / HTTP/1.1\r\nhost: a\r\n\r\n"));
+        tokio::io::AsyncWriteExt::write_all(&mut client, b" more")
+            .await
+            .unwrap();
+        drop(client);
+        let mut replayed = Vec::new();
+        Prefixed::new(head, server)
+            .read_to_end(&mut replayed)
+            .await
+            .unwrap();
+        assert_eq!(replayed, b"GET / HTTP/1.1\r\nhost: a\r\n\r\nbody more");
+    }
+
+    #[test]
+    fn a_head_ends_at_its_empty_line_whatever_the_line_endings() {
+        assert!(head_ends_in(b"a\r\n\r\n"));
+        assert!(head_ends_in(b"a\n\n"));
+        assert!(head_ends_in(b"a\n\r\n"));
+        assert!(head_ends_in(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"));
+        assert!(!head_ends_in(b"GET / HTTP/1.1\r\nhost: a\r\n"));
+        assert!(!head_ends_in(b"\r\r"));
+    }
 
     fn limits(header_ms: u64, idle_ms: u64, send_ms: u64) -> ConnectionLimits {
         ConnectionLimits {
