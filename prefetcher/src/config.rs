@@ -117,6 +117,9 @@ pub struct Config {
     pub kafka: KafkaConfig,
     /// Size limits on client requests.
     pub limits: RequestLimits,
+    /// Timeouts and limits on client connections: what a slow or greedy client can
+    /// hold.
+    pub server: ConnectionLimits,
     /// A TLS listener for clients (HTTP/1.1 and HTTP/2 by ALPN), beside the plain
     /// one; off when absent.
     pub tls: Option<TlsListenConfig>,
@@ -152,6 +155,7 @@ impl Default for Config {
             prefetch: PrefetchConfig::default(),
             kafka: KafkaConfig::default(),
             limits: RequestLimits::default(),
+            server: ConnectionLimits::default(),
             tls: None,
             http2: Http2Config::default(),
         }
@@ -228,6 +232,82 @@ impl Default for Http2Config {
     }
 }
 
+/// Timeouts and limits on the client connections of the proxy listeners (plain and
+/// TLS together): how long a slow client may hold a connection, how many connections
+/// the node and one client address may hold, how fast one address may send requests.
+/// Each limit that acts is counted in `prefetcher_client_limits_total{reason}`.
+///
+/// Timeouts close the connection (an HTTP/2 one with `GOAWAY` when idle); a refused
+/// connection is accepted and closed at once; a refused request gets 429 or 431.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ConnectionLimits {
+    /// Longest a request head may take to arrive: from the accept (TLS handshake
+    /// included) for a connection's first request, from its first byte for a later
+    /// one. Past it the connection is closed (`header_timeout`).
+    pub header_timeout_ms: u64,
+    /// Longest a connection may stay open with no request in flight (HTTP/1.1 between
+    /// keep-alive requests, HTTP/2 with no open stream); then it is closed
+    /// (`idle_timeout`).
+    pub idle_timeout_ms: u64,
+    /// Longest a response may wait on a client that takes none of its bytes (the
+    /// socket's send buffer full, nothing written since); then the connection is
+    /// closed (`send_timeout`).
+    pub send_timeout_ms: u64,
+    /// Longest gap between two reads of a request body the node forwards to the
+    /// origin (a pass-through upload): past it the client gets 408 (or, if the origin
+    /// answered already, a closed connection) and the origin request is aborted
+    /// (`body_timeout`).
+    pub body_timeout_ms: u64,
+    /// Most open client connections, plain and TLS listeners together; more are
+    /// accepted and closed at once (`max_connections`). Lowered at start to what the
+    /// open-file limit (`ulimit -n`) leaves after a reserve for origin connections.
+    pub max_connections: usize,
+    /// Most open connections from one client address (an IPv6 client: its /64); more
+    /// are accepted and closed at once (`address_connections`). 0 turns it off.
+    pub max_connections_per_address: usize,
+    /// Requests per second one client address may sustain (a token bucket refilled at
+    /// this rate): past it 429 with `Retry-After` (`address_rate`). 0 (the default)
+    /// turns it off: many users may share one address (NAT).
+    pub requests_per_second_per_address: f64,
+    /// Requests one client address may send at once before the rate applies (the
+    /// bucket's size).
+    pub request_burst_per_address: u32,
+    /// Most client addresses tracked at once (memory: about 100 bytes each); at least
+    /// `max_connections`, so every open connection's address fits.
+    pub max_tracked_addresses: usize,
+    /// Addresses or networks (`10.0.0.0/8`, `2001:db8::/32`, `127.0.0.1`) free of the
+    /// per-address limits: the edges in front of a shield, a trusted load balancer.
+    pub exempt: Vec<String>,
+    /// The listen backlog of the proxy listeners: connections the kernel completes
+    /// before the node accepts them (Linux caps it at `net.core.somaxconn`). A flood
+    /// of reconnects past it drops SYNs, which clients retry after a second.
+    pub listen_backlog: u32,
+    /// Most header fields in a request: past it 431 (`too_many_headers`; an HTTP/1.1
+    /// head is refused by the parser and counted `head_too_large`). Above 100 every
+    /// HTTP/1.1 request head costs a heap allocation.
+    pub max_headers: usize,
+}
+
+impl Default for ConnectionLimits {
+    fn default() -> Self {
+        ConnectionLimits {
+            header_timeout_ms: 10_000,
+            idle_timeout_ms: 60_000,
+            send_timeout_ms: 30_000,
+            body_timeout_ms: 10_000,
+            max_connections: 16_384,
+            max_connections_per_address: 1_024,
+            requests_per_second_per_address: 0.0,
+            request_burst_per_address: 200,
+            max_tracked_addresses: 65_536,
+            exempt: Vec::new(),
+            listen_backlog: 4096,
+            max_headers: 100,
+        }
+    }
+}
+
 impl Http2Config {
     fn validate(&self) -> Result<()> {
         if !(1..=100_000).contains(&self.max_concurrent_streams) {
@@ -265,6 +345,119 @@ impl Http2Config {
             }
         }
         Ok(())
+    }
+}
+
+impl ConnectionLimits {
+    /// Checks every field; the error names it (`server.<field>`).
+    pub(crate) fn validate(&self) -> Result<()> {
+        for (name, v) in [
+            ("server.header_timeout_ms", self.header_timeout_ms),
+            ("server.idle_timeout_ms", self.idle_timeout_ms),
+            ("server.send_timeout_ms", self.send_timeout_ms),
+            ("server.body_timeout_ms", self.body_timeout_ms),
+        ] {
+            if !(10..=3_600_000).contains(&v) {
+                return Err(invalid(name, "must be in [10, 3600000] ms"));
+            }
+        }
+        if !(1..=10_000_000).contains(&self.max_connections) {
+            return Err(invalid(
+                "server.max_connections",
+                "must be in [1, 10000000]",
+            ));
+        }
+        if self.max_connections_per_address > self.max_connections {
+            return Err(invalid(
+                "server.max_connections_per_address",
+                "must be at most server.max_connections (0 turns it off)",
+            ));
+        }
+        let rate = self.requests_per_second_per_address;
+        if !(rate.is_finite() && (0.0..=1_000_000.0).contains(&rate)) {
+            return Err(invalid(
+                "server.requests_per_second_per_address",
+                "must be in [0, 1000000] (0 turns it off)",
+            ));
+        }
+        if rate > 0.0 && self.request_burst_per_address == 0 {
+            return Err(invalid(
+                "server.request_burst_per_address",
+                "must be positive when a rate is set",
+            ));
+        }
+        if self.max_tracked_addresses < self.max_connections {
+            return Err(invalid(
+                "server.max_tracked_addresses",
+                "must be at least server.max_connections",
+            ));
+        }
+        for (i, network) in self.exempt.iter().enumerate() {
+            IpNetwork::parse(network).map_err(|r| invalid(format!("server.exempt[{i}]"), r))?;
+        }
+        if !(1..=65_535).contains(&self.listen_backlog) {
+            return Err(invalid("server.listen_backlog", "must be in [1, 65535]"));
+        }
+        if !(1..=1000).contains(&self.max_headers) {
+            return Err(invalid("server.max_headers", "must be in [1, 1000]"));
+        }
+        Ok(())
+    }
+}
+
+/// An address or a network in CIDR notation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct IpNetwork {
+    addr: std::net::IpAddr,
+    prefix: u8,
+}
+
+impl IpNetwork {
+    /// `a.b.c.d`, `a.b.c.d/n`, an IPv6 address, or one with `/n`.
+    pub(crate) fn parse(text: &str) -> std::result::Result<IpNetwork, String> {
+        let (addr, prefix) = match text.split_once('/') {
+            Some((addr, prefix)) => (addr, Some(prefix)),
+            None => (text, None),
+        };
+        let addr: std::net::IpAddr = addr
+            .trim()
+            .parse()
+            .map_err(|_| format!("{text:?} is not an IP address or network"))?;
+        let max = if addr.is_ipv4() { 32 } else { 128 };
+        let prefix = match prefix {
+            None => max,
+            Some(p) => p
+                .trim()
+                .parse::<u8>()
+                .ok()
+                .filter(|p| *p <= max)
+                .ok_or_else(|| format!("{text:?}: the prefix must be 0-{max}"))?,
+        };
+        Ok(IpNetwork { addr, prefix })
+    }
+
+    /// Whether `ip` is inside (an IPv4-mapped IPv6 address counts as IPv4).
+    pub(crate) fn contains(&self, ip: std::net::IpAddr) -> bool {
+        use std::net::IpAddr;
+        let ip = match ip {
+            IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(ip, IpAddr::V4),
+            v4 => v4,
+        };
+        match (self.addr, ip) {
+            (IpAddr::V4(net), IpAddr::V4(ip)) => {
+                let mask = u32::MAX
+                    .checked_shl(32 - u32::from(self.prefix))
+                    .unwrap_or(0);
+                u32::from(net) & mask == u32::from(ip) & mask
+            }
+            (IpAddr::V6(net), IpAddr::V6(ip)) => {
+                let mask = u128::MAX
+                    .checked_shl(128 - u32::from(self.prefix))
+                    .unwrap_or(0);
+                u128::from(net) & mask == u128::from(ip) & mask
+            }
+            _ => false,
+        }
     }
 }
 
@@ -630,6 +823,7 @@ impl Config {
         }
         self.validate_kafka()?;
         self.http2.validate()?;
+        self.server.validate()?;
         let o = &self.origin;
         for (name, v) in [
             ("origin.connect_timeout_ms", o.connect_timeout_ms),
@@ -920,6 +1114,70 @@ mod tests {
         assert_eq!(parsed.kafka.prewarm_offset_reset, OffsetReset::Latest);
         assert!(toml::from_str::<Config>("[kafka]\nbrokerz = \"b\"\n").is_err());
         assert!(toml::from_str::<Config>("node = \"a b\"\n").is_err());
+    }
+
+    #[test]
+    fn server_limits_are_checked_and_the_bad_field_named() {
+        let base = Config::single_origin(
+            "127.0.0.1:0".parse().unwrap(),
+            TenantId::new("t").unwrap(),
+            "http://127.0.0.1:1",
+        );
+        base.validate().unwrap();
+        type BreakIt = fn(&mut ConnectionLimits);
+        let cases: [(&str, BreakIt); 10] = [
+            ("server.header_timeout_ms", |s| s.header_timeout_ms = 0),
+            ("server.idle_timeout_ms", |s| s.idle_timeout_ms = 86_400_000),
+            ("server.body_timeout_ms", |s| s.body_timeout_ms = 0),
+            ("server.max_connections", |s| s.max_connections = 0),
+            ("server.max_connections_per_address", |s| {
+                s.max_connections_per_address = s.max_connections + 1
+            }),
+            ("server.requests_per_second_per_address", |s| {
+                s.requests_per_second_per_address = f64::NAN
+            }),
+            ("server.request_burst_per_address", |s| {
+                s.requests_per_second_per_address = 10.0;
+                s.request_burst_per_address = 0;
+            }),
+            ("server.exempt[1]", |s| {
+                s.exempt = vec!["10.0.0.0/8".into(), "10.0.0.0/33".into()]
+            }),
+            ("server.listen_backlog", |s| s.listen_backlog = 0),
+            ("server.max_headers", |s| s.max_headers = 0),
+        ];
+        for (field, break_it) in cases {
+            let mut c = base.clone();
+            break_it(&mut c.server);
+            let e = c.validate().unwrap_err().to_string();
+            assert!(e.contains(&format!("`{field}`")), "{field}: {e}");
+        }
+        let parsed: Config = toml::from_str(
+            "[server]\nheader_timeout_ms = 5000\nexempt = [\"::1\", \"192.0.2.0/24\"]\n",
+        )
+        .unwrap();
+        parsed.server.validate().unwrap();
+        assert_eq!(parsed.server.header_timeout_ms, 5000);
+        assert_eq!(parsed.server.idle_timeout_ms, 60_000, "the rest defaults");
+        assert!(toml::from_str::<Config>("[server]\nheader_timeout = 1\n").is_err());
+    }
+
+    #[test]
+    fn networks_match_their_prefix() {
+        let net = IpNetwork::parse("192.0.2.0/24").unwrap();
+        assert!(net.contains("192.0.2.255".parse().unwrap()));
+        assert!(net.contains("::ffff:192.0.2.1".parse().unwrap()));
+        assert!(!net.contains("192.0.3.0".parse().unwrap()));
+        let one = IpNetwork::parse("2001:db8::1").unwrap();
+        assert!(one.contains("2001:db8::1".parse().unwrap()));
+        assert!(!one.contains("2001:db8::2".parse().unwrap()));
+        assert!(
+            IpNetwork::parse("0.0.0.0/0")
+                .unwrap()
+                .contains("8.8.8.8".parse().unwrap())
+        );
+        assert!(IpNetwork::parse("example.com").is_err());
+        assert!(IpNetwork::parse("::/129").is_err());
     }
 
     #[test]

@@ -24,6 +24,11 @@
 //!   ALPN) and the origin client's (system roots or `origin.ca_file`, server names).
 //! - `limits`: [`FillLimiter`], the user and prefetch classes of origin fills (the
 //!   adaptive prefetch limit, shedding, `Retry-After` under overload).
+//! - `admission`: [`ConnectionLimiter`], the client connections the node and one
+//!   address may hold, and an address's request rate.
+//! - `supervise`: client connections under supervision: header, idle and send
+//!   timeouts by one sweeper per listener, the per-request rate and header-count
+//!   checks, the drain at shutdown.
 //! - `proxy`: [`Node`] and its routers [`app`], [`admin_app`]; by job:
 //!   `proxy::head` ([`check_request_head`]: ambiguous and smuggled request heads
 //!   refused), `proxy::request` (limits, tenant routing, lookup, lead/join), `proxy::response`
@@ -48,12 +53,14 @@
 //! Modules depend on each other without a cycle, and no production module names
 //! `testing` (checked by `tests/tests/module_graph.rs`). `status`, `config`, `events`,
 //! `semantics` and `flight` depend on no other module; `tls` on `config`; `limits`,
-//! `cache`, `metrics`, `origin` and `faults` on those; `publisher` on `config`,
+//! `cache`, `metrics`, `origin` and `faults` on those; `admission` on `config`,
+//! `metrics`, `status`; `supervise` on `admission` and below; `publisher` on `config`,
 //! `events`, `metrics`; `proxy` on everything so far
-//! but `publisher`; `guard` on `proxy`; `server` on `guard` and `proxy`; `prewarm` on `proxy`, `publisher` and below;
+//! but `publisher` and `supervise`; `guard` on `proxy`; `server` on `guard`, `proxy` and `supervise`; `prewarm` on `proxy`, `publisher` and below;
 //! `run` on all but `testing`, which is on top; `agent` on `publisher`, `prewarm`,
 //! `limits`, `proxy` (key normalisation) and below, and nothing on it.
 
+mod admission;
 mod agent;
 mod cache;
 mod config;
@@ -72,18 +79,21 @@ mod run;
 mod semantics;
 mod server;
 mod status;
+mod supervise;
 #[cfg(feature = "testing")]
 pub mod testing;
 mod tls;
 
+pub use admission::ConnectionLimiter;
 pub use agent::{
     AgentConfig, AgentError, AgentHandle, AgentMetrics, AgentTenant, FollowStats, Line, LineMapper,
     LogFollower, LogFormat, MalformedLine, Position, SkipReason, WarmConfig, spawn_agent,
 };
 pub use cache::{Entry, Freshness, L1Cache, Lookup, Storability, classify, origin_age, xfetch_due};
 pub use config::{
-    CacheConfig, Config, ConfigError, FlightConfig, Http2Config, KafkaConfig, OffsetReset,
-    OriginConfig, PrefetchConfig, RequestLimits, TenantConfig, TlsListenConfig, WaitTimeoutPolicy,
+    CacheConfig, Config, ConfigError, ConnectionLimits, FlightConfig, Http2Config, KafkaConfig,
+    OffsetReset, OriginConfig, PrefetchConfig, RequestLimits, TenantConfig, TlsListenConfig,
+    WaitTimeoutPolicy,
 };
 pub use events::{ChannelSink, Dropped, EventSink, NoopSink, OutcomeRecord, OutcomeRef};
 pub use flight::{
@@ -110,4 +120,4 @@ pub use semantics::{
     strip_hop_by_hop, variant_of,
 };
 pub use server::{ServeOptions, serve, serve_node, serve_node_tls, shutdown_signal};
-pub use status::{CacheStatus, H2Abuse, RefusalReason, RejectReason, X_CACHE};
+pub use status::{CacheStatus, ClientLimit, H2Abuse, RefusalReason, RejectReason, X_CACHE};

@@ -9,7 +9,7 @@ use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
 
 use crate::flight::FillError;
-use crate::status::{CacheStatus, H2Abuse, RefusalReason, RejectReason};
+use crate::status::{CacheStatus, ClientLimit, H2Abuse, RefusalReason, RejectReason};
 
 #[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
 struct StatusLabels {
@@ -24,6 +24,48 @@ struct ReasonLabels {
 #[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
 struct RejectLabels {
     reason: RejectReason,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
+struct ClientLimitLabels {
+    reason: ClientLimit,
+}
+
+/// The client-limit counters and the connection gauges, shared with the listeners:
+/// one counter per [`ClientLimit`], created up front so counting never locks.
+#[derive(Clone)]
+pub(crate) struct ClientCounters {
+    limits: Vec<Counter>,
+    /// Open client connections (every proxy listener).
+    pub(crate) open: Gauge,
+    /// Client addresses tracked for the per-address limits.
+    pub(crate) addresses: Gauge,
+}
+
+impl Default for ClientCounters {
+    /// Counters that no registry exports (listeners outside a node).
+    fn default() -> Self {
+        ClientCounters {
+            limits: ClientLimit::ALL
+                .iter()
+                .map(|_| Counter::default())
+                .collect(),
+            open: Gauge::default(),
+            addresses: Gauge::default(),
+        }
+    }
+}
+
+impl ClientCounters {
+    /// Counts one limit that acted.
+    pub(crate) fn count(&self, limit: ClientLimit) {
+        self.limits[limit.index()].inc();
+    }
+
+    /// Times `limit` acted so far.
+    pub(crate) fn get(&self, limit: ClientLimit) -> u64 {
+        self.limits[limit.index()].get()
+    }
 }
 
 /// The node's metrics and their registry.
@@ -78,6 +120,7 @@ pub struct Metrics {
     /// Origin requests (fills, hedges, pass-through) whose TLS failed: an untrusted
     /// or misnamed certificate, a failed handshake.
     pub origin_tls_failures: Counter,
+    clients: ClientCounters,
 }
 
 impl Default for Metrics {
@@ -138,7 +181,36 @@ impl Metrics {
             "Origin fills that failed, by reason (never cached)",
             fill_failures.clone(),
         );
+        let client_limits_family = Family::<ClientLimitLabels, Counter>::default();
+        let clients = ClientCounters {
+            limits: ClientLimit::ALL
+                .iter()
+                .map(|reason| {
+                    client_limits_family
+                        .get_or_create(&ClientLimitLabels { reason: *reason })
+                        .clone()
+                })
+                .collect(),
+            open: Gauge::default(),
+            addresses: Gauge::default(),
+        };
+        registry.register(
+            "client_limits",
+            "Client connections closed or refused and requests refused by a [server] limit, by reason",
+            client_limits_family,
+        );
+        registry.register(
+            "client_connections",
+            "Open client connections on the proxy listeners",
+            clients.open.clone(),
+        );
+        registry.register(
+            "client_addresses",
+            "Client addresses tracked for the per-address limits",
+            clients.addresses.clone(),
+        );
         let m = Metrics {
+            clients,
             requests,
             requests_refused,
             h2_connection_errors,
@@ -311,6 +383,25 @@ impl Metrics {
     /// HTTP/2 connections ended for `abuse` so far.
     pub fn h2_connection_errors(&self, abuse: H2Abuse) -> u64 {
         self.h2_connection_errors[abuse.index()].get()
+    }
+
+    /// Counts one client limit that acted.
+    pub fn client_limit(&self, limit: ClientLimit) {
+        self.clients.count(limit);
+    }
+
+    /// Times the client limit `limit` acted so far.
+    pub fn client_limits(&self, limit: ClientLimit) -> u64 {
+        self.clients.get(limit)
+    }
+
+    /// Open client connections on the proxy listeners.
+    pub fn client_connections(&self) -> i64 {
+        self.clients.open.get()
+    }
+
+    pub(crate) fn client_counters(&self) -> ClientCounters {
+        self.clients.clone()
     }
 
     /// Counts one failed fill.

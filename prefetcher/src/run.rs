@@ -124,10 +124,9 @@ pub async fn spawn_node_with(
     } else {
         (Node::new(config.clone())?, None)
     };
+    let backlog = config.server.listen_backlog;
     let bind = |addr: SocketAddr| async move {
-        TcpListener::bind(addr)
-            .await
-            .map_err(|source| StartError::Bind { addr, source })
+        listen(addr, backlog).map_err(|source| StartError::Bind { addr, source })
     };
     let listener = bind(config.listen).await?;
     let addr = listener.local_addr().map_err(|source| StartError::Bind {
@@ -206,6 +205,21 @@ pub async fn spawn_node_with(
         shutdown_tx,
         tasks,
     })
+}
+
+/// A listener on `addr` with this backlog (tokio's `bind` fixes it at 1024).
+fn listen(addr: SocketAddr, backlog: u32) -> std::io::Result<TcpListener> {
+    let socket = if addr.is_ipv4() {
+        tokio::net::TcpSocket::new_v4()?
+    } else {
+        tokio::net::TcpSocket::new_v6()?
+    };
+    // As `TcpListener::bind` does: a restarted node can bind while old connections
+    // linger in TIME_WAIT.
+    #[cfg(unix)]
+    socket.set_reuseaddr(true)?;
+    socket.bind(addr)?;
+    socket.listen(backlog)
 }
 
 impl NodeHandle {

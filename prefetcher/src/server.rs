@@ -1,10 +1,17 @@
 //! The accept loop: HTTP/1.1 and h2c on one listener (HTTP/1.1 and h2 by ALPN on a
 //! TLS listener), graceful shutdown.
 //!
-//! Every proxy connection runs behind its guards (`crate::guard`): HTTP/1 heads are
-//! checked on the raw bytes, an HTTP/2 client that never opens its window is cut off
-//! after `http2.send_stall_timeout_ms`, and HTTP/2 connection errors are counted by
-//! reason. The `[http2]` bounds apply to every listener.
+//! Each accepted connection is first admitted (`admission`: the node-wide and
+//! per-address connection limits; a refused one is closed at once), then served under
+//! supervision (`supervise`: header, idle and send timeouts; per-request rate and
+//! header-count checks). The proxy listeners take their limits from the node's
+//! `[server]` configuration; [`serve`] (the admin listener, test origins) only the
+//! default timeouts.
+//!
+//! Every proxy connection also runs behind its guards (`crate::guard`): HTTP/1 heads
+//! are checked on the raw bytes, an HTTP/2 client that never opens its window is cut
+//! off after `http2.send_stall_timeout_ms`, and HTTP/2 connection errors are counted
+//! by reason. The `[http2]` bounds apply to every listener.
 //!
 //! The proxy listener ([`serve_node`]) hands each request straight to
 //! [`Node::handle`]: the proxy has no routes, so an axum `Router` in front of it
@@ -22,16 +29,22 @@ use axum::body::Body;
 use hyper::body::Incoming;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
-use hyper_util::server::graceful::GracefulShutdown;
 use hyper_util::service::TowerToHyperService;
+use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::TcpListener;
 use tokio_rustls::TlsAcceptor;
 
+use crate::admission::{Activity, ConnectionLimiter};
 use crate::config::Http2Config;
 use crate::guard::{ConnGuard, HeadGuard, WatchedBody, h2_abuse, send_stalled};
 use crate::origin::ClientAddr;
 use crate::proxy::Node;
 use crate::status::H2Abuse;
+use crate::metrics::ClientCounters;
+use crate::supervise::{
+    CountingIo, Gate, Prefixed, Supervised, Supervisor, TrackedBody, count_connection_error,
+    read_first_head,
+};
 
 /// Options of [`serve`].
 #[derive(Debug, Clone)]
@@ -54,7 +67,8 @@ impl Default for ServeOptions {
 }
 
 /// Serves `router` on `listener` until `shutdown` resolves, then lets open
-/// connections finish for up to `options.grace`.
+/// connections finish for up to `options.grace`. Connections get the default
+/// header, idle and send timeouts and no connection or rate limits.
 pub async fn serve(
     listener: TcpListener,
     router: Router,
@@ -62,9 +76,20 @@ pub async fn serve(
     options: ServeOptions,
 ) {
     let service = TowerToHyperService::new(router);
-    let http2 = Http2Config::default();
-    let service_for = move |_, _| service.clone();
-    serve_with(listener, service_for, None, None, shutdown, options, &http2).await;
+    let listening = Listening {
+        tls: None,
+        guarded: None,
+        limiter: ConnectionLimiter::unlimited(),
+        http2: Http2Config::default(),
+    };
+    serve_with(
+        listener,
+        move |_, _| service.clone(),
+        listening,
+        shutdown,
+        options,
+    )
+    .await;
 }
 
 /// Serves `node`'s proxy on `listener` (the same requests and answers as
@@ -75,25 +100,16 @@ pub async fn serve_node(
     shutdown: impl Future<Output = ()>,
     options: ServeOptions,
 ) {
-    let http2 = node.config().http2.clone();
-    let guarded = node.clone();
+    let listening = Listening::proxy(&node, None);
     let service = move |client, guard| ProxyService(node.clone(), client, guard);
-    serve_with(
-        listener,
-        service,
-        None,
-        Some(guarded),
-        shutdown,
-        options,
-        &http2,
-    )
-    .await;
+    serve_with(listener, service, listening, shutdown, options).await;
 }
 
 /// Serves `node`'s proxy over TLS on `listener`, like [`serve_node`]: HTTP/2 or
 /// HTTP/1.1 as the client's ALPN chooses (`tls` should offer both). Each handshake
-/// runs in the connection's own task under a timeout, so a slow or silent client
-/// never holds up the accept loop.
+/// runs in the connection's own task within the header timeout, so a slow or silent
+/// client never holds up the accept loop. The plain and TLS listeners of one node
+/// share its connection limits.
 pub async fn serve_node_tls(
     listener: TcpListener,
     node: Node,
@@ -101,24 +117,31 @@ pub async fn serve_node_tls(
     shutdown: impl Future<Output = ()>,
     options: ServeOptions,
 ) {
-    let acceptor = TlsAcceptor::from(tls);
-    let http2 = node.config().http2.clone();
-    let guarded = node.clone();
+    let listening = Listening::proxy(&node, Some(TlsAcceptor::from(tls)));
     let service = move |client, guard| ProxyService(node.clone(), client, guard);
-    serve_with(
-        listener,
-        service,
-        Some(acceptor),
-        Some(guarded),
-        shutdown,
-        options,
-        &http2,
-    )
-    .await;
+    serve_with(listener, service, listening, shutdown, options).await;
 }
 
-/// Longest a client may take over its TLS handshake.
-const TLS_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+/// What a listener serves its connections with.
+struct Listening {
+    tls: Option<TlsAcceptor>,
+    /// The node whose connections run behind the guards and whose metrics count what
+    /// they find (the proxy listeners); `None` for a plain router.
+    guarded: Option<Node>,
+    limiter: ConnectionLimiter,
+    http2: Http2Config,
+}
+
+impl Listening {
+    fn proxy(node: &Node, tls: Option<TlsAcceptor>) -> Listening {
+        Listening {
+            tls,
+            guarded: Some(node.clone()),
+            limiter: node.connections().clone(),
+            http2: node.config().http2.clone(),
+        }
+    }
+}
 
 /// A node as a hyper service for one connection: one boxed future per request,
 /// nothing else; the client's address and whether it came over TLS ride along
@@ -166,37 +189,54 @@ fn configure_http2(builder: &mut auto::Builder<TokioExecutor>, http2: &Http2Conf
     }
 }
 
-/// Serves `listener`; `guarded`: the node whose connections run behind the guards
-/// and whose metrics count what they find (the proxy listeners), `None` for a plain
-/// router.
+/// The hyper settings of the `[server]` limits.
+fn configure_limits(builder: &mut auto::Builder<TokioExecutor>, limiter: &ConnectionLimiter) {
+    let limits = limiter.limits();
+    // hyper's own header timeout is off: it needs a timer reset per request, and it
+    // runs from the moment a keep-alive connection goes idle, so it would also be the
+    // idle timeout. The supervisor's runs from the head's first byte.
+    let http1 = &mut builder.http1();
+    http1.header_read_timeout(None);
+    // 100 is hyper's default; setting it anyway would build the parser's header
+    // array element by element on every request.
+    if limits.max_headers != 100 {
+        http1.max_headers(limits.max_headers);
+    }
+}
+
 async fn serve_with<S>(
     listener: TcpListener,
     service_for: impl Fn(ClientAddr, Option<Arc<ConnGuard>>) -> S,
-    tls: Option<TlsAcceptor>,
-    guarded: Option<Node>,
+    listening: Listening,
     shutdown: impl Future<Output = ()>,
     options: ServeOptions,
-    http2: &Http2Config,
 ) where
     S: hyper::service::Service<
             http::Request<Incoming>,
             Response = http::Response<Body>,
             Error = Infallible,
-        > + Clone
-        + Send
+        > + Send
         + 'static,
     S::Future: Send + 'static,
 {
+    let Listening {
+        tls,
+        guarded,
+        limiter,
+        http2,
+    } = listening;
     let mut builder = auto::Builder::new(TokioExecutor::new());
-    configure_http2(&mut builder, http2);
+    configure_http2(&mut builder, &http2);
     // hyper's floor for the HTTP/1 read buffer is 8 KiB.
     // writev: the head and a cached body's `Bytes` go out in one vectored write.
     // Never `pipeline_flush`: it switches hyper to copying every body into its write
     // buffer (measured: a 100 KiB memcpy per 100 KiB hit).
-    let max_buf = options.max_head_bytes.max(8192);
-    builder.http1().max_buf_size(max_buf).writev(true);
+    let max_head = options.max_head_bytes.max(8192);
+    builder.http1().max_buf_size(max_head).writev(true);
+    configure_limits(&mut builder, &limiter);
+    let supervisor = Supervisor::start(limiter.limits(), limiter.counters());
+    let max_headers = limiter.limits().max_headers;
     let send_stall = Duration::from_millis(http2.send_stall_timeout_ms);
-    let graceful = GracefulShutdown::new();
     tokio::pin!(shutdown);
     loop {
         tokio::select! {
@@ -205,43 +245,51 @@ async fn serve_with<S>(
                     Ok(accepted) => accepted,
                     Err(e) => {
                         // Out of file descriptors and the like: back off, keep serving.
+                        limiter.count(crate::status::ClientLimit::AcceptError);
                         tracing::warn!(error = %e, "accept failed");
                         tokio::time::sleep(Duration::from_millis(20)).await;
                         continue;
                     }
                 };
+                // Refused (and counted): closed at once, before any read.
+                let activity = Arc::new(Activity::default());
+                let Ok(slot) = limiter.admit(peer.ip(), &activity) else {
+                    drop(stream);
+                    continue;
+                };
                 let _ = stream.set_nodelay(true);
+                let supervised = supervisor.register(activity);
+                let stream = CountingIo::new(stream, Arc::clone(supervised.activity()));
+                let guard = guarded
+                    .as_ref()
+                    .map(|node| (node.clone(), Arc::new(ConnGuard::default())));
                 let client = ClientAddr { addr: peer, tls: tls.is_some() };
-                let guard = guarded.as_ref().map(|node| (node.clone(), Arc::new(ConnGuard::default())));
-                let service = service_for(client, guard.as_ref().map(|(_, g)| Arc::clone(g)));
+                let service = Gate::new(
+                    service_for(client, guard.as_ref().map(|(_, g)| Arc::clone(g))),
+                    slot,
+                    Arc::clone(supervised.activity()),
+                    max_headers,
+                );
                 let connection = Connection {
                     builder: builder.clone(),
-                    watcher: graceful.watcher(),
+                    supervised,
+                    counters: limiter.counters(),
                     guard,
-                    max_buf,
+                    max_head,
                     send_stall,
                 };
                 match &tls {
                     Some(acceptor) => {
                         let acceptor = acceptor.clone();
                         tokio::spawn(async move {
-                            let stream = match tokio::time::timeout(
-                                TLS_HANDSHAKE_TIMEOUT,
-                                acceptor.accept(stream),
-                            )
-                            .await
-                            {
-                                Ok(Ok(stream)) => stream,
-                                Ok(Err(e)) => {
-                                    tracing::debug!(error = %e, "TLS handshake failed");
-                                    return;
-                                }
-                                Err(_) => {
-                                    tracing::debug!("TLS handshake timed out");
-                                    return;
-                                }
-                            };
-                            connection.serve(stream, service).await;
+                            // The handshake counts against the first request's header
+                            // timeout.
+                            let accepted = connection.supervised.run(acceptor.accept(stream)).await;
+                            match accepted {
+                                Some(Ok(stream)) => connection.serve(stream, service).await,
+                                Some(Err(e)) => tracing::debug!(error = %e, "TLS handshake failed"),
+                                None => {}
+                            }
                         });
                     }
                     None => {
@@ -253,57 +301,74 @@ async fn serve_with<S>(
         }
     }
     drop(listener);
+    supervisor.shutdown();
     tokio::select! {
-        () = graceful.shutdown() => {}
+        () = supervisor.drained() => {}
         () = tokio::time::sleep(options.grace) => {
             tracing::warn!("grace period over; closing remaining connections");
+            supervisor.abort_all();
         }
     }
 }
 
-/// One accepted connection, ready to be served.
+/// One admitted connection, ready to be served.
 struct Connection {
     builder: auto::Builder<TokioExecutor>,
-    watcher: hyper_util::server::graceful::Watcher,
+    supervised: Supervised,
+    counters: ClientCounters,
     /// The node and the connection's guard, on a proxy listener.
     guard: Option<(Node, Arc<ConnGuard>)>,
-    max_buf: usize,
+    max_head: usize,
     send_stall: Duration,
 }
 
 impl Connection {
-    async fn serve<IO, S>(self, io: IO, service: S)
+    async fn serve<IO, S>(self, mut io: IO, service: S)
     where
-        IO: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+        IO: AsyncRead + AsyncWrite + Unpin + Send + 'static,
         S: hyper::service::Service<
                 http::Request<Incoming>,
-                Response = http::Response<Body>,
+                Response = http::Response<TrackedBody>,
                 Error = Infallible,
-            > + Clone
-            + Send
+            > + Send
             + 'static,
         S::Future: Send + 'static,
     {
+        // hyper and its buffers only for a connection whose head is in.
+        let Some(head) = self
+            .supervised
+            .run(read_first_head(&mut io, self.max_head))
+            .await
+        else {
+            return;
+        };
+        let io = Prefixed::new(head, io);
         let Some((node, guard)) = self.guard else {
-            let connection = self
-                .builder
-                .serve_connection(TokioIo::new(io), service)
-                .into_owned();
-            if let Err(e) = self.watcher.watch(connection).await {
+            // Boxed: the task's future stays small (tokio copies it whole when it
+            // spawns and when it ends), and hyper's state exists only from here.
+            let connection = Box::pin(self.builder.serve_connection(TokioIo::new(io), service));
+            let ended = self
+                .supervised
+                .run_graceful(connection, |c| c.get_mut().as_mut().graceful_shutdown())
+                .await;
+            if let Some(Err(e)) = ended {
+                count_connection_error(&*e, &self.counters);
                 tracing::trace!(error = %e, "connection ended with an error");
             }
             return;
         };
-        let io = HeadGuard::new(io, Arc::clone(&guard), self.max_buf);
-        let connection = self
-            .builder
-            .serve_connection(TokioIo::new(io), service)
-            .into_owned();
-        let connection = self.watcher.watch(connection);
+        let io = HeadGuard::new(io, Arc::clone(&guard), self.max_head);
+        let connection = Box::pin(self.builder.serve_connection(TokioIo::new(io), service));
+        let ended = self
+            .supervised
+            .run_graceful(connection, |c| c.get_mut().as_mut().graceful_shutdown());
         let metrics = node.metrics();
         tokio::select! {
-            result = connection => {
-                let error = result.err();
+            ended = ended => {
+                let error = match ended {
+                    Some(Err(e)) => Some(e),
+                    _ => None,
+                };
                 let abuse = guard
                     .goaway_sent()
                     .or_else(|| error.as_ref().and_then(|e| h2_abuse(&**e)));
@@ -311,6 +376,7 @@ impl Connection {
                     metrics.h2_connection_error(abuse);
                     tracing::debug!(reason = abuse.as_str(), "HTTP/2 connection ended for abuse");
                 } else if let Some(e) = error {
+                    count_connection_error(&*e, &self.counters);
                     tracing::trace!(error = %e, "connection ended with an error");
                 }
             }

@@ -343,6 +343,85 @@ impl H2Abuse {
     }
 }
 
+/// Which client limit acted: the `reason` label of `prefetcher_client_limits_total`
+/// (the `[server]` section of the configuration).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ClientLimit {
+    /// A request head did not arrive within `header_timeout_ms`: connection closed.
+    HeaderTimeout,
+    /// No request in flight for `idle_timeout_ms`: connection closed.
+    IdleTimeout,
+    /// The client took no response bytes for `send_timeout_ms`: connection closed.
+    SendTimeout,
+    /// A forwarded request body stalled for `body_timeout_ms`: 408, origin aborted.
+    BodyTimeout,
+    /// `max_connections` open: a new connection was closed at once.
+    MaxConnections,
+    /// `max_connections_per_address` open from its address: closed at once.
+    AddressConnections,
+    /// At one of those two limits, an unproven connection (no complete request head
+    /// after a while) was dropped to admit a new one.
+    Evicted,
+    /// Its address past `requests_per_second_per_address`: 429.
+    AddressRate,
+    /// More than `max_headers` header fields: 431.
+    TooManyHeaders,
+    /// An HTTP/1.1 head the parser refused as too large (more than `max_headers`
+    /// fields, or past the head buffer): 431 and closed.
+    HeadTooLarge,
+    /// `accept` failed (out of file descriptors and the like): the listener backs off.
+    AcceptError,
+}
+
+impl ClientLimit {
+    /// Every reason, in declaration order (metrics pre-create one series each).
+    pub const ALL: [ClientLimit; 11] = [
+        ClientLimit::HeaderTimeout,
+        ClientLimit::IdleTimeout,
+        ClientLimit::SendTimeout,
+        ClientLimit::BodyTimeout,
+        ClientLimit::MaxConnections,
+        ClientLimit::AddressConnections,
+        ClientLimit::Evicted,
+        ClientLimit::AddressRate,
+        ClientLimit::TooManyHeaders,
+        ClientLimit::HeadTooLarge,
+        ClientLimit::AcceptError,
+    ];
+
+    /// The metric label.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ClientLimit::HeaderTimeout => "header_timeout",
+            ClientLimit::IdleTimeout => "idle_timeout",
+            ClientLimit::SendTimeout => "send_timeout",
+            ClientLimit::BodyTimeout => "body_timeout",
+            ClientLimit::MaxConnections => "max_connections",
+            ClientLimit::AddressConnections => "address_connections",
+            ClientLimit::Evicted => "evicted",
+            ClientLimit::AddressRate => "address_rate",
+            ClientLimit::TooManyHeaders => "too_many_headers",
+            ClientLimit::HeadTooLarge => "head_too_large",
+            ClientLimit::AcceptError => "accept_error",
+        }
+    }
+
+    /// The reason with this label.
+    pub fn parse(label: &str) -> Option<ClientLimit> {
+        ClientLimit::ALL.into_iter().find(|r| r.as_str() == label)
+    }
+
+    pub(crate) fn index(self) -> usize {
+        self as usize
+    }
+}
+
+impl EncodeLabelValue for ClientLimit {
+    fn encode(&self, encoder: &mut LabelValueEncoder) -> Result<(), std::fmt::Error> {
+        std::fmt::Write::write_str(encoder, self.as_str())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -399,5 +478,14 @@ mod tests {
         ] {
             assert_eq!(RejectReason::from(&error).as_str(), error.reason());
         }
+    }
+
+    #[test]
+    fn client_limits_round_trip_and_index_matches_order() {
+        for (i, limit) in ClientLimit::ALL.into_iter().enumerate() {
+            assert_eq!(ClientLimit::parse(limit.as_str()), Some(limit));
+            assert_eq!(limit.index(), i);
+        }
+        assert_eq!(ClientLimit::parse("HeaderTimeout"), None);
     }
 }

@@ -10,6 +10,7 @@
 //! - `fill`: the fill task: origin fetch, streaming to subscribers, cache write.
 //! - `range`: `Range` requests (RFC 9110 §14): 206 and `multipart/byteranges` cut
 //!   from the cache or a fill's streamed body, 416, `If-Range`.
+//! - `upload`: a forwarded request body under the body timeout.
 //! - `prewarm`: the pre-warm entry into the same single-flight path (the Kafka
 //!   consumer that calls it is `crate::prewarm`).
 
@@ -19,6 +20,7 @@ mod prewarm;
 mod range;
 mod request;
 mod response;
+mod upload;
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -31,6 +33,7 @@ use axum::routing::get;
 use http::{HeaderValue, header};
 use models::TenantId;
 
+use crate::admission::ConnectionLimiter;
 use crate::cache::L1Cache;
 use crate::config::{Config, ConfigError};
 use crate::events::{EventSink, NoopSink, OutcomeRecord};
@@ -58,6 +61,8 @@ struct NodeInner {
     registry: FlightRegistry,
     origin: OriginClient,
     metrics: Metrics,
+    /// Admission of client connections, shared by the node's proxy listeners.
+    connections: ConnectionLimiter,
     sink: Arc<dyn EventSink>,
     /// Keys too large to fill for a range request (`range`).
     too_large: range::TooLarge,
@@ -132,8 +137,10 @@ impl Node {
         let metrics = Metrics::new();
         let origin = OriginClient::from_config(&config)?
             .count_tls_failures_in(metrics.origin_tls_failures.clone());
+        let connections = ConnectionLimiter::new(&config.server, metrics.client_counters());
         Ok(Node {
             inner: Arc::new(NodeInner {
+                connections,
                 cache: L1Cache::with_waste_counter(
                     &config.cache,
                     metrics.prefetches_wasted.clone(),
@@ -168,6 +175,12 @@ impl Node {
     /// The node's metrics.
     pub fn metrics(&self) -> &Metrics {
         &self.inner.metrics
+    }
+
+    /// Admission of the client connections of the node's proxy listeners (plain and
+    /// TLS together).
+    pub fn connections(&self) -> &ConnectionLimiter {
+        &self.inner.connections
     }
 
     /// The single-flight registry (for diagnostics and tests).

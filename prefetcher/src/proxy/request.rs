@@ -2,6 +2,7 @@
 //! lookup, then leading, joining or bypassing the key's fill.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use axum::body::Body;
 use axum::extract::Request;
@@ -16,6 +17,7 @@ use super::response::{
     content_length, entry_response, error_response, fill_error_response, flight_response,
     not_modified_response, origin_head, with_head,
 };
+use super::upload::{TimedBody, TimedOut};
 use super::{Node, millis};
 use crate::cache::{Entry, Lookup};
 use crate::config::{RequestLimits, WaitTimeoutPolicy};
@@ -675,7 +677,21 @@ impl Node {
         // A streamed (chunked) body past the limit is cut off: the upload fails.
         let max_body =
             usize::try_from(self.inner.config.limits.max_body_bytes).unwrap_or(usize::MAX);
-        let request = request.map(|body| Body::new(http_body_util::Limited::new(body, max_body)));
+        // A stalled upload fails too, and is answered 408.
+        let timed_out = TimedOut::default();
+        let request = if http_body::Body::is_end_stream(request.body()) {
+            request.map(|body| Body::new(http_body_util::Limited::new(body, max_body)))
+        } else {
+            let timeout = Duration::from_millis(self.inner.config.server.body_timeout_ms);
+            request.map(|body| {
+                Body::new(TimedBody::new(
+                    http_body_util::Limited::new(body, max_body),
+                    timeout,
+                    timed_out.clone(),
+                    self.clone(),
+                ))
+            })
+        };
         match self
             .inner
             .origin
@@ -697,6 +713,11 @@ impl Node {
                 );
                 Response::from_parts(parts, Body::new(body))
             }
+            Err(_) if timed_out.get() => error_response(
+                StatusCode::REQUEST_TIMEOUT,
+                Some(CacheStatus::Bypass),
+                "request body not received in time",
+            ),
             Err(e) => error_response(e.status(), Some(CacheStatus::Bypass), &e.to_string()),
         }
     }
