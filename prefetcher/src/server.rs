@@ -37,10 +37,10 @@ use tokio_rustls::TlsAcceptor;
 use crate::admission::{Activity, ConnectionLimiter};
 use crate::config::Http2Config;
 use crate::guard::{ConnGuard, HeadGuard, WatchedBody, h2_abuse, send_stalled};
+use crate::metrics::ClientCounters;
 use crate::origin::ClientAddr;
 use crate::proxy::Node;
 use crate::status::H2Abuse;
-use crate::metrics::ClientCounters;
 use crate::supervise::{
     CountingIo, Gate, Prefixed, Supervised, Supervisor, TrackedBody, count_connection_error,
     read_first_head,
@@ -334,7 +334,10 @@ impl Connection {
             + 'static,
         S::Future: Send + 'static,
     {
-        // hyper and its buffers only for a connection whose head is in.
+        // A small task reads the first request head; hyper, its buffers and its
+        // (large, inline) state only for a connection whose head is in, in a task of
+        // its own: tokio copies a task's whole future when it spawns and ends it, and
+        // slow-header connections come and go.
         let Some(head) = self
             .supervised
             .run(read_first_head(&mut io, self.max_head))
@@ -342,14 +345,26 @@ impl Connection {
         else {
             return;
         };
-        let io = Prefixed::new(head, io);
+        tokio::spawn(self.serve_from(Prefixed::new(head, io), service));
+    }
+
+    /// Serves the connection once its first head is in.
+    async fn serve_from<IO, S>(self, io: Prefixed<IO>, service: S)
+    where
+        IO: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+        S: hyper::service::Service<
+                http::Request<Incoming>,
+                Response = http::Response<TrackedBody>,
+                Error = Infallible,
+            > + Send
+            + 'static,
+        S::Future: Send + 'static,
+    {
         let Some((node, guard)) = self.guard else {
-            // Boxed: the task's future stays small (tokio copies it whole when it
-            // spawns and when it ends), and hyper's state exists only from here.
-            let connection = Box::pin(self.builder.serve_connection(TokioIo::new(io), service));
+            let connection = self.builder.serve_connection(TokioIo::new(io), service);
             let ended = self
                 .supervised
-                .run_graceful(connection, |c| c.get_mut().as_mut().graceful_shutdown())
+                .run_graceful(connection, |c| c.graceful_shutdown())
                 .await;
             if let Some(Err(e)) = ended {
                 count_connection_error(&*e, &self.counters);
@@ -358,10 +373,10 @@ impl Connection {
             return;
         };
         let io = HeadGuard::new(io, Arc::clone(&guard), self.max_head);
-        let connection = Box::pin(self.builder.serve_connection(TokioIo::new(io), service));
+        let connection = self.builder.serve_connection(TokioIo::new(io), service);
         let ended = self
             .supervised
-            .run_graceful(connection, |c| c.get_mut().as_mut().graceful_shutdown());
+            .run_graceful(connection, |c| c.graceful_shutdown());
         let metrics = node.metrics();
         tokio::select! {
             ended = ended => {
