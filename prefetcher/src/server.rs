@@ -217,42 +217,43 @@ async fn serve_with<S>(
                         else {
                             return;
                         };
-                        let connection = Box::pin(
-                            builder
-                                .serve_connection(TokioIo::new(Prefixed::new(head, stream)), service)
-                                .into_owned(),
-                        );
+                        // See the plain path below.
+                        tokio::spawn(async move {
+                            let connection = builder
+                                .serve_connection(TokioIo::new(Prefixed::new(head, stream)), service);
+                            let ended = supervised
+                                .run_graceful(connection, |c| c.graceful_shutdown())
+                                .await;
+                            if let Some(Err(e)) = ended {
+                                count_connection_error(&*e, &counters);
+                                tracing::trace!(error = %e, "connection ended with an error");
+                            }
+                        });
+                    });
+                    continue;
+                }
+                let builder = builder.clone();
+                tokio::spawn(async move {
+                    // A small task reads the first request head; hyper, its buffers and
+                    // its (large, inline) state only for a connection whose head is in,
+                    // in a task of its own: tokio copies a task's whole future when it
+                    // spawns and ends it, and slow-header connections come and go.
+                    let mut stream = stream;
+                    let Some(head) = supervised.run(read_first_head(&mut stream, max_head)).await
+                    else {
+                        return;
+                    };
+                    tokio::spawn(async move {
+                        let connection = builder
+                            .serve_connection(TokioIo::new(Prefixed::new(head, stream)), service);
                         let ended = supervised
-                            .run_graceful(connection, |c| c.get_mut().as_mut().graceful_shutdown())
+                            .run_graceful(connection, |c| c.graceful_shutdown())
                             .await;
                         if let Some(Err(e)) = ended {
                             count_connection_error(&*e, &counters);
                             tracing::trace!(error = %e, "connection ended with an error");
                         }
                     });
-                    continue;
-                }
-                let builder = builder.clone();
-                tokio::spawn(async move {
-                    // hyper and its buffers only for a connection whose head is in.
-                    let mut stream = stream;
-                    let Some(head) = supervised.run(read_first_head(&mut stream, max_head)).await
-                    else {
-                        return;
-                    };
-                    // Boxed: the task's future stays small (tokio copies it whole when it
-                    // spawns and when it ends), and hyper's state exists only from here.
-                    let connection = Box::pin(
-                        builder
-                            .serve_connection(TokioIo::new(Prefixed::new(head, stream)), service),
-                    );
-                    let ended = supervised
-                        .run_graceful(connection, |c| c.get_mut().as_mut().graceful_shutdown())
-                        .await;
-                    if let Some(Err(e)) = ended {
-                        count_connection_error(&*e, &counters);
-                        tracing::trace!(error = %e, "connection ended with an error");
-                    }
                 });
             }
             () = &mut shutdown => break,
