@@ -5,7 +5,8 @@
 //! from `--per-address` connections per source address, counting up from `--from`
 //! (127.0.0.2, 127.0.0.3, ... on Linux loopback). After `--hold` seconds, ordinary
 //! requests go out from `--ordinary-from` at `--rps` for `--secs` seconds, each on a
-//! new connection (a new visitor), open-loop.
+//! new connection (a new visitor), open-loop. With `--slow 0` it is only the ordinary
+//! client; with `--secs 0` only the attacker (the bench runs the two as two processes).
 //!
 //! Prints progress to stderr and one line to stdout:
 //! `held_at_hold=… held_at_end=… longest_s=… connects=… closed_by_server=…
