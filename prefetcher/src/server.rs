@@ -311,6 +311,29 @@ async fn serve_with<S>(
     }
 }
 
+/// A connection's service behind its [`Gate`], as hyper serves it.
+trait GatedService:
+    hyper::service::Service<
+        http::Request<Incoming>,
+        Response = http::Response<TrackedBody>,
+        Error = Infallible,
+        Future: Send + 'static,
+    > + Send
+    + 'static
+{
+}
+
+impl<S> GatedService for S where
+    S: hyper::service::Service<
+            http::Request<Incoming>,
+            Response = http::Response<TrackedBody>,
+            Error = Infallible,
+            Future: Send + 'static,
+        > + Send
+        + 'static
+{
+}
+
 /// One admitted connection, ready to be served.
 struct Connection {
     builder: auto::Builder<TokioExecutor>,
@@ -326,13 +349,7 @@ impl Connection {
     async fn serve<IO, S>(self, mut io: IO, service: S)
     where
         IO: AsyncRead + AsyncWrite + Unpin + Send + 'static,
-        S: hyper::service::Service<
-                http::Request<Incoming>,
-                Response = http::Response<TrackedBody>,
-                Error = Infallible,
-            > + Send
-            + 'static,
-        S::Future: Send + 'static,
+        S: GatedService,
     {
         // A small task reads the first request head; hyper, its buffers and its
         // (large, inline) state only for a connection whose head is in, in a task of
@@ -352,13 +369,7 @@ impl Connection {
     async fn serve_from<IO, S>(self, io: Prefixed<IO>, service: S)
     where
         IO: AsyncRead + AsyncWrite + Unpin + Send + 'static,
-        S: hyper::service::Service<
-                http::Request<Incoming>,
-                Response = http::Response<TrackedBody>,
-                Error = Infallible,
-            > + Send
-            + 'static,
-        S::Future: Send + 'static,
+        S: GatedService,
     {
         let Some((node, guard)) = self.guard else {
             let connection = self.builder.serve_connection(TokioIo::new(io), service);
