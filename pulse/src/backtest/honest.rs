@@ -195,28 +195,25 @@ pub fn score_commands(
             .get(&(c.tenant.clone(), c.key.clone()))
             .unwrap_or(&empty);
         let targets = named(c, &fleet);
-        let warmed: Vec<(RegionId, u64)> = targets
-            .iter()
-            .filter_map(|region| {
-                let first = first_from(demand.get(region)?, c.issued_at_ms)?;
-                let lead = first - c.issued_at_ms;
-                (lead >= options.min_lead_ms && first < c.expires_at_ms).then(|| {
-                    (
-                        region.parse().expect("a region of a command or event"),
-                        lead,
-                    )
-                })
-            })
-            .collect();
-        let joined = targets
-            .iter()
-            .filter(|region| {
-                demand
-                    .get(**region)
-                    .and_then(|times| first_from(times, c.issued_at_ms))
-                    .is_some_and(|first| first - c.issued_at_ms < options.min_lead_ms)
-            })
-            .count();
+        // Each named region by the lead of its first request after the command: too
+        // short joined the command's fill, within the expiry warmed, else wasted.
+        let mut warmed: Vec<(RegionId, u64)> = Vec::new();
+        let mut joined = 0;
+        for region in &targets {
+            let Some(first) = demand
+                .get(region)
+                .and_then(|times| first_from(times, c.issued_at_ms))
+            else {
+                continue;
+            };
+            let lead = first - c.issued_at_ms;
+            if lead < options.min_lead_ms {
+                joined += 1;
+            } else if first < c.expires_at_ms {
+                let region = region.parse().expect("a region of a command or event");
+                warmed.push((region, lead));
+            }
+        }
         let for_cron = bursts.iter().any(|b| {
             b.kind == BurstKind::Cron
                 && b.tenant == c.tenant
