@@ -1,5 +1,7 @@
-//! Checkpoints: the heat map written to a file periodically and at shutdown, and
-//! read back at start, so a restart keeps the heat map.
+//! Checkpoints: every owned partition's heat map, with the offset it holds every
+//! event below, written to a file periodically and at shutdown. At start the file is
+//! read, and each snapshot waits for its partition to be assigned: the partition then
+//! starts from the snapshot and replays from its offset up to the committed one.
 //!
 //! A checkpoint is written atomically: to a temporary file in the same directory,
 //! flushed to disk, then renamed over the old one, so a crash leaves either the old
@@ -13,12 +15,13 @@ use std::path::Path;
 use serde::{Deserialize, Serialize};
 
 use crate::heat::HeatMap;
+use crate::partition::Partitions;
 
-/// The checkpoint format this build writes and reads. Version 4: small tenants share
-/// one sketch, buckets and trackers are made on first use, evicted tenants keep a
-/// summary. An older checkpoint is refused with a [`CheckpointError::Format`] naming
+/// The checkpoint format this build writes and reads. Version 5: one heat map per
+/// owned partition with its next offset (version 4: one heat map per process, no
+/// offsets). An older checkpoint is refused with a [`CheckpointError::Format`] naming
 /// both versions, and `start` then begins empty with a warning.
-pub const CHECKPOINT_VERSION: u32 = 4;
+pub const CHECKPOINT_VERSION: u32 = 5;
 
 /// Why a checkpoint could not be written or read.
 #[derive(Debug, thiserror::Error)]
@@ -44,13 +47,45 @@ pub enum CheckpointError {
 #[derive(Serialize)]
 struct CheckpointRef<'a> {
     version: u32,
+    topic: &'a str,
+    partition_count: i32,
+    partitions: Vec<PartitionRef<'a>>,
+}
+
+#[derive(Serialize)]
+struct PartitionRef<'a> {
+    partition: i32,
+    next_offset: i64,
     heat: &'a HeatMap,
 }
 
 #[derive(Deserialize)]
 struct CheckpointOwned {
     version: u32,
-    heat: HeatMap,
+    topic: String,
+    partition_count: i32,
+    partitions: Vec<PartitionSnapshot>,
+}
+
+/// A checkpoint as read back.
+pub struct Checkpoint {
+    /// The events topic it was taken from.
+    pub topic: String,
+    /// That topic's partition count then.
+    pub partition_count: i32,
+    /// The partitions owned then.
+    pub partitions: Vec<PartitionSnapshot>,
+}
+
+/// One partition in a checkpoint.
+#[derive(Deserialize)]
+pub struct PartitionSnapshot {
+    /// The partition.
+    pub partition: i32,
+    /// The heat map holds every event below this offset.
+    pub next_offset: i64,
+    /// Its heat map.
+    pub heat: HeatMap,
 }
 
 /// Read first, so an older version is named as such rather than as a shape error.
@@ -66,8 +101,9 @@ fn io(path: &Path) -> impl FnOnce(std::io::Error) -> CheckpointError + '_ {
     }
 }
 
-/// Writes `heat` to `path` atomically (temporary file, fsync, rename).
-pub fn save(path: &Path, heat: &HeatMap) -> Result<(), CheckpointError> {
+/// Writes every partition `partitions` owns of `topic` to `path` atomically
+/// (temporary file, fsync, rename).
+pub fn save(path: &Path, topic: &str, partitions: &Partitions) -> Result<(), CheckpointError> {
     let dir = path
         .parent()
         .filter(|d| !d.as_os_str().is_empty())
@@ -79,7 +115,17 @@ pub fn save(path: &Path, heat: &HeatMap) -> Result<(), CheckpointError> {
         &mut writer,
         &CheckpointRef {
             version: CHECKPOINT_VERSION,
-            heat,
+            topic,
+            partition_count: partitions.partition_count(),
+            partitions: partitions
+                .states()
+                .values()
+                .map(|s| PartitionRef {
+                    partition: s.partition,
+                    next_offset: s.next_offset,
+                    heat: &s.heat,
+                })
+                .collect(),
         },
     )
     .map_err(|e| CheckpointError::Format {
@@ -98,7 +144,7 @@ pub fn save(path: &Path, heat: &HeatMap) -> Result<(), CheckpointError> {
 }
 
 /// Reads the checkpoint at `path`; `Ok(None)` when there is none yet.
-pub fn load(path: &Path) -> Result<Option<HeatMap>, CheckpointError> {
+pub fn load(path: &Path) -> Result<Option<Checkpoint>, CheckpointError> {
     let file = match fs::File::open(path) {
         Ok(f) => f,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
@@ -109,7 +155,11 @@ pub fn load(path: &Path) -> Result<Option<HeatMap>, CheckpointError> {
         reason,
     };
     match serde_json::from_reader::<_, CheckpointOwned>(BufReader::new(file)) {
-        Ok(owned) if owned.version == CHECKPOINT_VERSION => Ok(Some(owned.heat)),
+        Ok(owned) if owned.version == CHECKPOINT_VERSION => Ok(Some(Checkpoint {
+            topic: owned.topic,
+            partition_count: owned.partition_count,
+            partitions: owned.partitions,
+        })),
         Ok(owned) => Err(format(format!(
             "version {} (this build reads {CHECKPOINT_VERSION})",
             owned.version
@@ -138,45 +188,63 @@ mod tests {
 
     use super::*;
     use crate::heat::{HeatConfig, Window};
+    use crate::partition::PartitionTemplate;
 
+    /// Each owned partition's heat map comes back with its offset.
     #[test]
-    fn round_trip_keeps_the_heat_map() {
+    fn round_trip_keeps_each_partition_and_its_offset() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("pulse.ckpt");
         assert!(load(&path).unwrap().is_none());
 
-        let mut heat = HeatMap::new(HeatConfig::default());
+        let mut partitions = Partitions::new(
+            PartitionTemplate {
+                heat: HeatConfig::default(),
+                allowed_tenants: None,
+                predictor: None,
+            },
+            None,
+        );
+        partitions.set_partition_count(4);
+        partitions.assign(1, None, 0, 0);
+        partitions.assign(3, None, 0, 0);
         let tenant = TenantId::new("acme").unwrap();
-        for i in 0..300u64 {
-            let e = AccessEvent::new(
-                1_764_470_000_000 + i * 7,
-                tenant.clone(),
-                CacheKey::new(format!("/k/{}", i % 5)).unwrap(),
-                RegionId::new(["eu", "us"][i as usize % 2]).unwrap(),
-                NodeId::new("n1").unwrap(),
-                Outcome::ALL[i as usize % 6],
-            );
-            heat.apply(&e).unwrap();
+        for (p, state) in partitions.states_mut() {
+            for i in 0..300u64 {
+                let e = AccessEvent::new(
+                    1_764_470_000_000 + i * 7,
+                    tenant.clone(),
+                    CacheKey::new(format!("/k/{p}/{}", i % 5)).unwrap(),
+                    RegionId::new(["eu", "us"][i as usize % 2]).unwrap(),
+                    NodeId::new("n1").unwrap(),
+                    Outcome::ALL[i as usize % 6],
+                );
+                state.heat.apply(&e).unwrap();
+            }
+            state.next_offset = 300 + i64::from(*p);
         }
-        save(&path, &heat).unwrap();
+        save(&path, "events", &partitions).unwrap();
         // Saving again replaces the file and leaves no temporary behind.
-        save(&path, &heat).unwrap();
+        save(&path, "events", &partitions).unwrap();
         assert_eq!(fs::read_dir(dir.path()).unwrap().count(), 1);
 
         let back = load(&path).unwrap().expect("a checkpoint");
-        let now = heat.now_ms();
-        assert_eq!(back.now_ms(), now);
-        assert_eq!(back.config(), heat.config());
-        assert_eq!(back.tenants(), heat.tenants());
-        assert_eq!(
-            back.hot_keys(&tenant, None, Window::S60, 10, now).unwrap(),
-            heat.hot_keys(&tenant, None, Window::S60, 10, now).unwrap()
-        );
-        let key = CacheKey::new("/k/1").unwrap();
-        assert_eq!(
-            back.key_stats(&tenant, &key, now).unwrap(),
-            heat.key_stats(&tenant, &key, now).unwrap()
-        );
+        assert_eq!((back.topic.as_str(), back.partition_count), ("events", 4));
+        assert_eq!(back.partitions.len(), 2);
+        for snapshot in &back.partitions {
+            let heat = &partitions.get(snapshot.partition).unwrap().heat;
+            assert_eq!(snapshot.next_offset, 300 + i64::from(snapshot.partition));
+            let now = heat.now_ms();
+            assert_eq!(snapshot.heat.now_ms(), now);
+            assert_eq!(snapshot.heat.tenants(), heat.tenants());
+            assert_eq!(
+                snapshot
+                    .heat
+                    .hot_keys(&tenant, None, Window::S60, 10, now)
+                    .unwrap(),
+                heat.hot_keys(&tenant, None, Window::S60, 10, now).unwrap()
+            );
+        }
     }
 
     #[test]
@@ -189,8 +257,9 @@ mod tests {
         assert!(load(&path).is_err());
     }
 
-    /// A checkpoint of the previous format (version 3: every tenant its own rings, no
-    /// shared sketch) is refused naming both versions, never misread.
+    /// A checkpoint of an older format (version 3: every tenant its own rings, no
+    /// shared sketch; version 4: one heat map per process) is refused naming both
+    /// versions, never misread.
     #[test]
     fn an_older_version_is_refused_by_name() {
         let dir = tempfile::tempdir().unwrap();
@@ -204,6 +273,16 @@ mod tests {
             Err(e) => e.to_string(),
             Ok(_) => panic!("a version 3 checkpoint was read"),
         };
-        assert!(error.contains("version 3 (this build reads 4)"), "{error}");
+        assert!(error.contains("version 3 (this build reads 5)"), "{error}");
+        fs::write(
+            &path,
+            br#"{"version":4,"heat":{"config":{},"watermark_ms":5,"tenants":{}}}"#,
+        )
+        .unwrap();
+        let error = match load(&path) {
+            Err(e) => e.to_string(),
+            Ok(_) => panic!("a version 4 checkpoint was read"),
+        };
+        assert!(error.contains("version 4 (this build reads 5)"), "{error}");
     }
 }

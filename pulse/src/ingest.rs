@@ -1,55 +1,74 @@
-//! Kafka ingest: one consumer-group member on the events topic, feeding the heat map.
+//! Kafka ingest: one consumer-group member on the events topic, feeding the state of
+//! each partition it owns ([`Partitions`]).
 //!
 //! A dedicated thread owns a `BaseConsumer`: it polls a batch, decodes it, applies
-//! it under one write lock, and commits offsets only after the events are applied
-//! (and, with a checkpoint file, only after a checkpoint that contains them). Keeping
-//! consume, decode and apply on one thread keeps the CPU work off the async runtime,
-//! needs no channel hop per message, and makes "checkpoint, then commit" a plain
-//! sequence rather than a protocol between tasks.
+//! it under one write lock (messages come in runs per partition: one lookup per run),
+//! and commits each partition's applied offset (with a checkpoint file, only after a
+//! checkpoint that contains it). Keeping consume, decode and apply on one thread keeps
+//! the CPU work off the async runtime, needs no channel hop per message, and makes
+//! "checkpoint, then commit" a plain sequence rather than a protocol between tasks.
+//!
+//! # Rebalances
+//! The group uses the cooperative (incremental) protocol: a rebalance moves only the
+//! partitions that change owner, and the others go on untouched. The rebalance
+//! callback runs on this thread, inside `poll`, between batches:
+//! - **revoke**: the applied offset of each revoked partition is committed
+//!   synchronously (not when the assignment was lost: another member may own it
+//!   already), the partition is unassigned, its state dropped, and its polled but
+//!   not yet applied messages discarded: the next owner reads them from the committed
+//!   offset, so nothing is lost and nothing applied twice;
+//! - **assign**: the committed offset becomes the partition's `live_from`; it starts
+//!   from its checkpoint snapshot's offset if there is one (at most the committed
+//!   offset), else from the offset of the first message stamped within the longest
+//!   window of wall time ago (`offsets_for_times`), and *replays* up to `live_from`:
+//!   replayed events rebuild the heat map and the tracker, and are never scored or
+//!   sent.
 //!
 //! A message that does not decode, or that the heat map refuses, is counted by
 //! reason, optionally forwarded to a dead-letter topic, and its offset is committed
 //! like any other: a bad message never stalls its partition.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, RwLock};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use models::{AccessEventRef, decode_event_ref};
 use rdkafka::config::ClientConfig;
-use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer, ConsumerContext, Rebalance};
+use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer, ConsumerContext, RebalanceProtocol};
 use rdkafka::error::{KafkaError, KafkaResult};
 use rdkafka::message::{BorrowedMessage, Header, Message, OwnedHeaders};
 use rdkafka::producer::{BaseRecord, DefaultProducerContext, ThreadedProducer};
+use rdkafka::types::RDKafkaRespErr;
 use rdkafka::{ClientContext, Offset, TopicPartitionList};
 
 use crate::checkpoint;
-use crate::heat::HeatMap;
+use crate::heat::Window;
 use crate::metrics::Metrics;
+use crate::partition::{PartitionState, SharedPartitions};
 use crate::reject::RejectReason;
 use crate::stoppable::StoppableThread;
 
-/// The heat map shared between the ingest thread (the only writer) and readers (the
-/// API, the predictor). A `std` lock: critical sections are short and never span an
-/// `.await`.
-pub type SharedHeatMap = Arc<RwLock<HeatMap>>;
-
-/// What runs on the ingest thread after each poll round, with the heat map locked for
-/// reading: the predictor. It sees the events just applied, still borrowed from the
-/// polled messages (none when the round was idle, so time-driven work such as
-/// expiring decisions still runs).
+/// What runs on the ingest thread after each poll round, per owned partition that is
+/// live (not replaying), with the partitions locked for reading: the predictor. It
+/// sees the partition's live events just applied, still borrowed from the polled
+/// messages (none when the round was idle, so time-driven work such as expiring
+/// decisions still runs).
 pub trait BatchObserver: Send + 'static {
-    /// Called after `events` were applied to `heat`.
-    fn on_batch(&mut self, heat: &HeatMap, events: &[AccessEventRef<'_>]);
+    /// Called after `events` were applied to `partition`'s heat map.
+    fn on_batch(&mut self, partition: &PartitionState, events: &[AccessEventRef<'_>]);
 }
 
 /// Most messages applied under one write lock.
 const BATCH: usize = 4_096;
 
+/// A live partition without events is still ticked this often (decisions expire).
+const IDLE_TICK: Duration = Duration::from_millis(200);
+
 /// Where ingest reads "now" from: the bound on how far ahead of it an event may be
-/// stamped ([`HeatMap::set_clock`]). The wall clock in service; tests may set their own.
+/// stamped ([`HeatMap::set_clock`](crate::HeatMap::set_clock)), and where replay
+/// starts. The wall clock in service; tests may set their own.
 /// Replays and backtests have none: the trace's event time is their clock.
 pub trait Clock: std::fmt::Debug + Send + Sync + 'static {
     /// Milliseconds since the Unix epoch.
@@ -86,13 +105,18 @@ pub struct IngestConfig {
     pub checkpoint_interval: Duration,
     /// How often to commit when there is no checkpoint file.
     pub commit_interval: Duration,
-    /// The clock events are checked against (set on the heat map before each batch).
+    /// The clock events are checked against (set on the heat maps before each batch)
+    /// and replay starts from.
     pub clock: Arc<dyn Clock>,
+    /// How much wall time a newly assigned partition replays before its committed
+    /// offset: the longest window, plus the allowed clock skew.
+    pub replay: Duration,
 }
 
 impl IngestConfig {
     /// Defaults for `brokers`: topic `edge-events`, group `pulse`, no dead-letter
-    /// topic, no checkpoint, checkpoint every 10 s, commit every 2 s, the wall clock.
+    /// topic, no checkpoint, checkpoint every 10 s, commit every 2 s, the wall clock,
+    /// a replay of the longest window (60 s) and 5 s of clock skew.
     pub fn new(brokers: impl Into<String>) -> Self {
         IngestConfig {
             brokers: brokers.into(),
@@ -103,6 +127,7 @@ impl IngestConfig {
             checkpoint_interval: Duration::from_secs(10),
             commit_interval: Duration::from_secs(2),
             clock: Arc::new(WallClock),
+            replay: Duration::from_millis(Window::S60.millis() + 5_000),
         }
     }
 }
@@ -115,14 +140,22 @@ pub enum IngestError {
     Kafka(#[from] KafkaError),
 }
 
-/// Logs rebalances and commits, turns statistics into the lag gauge, and remembers
-/// which partitions moved so the ingest thread forgets their offsets.
+/// Runs the rebalances (see the module documentation), logs commits, and turns
+/// statistics into the lag gauge.
 struct IngestContext {
     metrics: Arc<Metrics>,
-    moved: Mutex<Vec<i32>>,
-    /// Set when `moved` has entries: the ingest thread checks it after every poll,
+    topic: String,
+    partitions: SharedPartitions,
+    clock: Arc<dyn Clock>,
+    replay: Duration,
+    /// Partitions revoked since the worker last looked: their polled messages go.
+    revoked: Mutex<Vec<i32>>,
+    /// Set when `revoked` has entries: the ingest thread checks it after every poll,
     /// and an atomic load is cheaper than a lock per message.
-    any_moved: AtomicBool,
+    any_revoked: AtomicBool,
+    /// Set when ingest stops: revoked partitions keep their state (the handle may
+    /// still read it), their offsets are committed all the same.
+    closing: AtomicBool,
 }
 
 fn describe(tpl: &TopicPartitionList) -> String {
@@ -163,40 +196,278 @@ impl ClientContext for IngestContext {
 }
 
 impl ConsumerContext for IngestContext {
-    fn pre_rebalance(&self, _: &BaseConsumer<Self>, rebalance: &Rebalance<'_>) {
-        let tpl = match rebalance {
-            Rebalance::Assign(tpl) => {
-                tracing::info!(partitions = %describe(tpl), "rebalance: assigned");
-                tpl
+    fn rebalance(
+        &self,
+        consumer: &BaseConsumer<Self>,
+        err: RDKafkaRespErr,
+        tpl: &mut TopicPartitionList,
+    ) {
+        match err {
+            RDKafkaRespErr::RD_KAFKA_RESP_ERR__ASSIGN_PARTITIONS => self.assign(consumer, tpl),
+            RDKafkaRespErr::RD_KAFKA_RESP_ERR__REVOKE_PARTITIONS => self.revoke(consumer, tpl),
+            other => {
+                // As librdkafka's default: give up the assignment; what was applied is
+                // committed first unless the assignment is already lost.
+                tracing::warn!(error = ?other, "rebalance error; unassigning");
+                self.revoke(consumer, tpl);
             }
-            Rebalance::Revoke(tpl) => {
-                tracing::info!(partitions = %describe(tpl), "rebalance: revoked");
-                tpl
-            }
-            Rebalance::Error(e) => {
-                tracing::warn!(error = %e, "rebalance error");
-                return;
-            }
-        };
-        let mut moved = self.moved.lock().unwrap_or_else(|e| e.into_inner());
-        moved.extend(tpl.elements().iter().map(|e| e.partition()));
-        self.any_moved.store(true, Ordering::Release);
+        }
     }
 
     fn commit_callback(&self, result: KafkaResult<()>, offsets: &TopicPartitionList) {
         match result {
-            Ok(()) => tracing::info!(offsets = %describe(offsets), "offsets committed"),
+            Ok(()) => tracing::debug!(offsets = %describe(offsets), "offsets committed"),
             Err(e) => tracing::warn!(error = %e, offsets = %describe(offsets), "commit failed"),
         }
     }
 }
 
+/// Where a newly assigned partition starts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Start {
+    /// First offset to read; `None`: the beginning of the partition (nothing was
+    /// ever committed, so everything is live).
+    replay_from: Option<i64>,
+    /// The committed offset: below it, events are replayed.
+    live_from: i64,
+}
+
+/// Where a partition starts, from its committed offset, its snapshot's offset and
+/// the offset of the replay window's first message (each if known).
+fn start_of(committed: Option<i64>, snapshot: Option<i64>, window: Option<i64>) -> Start {
+    match (committed, snapshot) {
+        // A snapshot at or behind the group: replay from it up to the committed offset.
+        (Some(c), Some(s)) if s <= c => Start {
+            replay_from: Some(s),
+            live_from: c,
+        },
+        // A snapshot ahead of the group (checkpointed, not yet committed) or nothing
+        // committed: its events were applied here; go on live from it.
+        (_, Some(s)) => Start {
+            replay_from: Some(s),
+            live_from: s,
+        },
+        (Some(c), None) => Start {
+            replay_from: Some(window.map_or(c, |w| w.min(c))),
+            live_from: c,
+        },
+        (None, None) => Start {
+            replay_from: None,
+            live_from: 0,
+        },
+    }
+}
+
 impl IngestContext {
-    fn take_moved(&self) -> Vec<i32> {
-        if !self.any_moved.swap(false, Ordering::Acquire) {
+    fn take_revoked(&self) -> Vec<i32> {
+        if !self.any_revoked.swap(false, Ordering::Acquire) {
             return Vec::new();
         }
-        std::mem::take(&mut *self.moved.lock().unwrap_or_else(|e| e.into_inner()))
+        std::mem::take(&mut *self.revoked.lock().unwrap_or_else(|e| e.into_inner()))
+    }
+
+    fn partition_count(&self, consumer: &BaseConsumer<Self>, tpl: &TopicPartitionList) -> i32 {
+        let known = self
+            .partitions
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .partition_count();
+        if known > 0 {
+            return known;
+        }
+        match consumer.fetch_metadata(Some(&self.topic), Duration::from_secs(5)) {
+            Ok(m) => m
+                .topics()
+                .iter()
+                .find(|t| t.name() == self.topic)
+                .map_or(0, |t| t.partitions().len() as i32),
+            Err(e) => {
+                tracing::warn!(error = %e, "topic metadata unavailable; partition count from the assignment");
+                0
+            }
+        }
+        .max(
+            tpl.elements()
+                .iter()
+                .map(|e| e.partition() + 1)
+                .max()
+                .unwrap_or(0),
+        )
+    }
+
+    fn assign(&self, consumer: &BaseConsumer<Self>, tpl: &mut TopicPartitionList) {
+        let count = self.partition_count(consumer, tpl);
+        let ours: Vec<i32> = tpl
+            .elements()
+            .iter()
+            .filter(|e| e.topic() == self.topic)
+            .map(|e| e.partition())
+            .collect();
+        let mut query = TopicPartitionList::new();
+        for &p in &ours {
+            query.add_partition(&self.topic, p);
+        }
+        let committed: HashMap<i32, i64> = match consumer
+            .committed_offsets(query.clone(), Duration::from_secs(10))
+        {
+            Ok(list) => list
+                .elements()
+                .iter()
+                .filter_map(|e| match e.offset() {
+                    Offset::Offset(o) if o >= 0 => Some((e.partition(), o)),
+                    _ => None,
+                })
+                .collect(),
+            Err(e) => {
+                tracing::warn!(error = %e, "committed offsets unavailable; starting where the group is, without replay");
+                HashMap::new()
+            }
+        };
+        let since = self
+            .clock
+            .now_ms()
+            .saturating_sub(self.replay.as_millis() as u64) as i64;
+        let window = self.window_offsets(consumer, &ours, since);
+        let mut partitions = self.partitions.write().unwrap_or_else(|e| e.into_inner());
+        if partitions.partition_count() == 0 {
+            partitions.set_partition_count(count);
+        }
+        for &p in &ours {
+            let snapshot = partitions.take_snapshot(p);
+            let start = start_of(
+                committed.get(&p).copied(),
+                snapshot.as_ref().map(|s| s.next_offset),
+                window.get(&p).copied(),
+            );
+            let offset = start.replay_from.map_or(Offset::Beginning, Offset::Offset);
+            if let Err(e) = tpl.set_partition_offset(&self.topic, p, offset) {
+                tracing::warn!(partition = p, error = %e, "start offset not set");
+            }
+            tracing::info!(
+                partition = p,
+                replay_from = ?start.replay_from,
+                live_from = start.live_from,
+                snapshot = snapshot.is_some(),
+                "rebalance: assigned"
+            );
+            partitions.assign(
+                p,
+                snapshot.map(|s| s.heat),
+                start.replay_from.unwrap_or(0),
+                start.live_from,
+            );
+        }
+        self.metrics
+            .partitions_owned
+            .set(partitions.states().len() as i64);
+        drop(partitions);
+        let assigned = match consumer.rebalance_protocol() {
+            RebalanceProtocol::Cooperative => consumer.incremental_assign(tpl),
+            _ => consumer.assign(tpl),
+        };
+        if let Err(e) = assigned {
+            tracing::error!(error = %e, partitions = %describe(tpl), "assign failed");
+        }
+    }
+
+    /// The first offset stamped at or after `since` per partition; empty when the
+    /// lookup fails (librdkafka's mock cluster does not answer it): then nothing is
+    /// replayed.
+    fn window_offsets(
+        &self,
+        consumer: &BaseConsumer<Self>,
+        partitions: &[i32],
+        since: i64,
+    ) -> HashMap<i32, i64> {
+        let mut query = TopicPartitionList::new();
+        for &p in partitions {
+            let _ = query.add_partition_offset(&self.topic, p, Offset::Offset(since));
+        }
+        match consumer.offsets_for_times(query, Duration::from_secs(10)) {
+            Ok(list) => list
+                .elements()
+                .iter()
+                .filter_map(|e| match e.offset() {
+                    Offset::Offset(o) if o >= 0 => Some((e.partition(), o)),
+                    // No message that recent: replay nothing (clamped to committed).
+                    Offset::End => Some((e.partition(), i64::MAX)),
+                    _ => None,
+                })
+                .collect(),
+            Err(e) => {
+                tracing::warn!(error = %e, "offsets for the replay window unavailable; replaying nothing");
+                HashMap::new()
+            }
+        }
+    }
+
+    fn revoke(&self, consumer: &BaseConsumer<Self>, tpl: &mut TopicPartitionList) {
+        let lost = consumer.assignment_lost();
+        let ours: Vec<i32> = tpl
+            .elements()
+            .iter()
+            .filter(|e| e.topic() == self.topic)
+            .map(|e| e.partition())
+            .collect();
+        let mut commit = TopicPartitionList::new();
+        {
+            let partitions = self.partitions.read().unwrap_or_else(|e| e.into_inner());
+            for &p in &ours {
+                if let Some(s) = partitions.get(p) {
+                    if !s.replaying() && s.next_offset > 0 {
+                        let _ = commit.add_partition_offset(
+                            &self.topic,
+                            p,
+                            Offset::Offset(s.next_offset),
+                        );
+                    }
+                }
+            }
+        }
+        if lost {
+            tracing::warn!(partitions = %describe(tpl), "rebalance: assignment lost; not committing");
+        } else if commit.count() > 0 {
+            self.metrics.revoke_commits.inc();
+            match consumer.commit(&commit, CommitMode::Sync) {
+                Ok(()) => {
+                    tracing::info!(offsets = %describe(&commit), "rebalance: committed on revoke")
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, offsets = %describe(&commit), "commit on revoke failed")
+                }
+            }
+        }
+        let unassigned = match consumer.rebalance_protocol() {
+            RebalanceProtocol::Cooperative => consumer.incremental_unassign(tpl),
+            _ => consumer.assign(&TopicPartitionList::new()),
+        };
+        if let Err(e) = unassigned {
+            tracing::warn!(error = %e, "unassign failed");
+        }
+        let mut partitions = self.partitions.write().unwrap_or_else(|e| e.into_inner());
+        if !self.closing.load(Ordering::Acquire) {
+            for &p in &ours {
+                if let Some(s) = partitions.revoke(p) {
+                    tracing::info!(
+                        partition = p,
+                        next_offset = s.next_offset,
+                        live_from = s.live_from,
+                        applied = s.applied,
+                        replayed = s.replayed,
+                        "rebalance: revoked"
+                    );
+                }
+            }
+        }
+        self.metrics
+            .partitions_owned
+            .set(partitions.states().len() as i64);
+        drop(partitions);
+        self.revoked
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .extend(ours);
+        self.any_revoked.store(true, Ordering::Release);
     }
 }
 
@@ -210,23 +481,28 @@ impl Ingest {
     /// Subscribes and starts the ingest thread.
     pub fn start(
         config: IngestConfig,
-        heat: SharedHeatMap,
+        partitions: SharedPartitions,
         metrics: Arc<Metrics>,
     ) -> Result<Ingest, IngestError> {
-        Self::start_with(config, heat, metrics, None)
+        Self::start_with(config, partitions, metrics, None)
     }
 
     /// Like [`Ingest::start`], with an observer run after each batch.
     pub fn start_with(
         config: IngestConfig,
-        heat: SharedHeatMap,
+        partitions: SharedPartitions,
         metrics: Arc<Metrics>,
         observer: Option<Box<dyn BatchObserver>>,
     ) -> Result<Ingest, IngestError> {
         let context = IngestContext {
             metrics: metrics.clone(),
-            moved: Mutex::new(Vec::new()),
-            any_moved: AtomicBool::new(false),
+            topic: config.topic.clone(),
+            partitions: partitions.clone(),
+            clock: config.clock.clone(),
+            replay: config.replay,
+            revoked: Mutex::new(Vec::new()),
+            any_revoked: AtomicBool::new(false),
+            closing: AtomicBool::new(false),
         };
         let consumer: BaseConsumer<IngestContext> = ClientConfig::new()
             .set("bootstrap.servers", &config.brokers)
@@ -236,6 +512,8 @@ impl Ingest {
             .set("enable.partition.eof", "false")
             .set("session.timeout.ms", "6000")
             .set("statistics.interval.ms", "1000")
+            // Incremental rebalances: partitions that stay are never revoked.
+            .set("partition.assignment.strategy", "cooperative-sticky")
             // We commit the offsets we applied (`commit`), never librdkafka's stored
             // ones: storing each polled offset is a lock per message for nothing.
             .set("enable.auto.offset.store", "false")
@@ -268,10 +546,11 @@ impl Ingest {
             consumer,
             dead_letter,
             config,
-            heat,
+            partitions,
             metrics,
-            offsets: HashMap::new(),
+            committed: HashMap::new(),
             observer,
+            last_full_tick: std::cell::Cell::new(Instant::now()),
         };
         Ok(Ingest {
             thread: StoppableThread::spawn("pulse-ingest", move |stop| worker.run(stop)),
@@ -289,13 +568,19 @@ struct Worker {
     consumer: BaseConsumer<IngestContext>,
     dead_letter: Option<(ThreadedProducer<DefaultProducerContext>, String)>,
     config: IngestConfig,
-    heat: SharedHeatMap,
+    partitions: SharedPartitions,
     metrics: Arc<Metrics>,
-    /// Next offset to consume per partition of the events topic, for what has been
-    /// applied to the heat map.
-    offsets: HashMap<i32, i64>,
+    /// The offset last committed per partition, so an unchanged one is not sent again.
+    committed: HashMap<i32, i64>,
     observer: Option<Box<dyn BatchObserver>>,
+    /// When every live partition was last ticked (a `Cell`: `apply` borrows `self`
+    /// shared while the polled messages borrow the consumer).
+    last_full_tick: std::cell::Cell<Instant>,
 }
+
+/// One polled message: its partition, offset and event (`None`: rejected, or
+/// discarded).
+type Item<'a> = (i32, i64, Option<AccessEventRef<'a>>);
 
 impl Worker {
     fn run(mut self, stop: &AtomicBool) {
@@ -310,62 +595,61 @@ impl Worker {
             // decoded from them in place (`AccessEventRef` borrows the payload).
             let mut messages: Vec<BorrowedMessage<'_>> = Vec::with_capacity(BATCH);
             let mut timeout = Duration::from_millis(100);
-            // Next offset of the partition being read: messages come in runs per
-            // partition, so the map is updated once per run, not per message.
-            let mut run: Option<(i32, i64)> = None;
             while messages.len() < BATCH {
                 let polled = self.consumer.poll(timeout);
-                let moved = self.consumer.context().take_moved();
-                if !moved.is_empty() {
-                    if let Some((p, next)) = run.take() {
-                        self.offsets.insert(p, next);
-                    }
-                    // Partitions that moved in a rebalance start over from their
-                    // committed offsets: forget ours so we never commit backwards.
-                    for p in moved {
-                        self.offsets.remove(&p);
+                let revoked = self.consumer.context().take_revoked();
+                if !revoked.is_empty() {
+                    // Polled, not applied, and no longer ours: the next owner reads them
+                    // from the offset committed on revoke.
+                    let before = messages.len();
+                    messages.retain(|m| !revoked.contains(&m.partition()));
+                    let dropped = before - messages.len();
+                    if dropped > 0 {
+                        tracing::info!(
+                            messages = dropped,
+                            "discarded polled messages of revoked partitions"
+                        );
                     }
                 }
                 let Some(result) = polled else { break };
                 timeout = Duration::ZERO;
                 match result {
-                    Ok(m) => {
-                        match &mut run {
-                            Some((p, next)) if *p == m.partition() => *next = m.offset() + 1,
-                            _ => {
-                                if let Some((p, next)) =
-                                    run.replace((m.partition(), m.offset() + 1))
-                                {
-                                    self.offsets.insert(p, next);
-                                }
-                            }
-                        }
-                        messages.push(m);
-                    }
+                    Ok(m) => messages.push(m),
                     Err(e) => tracing::warn!(error = %e, "consume error; continuing"),
                 }
             }
-            if let Some((p, next)) = run {
-                self.offsets.insert(p, next);
-            }
-            let mut batch: Vec<AccessEventRef<'_>> = Vec::with_capacity(messages.len());
+            let mut items: Vec<Item<'_>> = Vec::with_capacity(messages.len());
             if !messages.is_empty() {
                 pending = true;
+                // Replayed messages were already counted (and dead-lettered) by the
+                // partition's previous owner.
+                let live_from: BTreeMap<i32, i64> = {
+                    let partitions = self.partitions.read().unwrap_or_else(|e| e.into_inner());
+                    partitions
+                        .states()
+                        .iter()
+                        .map(|(&p, s)| (p, s.live_from))
+                        .collect()
+                };
                 for message in &messages {
                     let payload = message.payload().unwrap_or_default();
+                    let (p, offset) = (message.partition(), message.offset());
                     match decode_event_ref(payload) {
-                        Ok(event) => batch.push(event),
+                        Ok(event) => items.push((p, offset, Some(event))),
                         Err(e) => {
-                            tracing::debug!(partition = message.partition(), offset = message.offset(), error = %e, "rejected");
-                            self.reject(RejectReason::from(&e), message.key(), payload);
+                            items.push((p, offset, None));
+                            if live_from.get(&p).is_some_and(|l| offset >= *l) {
+                                tracing::debug!(partition = p, offset, error = %e, "rejected");
+                                self.reject(RejectReason::from(&e), message.key(), payload);
+                            }
                         }
                     }
                 }
             }
             // Idle rounds run the observer too: time-driven work (expiring
             // decisions) must not wait for traffic.
-            self.apply(&batch, observer.as_deref_mut());
-            drop(batch);
+            self.apply(&items, observer.as_deref_mut());
+            drop(items);
             drop(messages);
             match &self.config.checkpoint {
                 Some(_) if last_checkpoint.elapsed() >= self.config.checkpoint_interval => {
@@ -383,54 +667,149 @@ impl Worker {
                 _ => {}
             }
         }
-        // Shutdown: whatever was applied is checkpointed, then committed.
+        // Shutdown: whatever was applied is checkpointed, then committed. Revokes
+        // while the consumer closes commit again and keep the states for the handle.
         if self.config.checkpoint.is_none() || self.checkpoint() {
             self.commit();
         }
+        self.consumer
+            .context()
+            .closing
+            .store(true, Ordering::Release);
         if let Some((producer, _)) = &self.dead_letter {
             let _ = rdkafka::producer::Producer::flush(producer, Duration::from_secs(5));
         }
         tracing::info!("ingest stopped");
     }
 
-    /// Applies the batch, then runs the observer on the events the heat map took.
-    fn apply(&self, batch: &[AccessEventRef<'_>], observer: Option<&mut dyn BatchObserver>) {
+    /// Applies the batch, run by run (one partition per run), under one write lock;
+    /// then, under a read lock, feeds replayed events to their partition's tracker
+    /// (no scoring) and runs the observer on each live partition's events.
+    fn apply(&self, items: &[Item<'_>], observer: Option<&mut dyn BatchObserver>) {
         let observing = observer.is_some();
-        let mut applied = Vec::new();
-        if !batch.is_empty() {
-            let mut count = 0u64;
+        let mut live: Vec<(i32, Vec<AccessEventRef<'_>>)> = Vec::new();
+        let mut replayed: Vec<(i32, Vec<AccessEventRef<'_>>)> = Vec::new();
+        if !items.is_empty() {
+            let (mut applied, mut replays, mut stale) = (0u64, 0u64, 0u64);
             let mut refused = Vec::new();
+            let now = self.config.clock.now_ms();
             {
-                let mut heat = self.heat.write().unwrap_or_else(|e| e.into_inner());
-                heat.set_clock(self.config.clock.now_ms());
-                for event in batch {
-                    match heat.apply_ref(event) {
-                        Ok(()) => {
-                            count += 1;
-                            if observing {
-                                // Borrowed strings: a clone copies no text.
-                                applied.push(event.clone());
-                            }
+                let mut partitions = self.partitions.write().unwrap_or_else(|e| e.into_inner());
+                let predicting = observing && partitions.prediction_on();
+                let mut rest = items;
+                while let Some(&(p, _, _)) = rest.first() {
+                    let len = rest.iter().take_while(|(q, _, _)| *q == p).count();
+                    let (run, tail) = rest.split_at(len);
+                    rest = tail;
+                    let Some(state) = partitions.states_mut().get_mut(&p) else {
+                        stale += run.len() as u64;
+                        continue;
+                    };
+                    state.heat.set_clock(now);
+                    let mut live_events = Vec::new();
+                    let mut replay_events = Vec::new();
+                    for (_, offset, event) in run {
+                        // Applied already (a replay start before it, or a fetch
+                        // repeated): never twice.
+                        if *offset < state.next_offset {
+                            stale += 1;
+                            continue;
                         }
-                        Err(e) => refused.push(RejectReason::from(e)),
+                        state.next_offset = offset + 1;
+                        let Some(event) = event else { continue };
+                        let replay = state.is_replay(*offset);
+                        match state.heat.apply_ref(event) {
+                            Ok(()) if replay => {
+                                state.replayed += 1;
+                                replays += 1;
+                                if predicting {
+                                    // Borrowed strings: a clone copies no text.
+                                    replay_events.push(event.clone());
+                                }
+                            }
+                            Ok(()) => {
+                                state.applied += 1;
+                                applied += 1;
+                                if predicting {
+                                    live_events.push(event.clone());
+                                }
+                            }
+                            Err(e) if !replay => refused.push(RejectReason::from(e)),
+                            Err(_) => {}
+                        }
+                    }
+                    if !replay_events.is_empty() {
+                        replayed.push((p, replay_events));
+                    }
+                    if !live_events.is_empty() {
+                        live.push((p, live_events));
                     }
                 }
-                self.metrics.sketch_bytes.set(heat.memory_bytes() as i64);
-                self.metrics.tenants.set(heat.tenants_len() as i64);
-                let evicted = heat.evictions();
-                let counted = self.metrics.tenants_evicted.get();
-                if evicted > counted {
-                    self.metrics.tenants_evicted.inc_by(evicted - counted);
-                }
+                self.gauges(&partitions);
             }
             for reason in refused {
                 self.metrics.reject(reason);
             }
-            self.metrics.consumed.inc_by(count);
+            self.metrics.consumed.inc_by(applied);
+            self.metrics.events_replayed.inc_by(replays);
+            if stale > 0 {
+                tracing::debug!(
+                    messages = stale,
+                    "skipped messages already applied or of partitions not owned"
+                );
+            }
         }
-        if let Some(observer) = observer {
-            let heat = self.heat.read().unwrap_or_else(|e| e.into_inner());
-            observer.on_batch(&heat, &applied);
+        let Some(observer) = observer else {
+            return;
+        };
+        let partitions = self.partitions.read().unwrap_or_else(|e| e.into_inner());
+        for (p, events) in &replayed {
+            let Some(state) = partitions.get(*p) else {
+                continue;
+            };
+            if let Some(predictor) = &state.predictor {
+                let mut predictor = predictor.lock().unwrap_or_else(|e| e.into_inner());
+                for event in events {
+                    predictor.observe(event);
+                }
+                predictor.warm(&state.heat, state.heat.now_ms());
+            }
+        }
+        let full = live.is_empty() || self.last_full_tick.get().elapsed() >= IDLE_TICK;
+        if full {
+            self.last_full_tick.set(Instant::now());
+        }
+        let mut events_of: HashMap<i32, &[AccessEventRef<'_>]> = HashMap::new();
+        for (p, events) in &live {
+            events_of.insert(*p, events);
+        }
+        for (p, state) in partitions.states() {
+            // A replaying partition sends nothing: its previous owner acted already.
+            if state.replaying() {
+                continue;
+            }
+            match events_of.get(p) {
+                Some(events) => observer.on_batch(state, events),
+                None if full => observer.on_batch(state, &[]),
+                None => {}
+            }
+        }
+    }
+
+    fn gauges(&self, partitions: &crate::partition::Partitions) {
+        let mut tenants: HashSet<&str> = HashSet::new();
+        let mut evicted = 0;
+        for s in partitions.states().values() {
+            tenants.extend(s.heat.tenant_ids());
+            evicted += s.heat.evictions();
+        }
+        self.metrics
+            .sketch_bytes
+            .set(partitions.memory_bytes() as i64);
+        self.metrics.tenants.set(tenants.len() as i64);
+        let counted = self.metrics.tenants_evicted.get();
+        if evicted > counted {
+            self.metrics.tenants_evicted.inc_by(evicted - counted);
         }
     }
 
@@ -458,13 +837,14 @@ impl Worker {
         }
     }
 
-    /// Writes the checkpoint; true when it is on disk.
+    /// Writes the checkpoint (every owned partition with its offset); true when it
+    /// is on disk.
     fn checkpoint(&self) -> bool {
         let Some(path) = &self.config.checkpoint else {
             return false;
         };
-        let heat = self.heat.read().unwrap_or_else(|e| e.into_inner());
-        match checkpoint::save(path, &heat) {
+        let partitions = self.partitions.read().unwrap_or_else(|e| e.into_inner());
+        match checkpoint::save(path, &self.config.topic, &partitions) {
             Ok(()) => {
                 self.metrics.checkpoints.inc();
                 tracing::debug!(path = %path.display(), "checkpoint written");
@@ -477,31 +857,98 @@ impl Worker {
         }
     }
 
-    /// Commits synchronously: a few milliseconds per interval on this thread, and the
-    /// outcome is known (and logged) before ingest goes on.
-    fn commit(&self) {
-        let assignment = self.consumer.assignment().unwrap_or_default();
+    /// Commits each owned partition's applied offset, never below where it went live
+    /// (a replaying partition is left alone), synchronously: a few milliseconds per
+    /// interval on this thread, and the outcome is known (and logged) before ingest
+    /// goes on.
+    fn commit(&mut self) {
         let mut tpl = TopicPartitionList::new();
-        for (partition, offset) in &self.offsets {
-            if assignment
-                .find_partition(&self.config.topic, *partition)
-                .is_some()
-            {
-                let _ = tpl.add_partition_offset(
-                    &self.config.topic,
-                    *partition,
-                    Offset::Offset(*offset),
-                );
+        {
+            let partitions = self.partitions.read().unwrap_or_else(|e| e.into_inner());
+            for (&p, s) in partitions.states() {
+                if s.replaying()
+                    || s.next_offset <= 0
+                    || self.committed.get(&p) == Some(&s.next_offset)
+                {
+                    continue;
+                }
+                let _ =
+                    tpl.add_partition_offset(&self.config.topic, p, Offset::Offset(s.next_offset));
             }
         }
         if tpl.count() == 0 {
-            tracing::debug!(offsets = self.offsets.len(), "nothing assigned to commit");
+            tracing::debug!("nothing new to commit");
             return;
         }
         self.metrics.commits.inc();
         match self.consumer.commit(&tpl, CommitMode::Sync) {
-            Ok(()) => tracing::info!(offsets = %describe(&tpl), "offsets committed"),
+            Ok(()) => {
+                tracing::info!(offsets = %describe(&tpl), "offsets committed");
+                for e in tpl.elements() {
+                    if let Offset::Offset(o) = e.offset() {
+                        self.committed.insert(e.partition(), o);
+                    }
+                }
+            }
             Err(e) => tracing::warn!(error = %e, offsets = %describe(&tpl), "commit failed"),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Where an assigned partition starts, for each combination of committed offset,
+    /// snapshot and replay window.
+    #[test]
+    fn a_partition_replays_up_to_its_committed_offset() {
+        // Committed, no snapshot: replay the window, clamped to the committed offset.
+        assert_eq!(
+            start_of(Some(100), None, Some(40)),
+            Start {
+                replay_from: Some(40),
+                live_from: 100
+            }
+        );
+        assert_eq!(
+            start_of(Some(100), None, Some(i64::MAX)),
+            Start {
+                replay_from: Some(100),
+                live_from: 100
+            }
+        );
+        // The window lookup failed: nothing replayed.
+        assert_eq!(
+            start_of(Some(100), None, None),
+            Start {
+                replay_from: Some(100),
+                live_from: 100
+            }
+        );
+        // A snapshot behind the committed offset: replay from it.
+        assert_eq!(
+            start_of(Some(100), Some(70), Some(40)),
+            Start {
+                replay_from: Some(70),
+                live_from: 100
+            }
+        );
+        // A snapshot ahead of it: live from the snapshot.
+        assert_eq!(
+            start_of(Some(100), Some(120), Some(40)),
+            Start {
+                replay_from: Some(120),
+                live_from: 120
+            }
+        );
+        // Nothing committed, no snapshot: from the beginning, all live.
+        assert_eq!(
+            start_of(None, None, Some(40)),
+            Start {
+                replay_from: None,
+                live_from: 0
+            }
+        );
     }
 }

@@ -8,13 +8,19 @@
 //!
 //! # Layout
 //! - `service`: the assembly: [`PulseConfig`], [`start`], [`PulseHandle`], [`shutdown_signal`].
-//! - `ingest`: [`Ingest`], the consumer-group member that feeds the heat map and commits;
-//!   the [`Clock`] it reads.
+//! - `partition`: [`Partitions`], the state per owned partition of the events topic
+//!   ([`PartitionState`]: heat map, predictor, applied offset, replay bound).
+//! - `ingest`: [`Ingest`], the consumer-group member (cooperative rebalances, commit on
+//!   revoke, replay on assign) that feeds the partitions and commits; the [`Clock`] it
+//!   reads.
+//! - `fleet`: [`Coverage`] of an answer, the merges of answers over partitions, and
+//!   [`partition_for_key`], the producers' partitioner.
 //! - `heat`: [`HeatMap`], Count-Min sketches (own or shared) and Top-K per tenant on event
 //!   time, idle tenants evicted, the clock-skew bound; counters per kind of edge
 //!   ([`EdgeSummary`]).
 //! - `reject`: [`RejectReason`], why ingest refuses a message (metric and dead-letter label).
-//! - `checkpoint`: [`save_checkpoint`] / [`load_checkpoint`], the heat map on disk.
+//! - `checkpoint`: [`save_checkpoint`] / [`load_checkpoint`], each owned partition's heat
+//!   map and offset on disk.
 //! - `predict`: [`Predictor`], [`Features`], the [`ScoringModel`], decisions, retraining.
 //! - `prewarm`: [`PrewarmLoop`], [`PrewarmPublisher`] and the [`Retrainer`] thread.
 //! - `api`: [`app`], the dashboard API and page, [`ApiError`], the bearer-token check.
@@ -29,10 +35,12 @@ mod api;
 mod backtest;
 mod broker;
 mod checkpoint;
+mod fleet;
 mod heat;
 mod ingest;
 mod metrics;
 mod offline;
+mod partition;
 mod predict;
 mod prewarm;
 mod reject;
@@ -42,9 +50,9 @@ mod trace;
 
 pub use api::{
     ApiError, AppState, ContributionView, DecisionTotals, DecisionView, ErrorBody, EvaluationView,
-    Health, HeatmapQuery, HeatmapResponse, LeadTime, MAX_HEATMAP_ROWS, MAX_PREDICTIONS,
-    ModelFeature, ModelResponse, PredictionsQuery, PredictionsResponse, ReliabilityView,
-    TenantsResponse, app, openapi, require_api_token,
+    Health, HeatmapQuery, HeatmapResponse, KeyResponse, LeadTime, MAX_HEATMAP_ROWS,
+    MAX_PREDICTIONS, ModelFeature, ModelResponse, PredictionsQuery, PredictionsResponse,
+    ReliabilityView, TenantsResponse, app, openapi, require_api_token,
 };
 pub use backtest::{
     BacktestRow, CommandScore, EventFile, HonestOptions, HonestScore, Replay, ReplayOptions,
@@ -53,22 +61,25 @@ pub use backtest::{
 };
 pub use broker::{BrokerError, EmbeddedBroker};
 pub use checkpoint::{
-    CHECKPOINT_VERSION, CheckpointError, load as load_checkpoint, save as save_checkpoint,
+    CHECKPOINT_VERSION, Checkpoint, CheckpointError, PartitionSnapshot, load as load_checkpoint,
+    save as save_checkpoint,
 };
+pub use fleet::{Coverage, Scope, ScopeQuery, crc32, partition_for_key};
 pub use heat::{
     ApplyError, COARSE_BUCKETS, COARSE_MS, ConfigError, EdgeSummary, EvictedTenant, FINE_BUCKETS,
     FINE_MS, HeatConfig, HeatMap, HotKey, IDLE_EVICT_MS, KeyStats, MAX_EVICTED_SUMMARIES,
     MAX_NODES_PER_EDGE, MAX_REGIONS, NODE_WINDOW_S, OutcomeCounts, QueryError, RATE_WINDOW_S,
     RegionCount, SketchKind, TenantHeat, TenantSummary, Trend, Velocities, Window, WindowStats,
 };
-pub use ingest::{
-    BatchObserver, Clock, Ingest, IngestConfig, IngestError, SharedHeatMap, WallClock,
-};
+pub use ingest::{BatchObserver, Clock, Ingest, IngestConfig, IngestError, WallClock};
 pub use metrics::{Metrics, ReasonLabel, RouteLabel};
 pub use offline::{
     EventSource, FamilyRow, OfflineError, backtest_commands, backtest_table, family_rows,
     family_table, load_events, train_model, train_on_families, train_summary, training_samples,
     write_trace,
+};
+pub use partition::{
+    PartitionHealth, PartitionState, PartitionTemplate, Partitions, SharedPartitions, Snapshot,
 };
 pub use predict::{
     Calibration, Candidate, Decider, Decision, DecisionCounts, DecisionPolicy, Evaluation,
@@ -77,7 +88,7 @@ pub use predict::{
     TrainOptions, TrainingMetrics, Transform, Verdict, command_id, default_model, reliability,
     retrain,
 };
-pub use prewarm::{PrewarmLoop, PrewarmPublisher, Retrainer, SharedPredictor, retrain_once};
+pub use prewarm::{PrewarmLoop, PrewarmPublisher, Retrainer, retrain_once};
 pub use reject::RejectReason;
 pub use service::{PulseConfig, PulseConfigError, PulseHandle, StartError, shutdown_signal, start};
 pub use trace::{

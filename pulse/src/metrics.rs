@@ -31,8 +31,15 @@ type HistogramFamily = Family<RouteLabel, Histogram, fn() -> Histogram>;
 /// Every metric pulse exports. Cheap to update from any thread.
 pub struct Metrics {
     registry: Registry,
-    /// Events decoded and applied to the heat map.
+    /// Events decoded and applied live to a partition's heat map.
     pub consumed: Counter,
+    /// Events applied while a newly assigned partition rebuilt its windows (never
+    /// scored or sent).
+    pub events_replayed: Counter,
+    /// Partitions of the events topic this instance owns.
+    pub partitions_owned: Gauge,
+    /// Synchronous commits of revoked partitions' applied offsets.
+    pub revoke_commits: Counter,
     /// Messages skipped, by reason ([`RejectReason`]; every one is exported from the
     /// start, at 0).
     pub rejected: Family<ReasonLabel, Counter>,
@@ -83,6 +90,9 @@ impl Metrics {
         let mut registry = Registry::with_prefix("pulse");
         let m = Metrics {
             consumed: Counter::default(),
+            events_replayed: Counter::default(),
+            partitions_owned: Gauge::default(),
+            revoke_commits: Counter::default(),
             rejected: Family::default(),
             dead_lettered: Counter::default(),
             consumer_lag: Gauge::default(),
@@ -108,6 +118,21 @@ impl Metrics {
             "events_consumed",
             "Events decoded and applied",
             m.consumed.clone(),
+        );
+        registry.register(
+            "events_replayed",
+            "Events applied while a newly assigned partition rebuilt its windows",
+            m.events_replayed.clone(),
+        );
+        registry.register(
+            "partitions_owned",
+            "Partitions of the events topic this instance owns",
+            m.partitions_owned.clone(),
+        );
+        registry.register(
+            "revoke_commits",
+            "Commits of revoked partitions' applied offsets",
+            m.revoke_commits.clone(),
         );
         registry.register(
             "events_rejected",

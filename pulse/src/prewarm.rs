@@ -1,10 +1,12 @@
 //! The online half of prediction: after each ingested batch the [`PrewarmLoop`] feeds
-//! the [`Predictor`], sends its commands to the prewarm topic, and keeps the metrics;
-//! a [`Retrainer`] thread refits the model now and then on the predictor's own
-//! labelled decisions and swaps it in only if it is not worse.
+//! each live partition's [`Predictor`](crate::Predictor), sends its commands to the
+//! prewarm topic, and keeps the metrics; a [`Retrainer`] thread refits the model now
+//! and then on the labelled decisions of every owned partition and swaps it into all
+//! of them only if it is not worse.
 
+use std::collections::HashMap;
+use std::sync::Arc;
 use std::sync::atomic::Ordering;
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use models::{AccessEventRef, PrewarmCommand, encode};
@@ -12,16 +14,11 @@ use rdkafka::ClientConfig;
 use rdkafka::error::KafkaError;
 use rdkafka::producer::{BaseRecord, DefaultProducerContext, Producer, ThreadedProducer};
 
-use crate::heat::HeatMap;
 use crate::ingest::BatchObserver;
 use crate::metrics::{Metrics, ReasonLabel};
-use crate::predict::{DecisionCounts, Predictor, RetrainOutcome, TrainOptions, retrain};
+use crate::partition::{PartitionState, SharedPartitions};
+use crate::predict::{DecisionCounts, RetrainOutcome, TrainOptions, retrain};
 use crate::stoppable::StoppableThread;
-
-/// The predictor, shared by the ingest thread (which feeds it), the retrainer and the
-/// API (which read it). A `std` lock: every critical section is short and none spans
-/// an `.await`.
-pub type SharedPredictor = Arc<Mutex<Predictor>>;
 
 /// Sends commands to the prewarm topic without ever blocking the ingest thread: the
 /// producer has a bounded queue and a full queue is counted, not waited on.
@@ -60,53 +57,56 @@ impl PrewarmPublisher {
     }
 }
 
-/// Runs on the ingest thread: feeds the predictor, publishes its commands.
+/// Runs on the ingest thread: feeds each live partition's predictor, publishes its
+/// commands.
 pub struct PrewarmLoop {
-    predictor: SharedPredictor,
     publisher: PrewarmPublisher,
     metrics: Arc<Metrics>,
-    last_counts: DecisionCounts,
-    last_scored: u64,
+    /// Each partition predictor's totals at its last batch.
+    last: HashMap<i32, (DecisionCounts, u64)>,
 }
 
 impl PrewarmLoop {
-    /// A loop that publishes `predictor`'s commands with `publisher`.
-    pub fn new(
-        predictor: SharedPredictor,
-        publisher: PrewarmPublisher,
-        metrics: Arc<Metrics>,
-    ) -> Self {
+    /// A loop that publishes the predictors' commands with `publisher`.
+    pub fn new(publisher: PrewarmPublisher, metrics: Arc<Metrics>) -> Self {
         PrewarmLoop {
-            predictor,
             publisher,
             metrics,
-            last_counts: DecisionCounts::default(),
-            last_scored: 0,
+            last: HashMap::new(),
         }
     }
 
-    /// Turns the predictor's cumulative totals into counter increments.
-    fn count(&mut self, counts: DecisionCounts, scored: u64) {
+    /// Turns a partition predictor's cumulative totals into counter increments. A
+    /// partition assigned again has a new predictor whose totals start at zero.
+    fn count(&mut self, partition: i32, counts: DecisionCounts, scored: u64) {
         let m = &self.metrics;
-        let last = self.last_counts;
-        m.prewarm_useful.inc_by(counts.useful - last.useful);
-        m.prewarm_wasted.inc_by(counts.wasted - last.wasted);
-        m.keys_scored.inc_by(scored - self.last_scored);
+        let (mut last, mut last_scored) = self.last.get(&partition).copied().unwrap_or_default();
+        if counts.sent < last.sent || scored < last_scored {
+            (last, last_scored) = Default::default();
+        }
+        m.prewarm_useful
+            .inc_by(counts.useful.saturating_sub(last.useful));
+        m.prewarm_wasted
+            .inc_by(counts.wasted.saturating_sub(last.wasted));
+        m.keys_scored.inc_by(scored - last_scored);
         for ((skip, now), (_, before)) in counts.skips().into_iter().zip(last.skips()) {
             if now > before {
                 m.skip(skip, now - before);
             }
         }
-        self.last_counts = counts;
-        self.last_scored = scored;
+        self.last.insert(partition, (counts, scored));
     }
 }
 
 impl BatchObserver for PrewarmLoop {
-    fn on_batch(&mut self, heat: &HeatMap, events: &[AccessEventRef<'_>]) {
+    fn on_batch(&mut self, partition: &PartitionState, events: &[AccessEventRef<'_>]) {
+        let Some(predictor) = &partition.predictor else {
+            return;
+        };
+        let heat = &partition.heat;
         let applied_at = Instant::now();
         let (commands, counts, scored) = {
-            let mut predictor = self.predictor.lock().unwrap_or_else(|e| e.into_inner());
+            let mut predictor = predictor.lock().unwrap_or_else(|e| e.into_inner());
             for event in events {
                 predictor.observe(event);
             }
@@ -134,7 +134,7 @@ impl BatchObserver for PrewarmLoop {
                 .decision_seconds
                 .observe(applied_at.elapsed().as_secs_f64());
         }
-        self.count(counts, scored);
+        self.count(partition.partition, counts, scored);
     }
 }
 
@@ -145,7 +145,8 @@ impl Drop for PrewarmLoop {
     }
 }
 
-/// Refits the model every `interval` on the predictor's labelled samples.
+/// Refits the model every `interval` on the labelled samples of every owned
+/// partition's predictor.
 pub struct Retrainer {
     thread: StoppableThread,
 }
@@ -156,7 +157,7 @@ const MIN_SAMPLES: usize = 200;
 impl Retrainer {
     /// Starts the retrain thread.
     pub fn start(
-        predictor: SharedPredictor,
+        partitions: SharedPartitions,
         interval: Duration,
         threshold: f64,
         metrics: Arc<Metrics>,
@@ -169,7 +170,7 @@ impl Retrainer {
                     continue;
                 }
                 next = Instant::now() + interval;
-                let outcome = retrain_once(&predictor, threshold);
+                let outcome = retrain_once(&partitions, threshold);
                 metrics
                     .retrains
                     .get_or_create(&ReasonLabel { reason: outcome })
@@ -185,15 +186,22 @@ impl Retrainer {
     }
 }
 
-/// One retrain: copy the samples out under the lock, fit outside it, swap under it.
-/// Returns the outcome's metric label.
-pub fn retrain_once(predictor: &SharedPredictor, threshold: f64) -> &'static str {
+/// One retrain: copy every partition's samples out under the locks, fit outside
+/// them, set the new model on every partition. Returns the outcome's metric label.
+pub fn retrain_once(partitions: &SharedPartitions, threshold: f64) -> &'static str {
     let (current, samples) = {
-        let p = predictor.lock().unwrap_or_else(|e| e.into_inner());
-        let Some(model) = p.model().cloned() else {
+        let partitions = partitions.read().unwrap_or_else(|e| e.into_inner());
+        let Some(model) = partitions.model().cloned() else {
             return "not_enough_data";
         };
-        (model, p.samples().cloned().collect::<Vec<_>>())
+        let mut samples = Vec::new();
+        for state in partitions.states().values() {
+            if let Some(p) = &state.predictor {
+                let p = p.lock().unwrap_or_else(|e| e.into_inner());
+                samples.extend(p.samples().cloned());
+            }
+        }
+        (model, samples)
     };
     if samples.len() < MIN_SAMPLES {
         tracing::debug!(
@@ -230,8 +238,10 @@ pub fn retrain_once(predictor: &SharedPredictor, threshold: f64) -> &'static str
                 was_recall = current.recall(),
                 "retrained model is not worse on held-out samples: replacing"
             );
-            let mut p = predictor.lock().unwrap_or_else(|e| e.into_inner());
-            p.set_model(Arc::new(*model));
+            partitions
+                .write()
+                .unwrap_or_else(|e| e.into_inner())
+                .set_model(Arc::new(*model));
             "replaced"
         }
         RetrainOutcome::Keep { current, candidate } => {

@@ -6,14 +6,15 @@
 //! What `start` does, in order:
 //! 1. validates the config (the error names the field);
 //! 2. without `brokers`, starts an [`EmbeddedBroker`] and creates the topics on it;
-//! 3. restores the heat map from the checkpoint file, if there is one with the same
-//!    sketch settings (an unreadable or older one: a warning, and an empty heat map),
-//!    and sets the tenant allow-list;
-//! 4. with `prewarm` on, loads the model and starts the predictor with its pre-warm
-//!    publisher (run on the ingest thread after each batch) and, with a retrain
-//!    interval, the retrainer;
-//! 5. starts ingest, then binds the API listener and serves the dashboard API (behind
-//!    the bearer token, when one is set).
+//! 3. reads the checkpoint file, if there is one of this topic: each partition's
+//!    snapshot waits for its partition to be assigned (an unreadable or older one: a
+//!    warning, and partitions start empty);
+//! 4. with `prewarm` on, loads the model (every partition's predictor uses it) and
+//!    the pre-warm publisher (run on the ingest thread after each batch) and, with a
+//!    retrain interval, the retrainer;
+//! 5. starts ingest, whose rebalances create and drop the partitions' states, then
+//!    binds the API listener and serves the dashboard API (behind the bearer token,
+//!    when one is set).
 //!
 //! [`PulseHandle::shutdown`] undoes it in reverse: the API stops, the retrainer stops,
 //! ingest writes its final checkpoint and commits, and the embedded broker goes last.
@@ -31,10 +32,10 @@
 //! # Ok(()) }
 //! ```
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::net::SocketAddr;
 use std::path::PathBuf;
-use std::sync::{Arc, Mutex, RwLock};
+use std::sync::Arc;
 use std::time::Duration;
 
 use axum::Router;
@@ -48,13 +49,12 @@ use tokio::task::JoinHandle;
 use crate::api::{AppState, app, require_api_token};
 use crate::broker::{BrokerError, EmbeddedBroker};
 use crate::checkpoint::{self, CheckpointError};
-use crate::heat::{HeatConfig, HeatMap};
-use crate::ingest::{BatchObserver, Ingest, IngestConfig, IngestError, SharedHeatMap, WallClock};
+use crate::heat::{HeatConfig, Window};
+use crate::ingest::{BatchObserver, Ingest, IngestConfig, IngestError, WallClock};
 use crate::metrics::Metrics;
-use crate::predict::{
-    DecisionPolicy, ModelError, Predictor, PredictorConfig, ScoringModel, default_model,
-};
-use crate::prewarm::{PrewarmLoop, PrewarmPublisher, Retrainer, SharedPredictor};
+use crate::partition::{PartitionTemplate, Partitions, SharedPartitions, Snapshot};
+use crate::predict::{DecisionPolicy, ModelError, PredictorConfig, ScoringModel, default_model};
+use crate::prewarm::{PrewarmLoop, PrewarmPublisher, Retrainer};
 use crate::{EVENTS_TOPIC, PREWARM_TOPIC};
 
 /// Everything `pulse serve` can be told. Every field has a default (the flags'
@@ -70,8 +70,9 @@ pub struct PulseConfig {
     pub group: String,
     /// Where the dashboard API listens (port 0 picks a free one).
     pub listen: SocketAddr,
-    /// Checkpoint file: restored at start, written periodically and at shutdown;
-    /// offsets are committed after each checkpoint.
+    /// Checkpoint file: every owned partition's heat map and offset, written
+    /// periodically and at shutdown (offsets are committed after each checkpoint); a
+    /// partition assigned later starts from its snapshot.
     pub checkpoint: Option<PathBuf>,
     /// Seconds between checkpoints.
     pub checkpoint_interval_secs: u64,
@@ -98,9 +99,11 @@ pub struct PulseConfig {
     pub cooldown_ms: u64,
     /// How long a command stays valid at the edges.
     pub command_ttl_ms: u64,
-    /// Each tenant's committed rate of commands per second.
+    /// Each tenant's committed rate of commands per second, for the whole topic:
+    /// each partition gets an even share.
     pub tenant_rate_per_s: f64,
-    /// Each tenant's burst allowance, in commands.
+    /// Each tenant's burst allowance, in commands, split like the rate (at least one
+    /// per partition).
     pub tenant_burst: f64,
     /// What a wasted pre-warm fill costs, in client misses (the cost rule).
     pub wasted_fill_cost: f64,
@@ -342,44 +345,48 @@ pub async fn start(config: PulseConfig) -> Result<PulseHandle, StartError> {
         }
     };
 
-    let mut restored = restore(&config)?;
     let allowed = allowed_tenants(&config)?;
     if let Some(allowed) = &allowed {
         tracing::info!(tenants = allowed.len(), "tenant allow-list on");
     }
-    restored.set_allowed_tenants(allowed);
-    let heat = Arc::new(RwLock::new(restored));
     let metrics = Arc::new(Metrics::new());
-    // Prediction runs on the ingest thread after each batch; the retrainer beside it.
-    let mut observer: Option<Box<dyn BatchObserver>> = None;
-    let mut predictor: Option<SharedPredictor> = None;
-    let mut retrainer = None;
-    if config.prewarm {
+    let model = if config.prewarm {
         let model = load_model(&config)?;
         tracing::info!(model = %model.name, threshold = config.threshold, "prediction on");
-        let shared = Arc::new(Mutex::new(Predictor::new(
-            Some(Arc::new(model)),
-            PredictorConfig {
+        Some(Arc::new(model))
+    } else {
+        None
+    };
+    let mut partitions = Partitions::new(
+        PartitionTemplate {
+            heat: config.heat.clone(),
+            allowed_tenants: allowed,
+            predictor: config.prewarm.then(|| PredictorConfig {
                 policy: config.policy(),
                 ..PredictorConfig::default()
-            },
-        )));
+            }),
+        },
+        model,
+    );
+    if let Some((count, snapshots)) = restore(&config)? {
+        partitions.set_snapshots(count, snapshots);
+    }
+    let partitions = partitions.shared();
+    // Prediction runs on the ingest thread after each batch; the retrainer beside it.
+    let mut observer: Option<Box<dyn BatchObserver>> = None;
+    let mut retrainer = None;
+    if config.prewarm {
         let publisher = PrewarmPublisher::new(&brokers, &config.prewarm_topic)
             .map_err(StartError::Publisher)?;
-        observer = Some(Box::new(PrewarmLoop::new(
-            shared.clone(),
-            publisher,
-            metrics.clone(),
-        )));
+        observer = Some(Box::new(PrewarmLoop::new(publisher, metrics.clone())));
         if config.retrain_interval_secs > 0 {
             retrainer = Some(Retrainer::start(
-                shared.clone(),
+                partitions.clone(),
                 Duration::from_secs(config.retrain_interval_secs),
                 config.threshold,
                 metrics.clone(),
             ));
         }
-        predictor = Some(shared);
     }
     let ingest = Ingest::start_with(
         IngestConfig {
@@ -391,8 +398,9 @@ pub async fn start(config: PulseConfig) -> Result<PulseHandle, StartError> {
             checkpoint_interval: Duration::from_secs(config.checkpoint_interval_secs),
             commit_interval: Duration::from_secs(config.commit_interval_secs),
             clock: Arc::new(WallClock),
+            replay: Duration::from_millis(Window::S60.millis() + config.heat.max_clock_skew_ms),
         },
-        heat.clone(),
+        partitions.clone(),
         metrics.clone(),
         observer,
     )?;
@@ -408,9 +416,8 @@ pub async fn start(config: PulseConfig) -> Result<PulseHandle, StartError> {
         source,
     })?;
     let state = AppState {
-        heat,
+        partitions,
         metrics,
-        predictor,
     };
     let router = require_api_token(app(state.clone()), config.api_token.as_deref());
     let (shutdown_tx, mut shutdown_rx) = watch::channel(false);
@@ -440,34 +447,47 @@ pub async fn start(config: PulseConfig) -> Result<PulseHandle, StartError> {
     })
 }
 
-/// The heat map from the checkpoint when it has the configured sketch settings (the
-/// configured limits apply to it); an empty one, with a warning, when the checkpoint
-/// has other settings or a format this build does not read (an older version). Only
-/// a file the file system refuses to read stops the start.
-fn restore(config: &PulseConfig) -> Result<HeatMap, StartError> {
+/// A checkpoint's snapshots by partition, with the partition count they were taken with.
+type Snapshots = (i32, HashMap<i32, Snapshot>);
+
+/// The partitions' snapshots from the checkpoint, when it is of this topic and has the
+/// configured sketch settings (the configured limits apply when a partition is
+/// assigned); none, with a warning, when the checkpoint is of another topic, has other
+/// settings or a format this build does not read (an older version). Only a file the
+/// file system refuses to read stops the start.
+fn restore(config: &PulseConfig) -> Result<Option<Snapshots>, StartError> {
     let Some(path) = &config.checkpoint else {
-        return Ok(HeatMap::new(config.heat.clone()));
+        return Ok(None);
     };
     let loaded = match checkpoint::load(path) {
-        Ok(loaded) => loaded,
+        Ok(Some(loaded)) => loaded,
+        Ok(None) => return Ok(None),
         Err(e @ CheckpointError::Format { .. }) => {
             tracing::warn!(error = %e, "checkpoint not restored; starting empty (it is replaced at the next checkpoint)");
-            None
+            return Ok(None);
         }
         Err(e) => return Err(e.into()),
     };
-    Ok(match loaded {
-        Some(mut heat) => {
-            if heat.adopt_limits(&config.heat) {
-                tracing::info!(path = %path.display(), tenants = heat.tenants_len(), "restored checkpoint");
-                heat
-            } else {
-                tracing::warn!(path = %path.display(), "checkpoint has other sketch settings; starting empty");
-                HeatMap::new(config.heat.clone())
-            }
+    if loaded.topic != config.topic {
+        tracing::warn!(path = %path.display(), topic = %loaded.topic, "checkpoint of another topic; starting empty");
+        return Ok(None);
+    }
+    let mut snapshots = HashMap::new();
+    for p in loaded.partitions {
+        if !p.heat.config().same_sketches(&config.heat) {
+            tracing::warn!(path = %path.display(), partition = p.partition, "checkpoint has other sketch settings; starting empty");
+            return Ok(None);
         }
-        None => HeatMap::new(config.heat.clone()),
-    })
+        snapshots.insert(
+            p.partition,
+            Snapshot {
+                next_offset: p.next_offset,
+                heat: p.heat,
+            },
+        );
+    }
+    tracing::info!(path = %path.display(), partitions = snapshots.len(), "checkpoint read; partitions restore on assign");
+    Ok(Some((loaded.partition_count, snapshots)))
 }
 
 /// The allow-list: `tenants` and the lines of `tenants_file`; `None` when both are
@@ -536,14 +556,9 @@ impl PulseHandle {
         &self.state.metrics
     }
 
-    /// The heat map the ingest thread writes.
-    pub fn heat(&self) -> &SharedHeatMap {
-        &self.state.heat
-    }
-
-    /// The predictor, when prediction is on.
-    pub fn predictor(&self) -> Option<&SharedPredictor> {
-        self.state.predictor.as_ref()
+    /// The owned partitions' states, which the ingest thread writes.
+    pub fn partitions(&self) -> &SharedPartitions {
+        &self.state.partitions
     }
 
     /// What the API handlers share (for a dashboard served elsewhere).
@@ -622,19 +637,24 @@ mod tests {
         }
     }
 
-    /// A checkpoint of an older format (version 3, before the shared sketch) or of
-    /// garbage: pulse starts with an empty heat map (and a warning), never fails.
+    /// A checkpoint of an older format (version 3, before the shared sketch; version
+    /// 4, one heat map per process) or of garbage: pulse starts with empty partitions
+    /// (and a warning), never fails.
     #[test]
     fn an_old_or_unreadable_checkpoint_starts_empty() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("pulse.ckpt");
         for text in [
             r#"{"version":3,"heat":{"config":{"max_tenants":64},"watermark_ms":5,"tenants":{}}}"#,
+            r#"{"version":4,"heat":{"config":{},"watermark_ms":5,"tenants":{}}}"#,
             "{ not json",
         ] {
             std::fs::write(&path, text).unwrap();
-            let heat = restore(&with_checkpoint(&path)).expect("an empty heat map");
-            assert_eq!((heat.tenants_len(), heat.now_ms()), (0, 0));
+            assert!(
+                restore(&with_checkpoint(&path))
+                    .expect("no error")
+                    .is_none()
+            );
         }
     }
 

@@ -185,7 +185,10 @@ async fn events_reach_the_api_and_a_restart_restores_the_checkpoint() {
 
     let first = pulse::start(config.clone()).await.expect("starting pulse");
     assert!(first.embedded_broker(), "no brokers: an embedded one");
-    assert!(first.predictor().is_some(), "prediction is on by default");
+    assert!(
+        first.partitions().read().unwrap().prediction_on(),
+        "prediction is on by default"
+    );
     let brokers = first.brokers().to_owned();
     tokio::task::spawn_blocking(move || produce(&brokers, pulse::EVENTS_TOPIC, 50))
         .await
@@ -204,8 +207,16 @@ async fn events_reach_the_api_and_a_restart_restores_the_checkpoint() {
     assert!(checkpoint.exists(), "shutdown writes the final checkpoint");
 
     // A new embedded broker with an empty topic: whatever the API shows comes from the
-    // checkpoint.
+    // checkpoint, restored as each partition is assigned.
     let second = pulse::start(config).await.expect("restarting pulse");
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    while !second.partitions().read().unwrap().complete() {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "partitions never assigned"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
     let (status, body) = get(&second, "/api/keys/acme/live/score.json", Some("s3cret")).await;
     assert_eq!(status, 200, "{body}");
     assert!(body.contains("\"total\":50"), "{body}");
@@ -221,7 +232,7 @@ async fn without_prewarm_there_is_no_predictor() {
     })
     .await
     .expect("starting pulse");
-    assert!(pulse.predictor().is_none());
+    assert!(!pulse.partitions().read().unwrap().prediction_on());
     let (status, _) = get(&pulse, "/api/tenants", None).await;
     assert_eq!(status, 200, "no token configured: open");
     pulse.shutdown().await;

@@ -3,45 +3,75 @@
 //! them side by side. Counted as events apply (`heat::edges`); this only reads them.
 
 use axum::Json;
-use axum::extract::State;
+use axum::extract::rejection::QueryRejection;
+use axum::extract::{Query, State};
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
-use super::AppState;
-use crate::heat::{EdgeSummary, MAX_NODES_PER_EDGE, NODE_WINDOW_S, RATE_WINDOW_S};
+use super::{ApiError, AppState, ErrorBody, one, owned};
+use crate::fleet::{Coverage, ScopeQuery, merge};
+use crate::heat::{EdgeSummary, HeatMap, MAX_NODES_PER_EDGE, NODE_WINDOW_S, RATE_WINDOW_S};
 
 /// `GET /api/edges`.
 #[derive(Debug, Serialize, Deserialize, ToSchema)]
 pub(crate) struct EdgesResponse {
-    /// The watermark the rates and node counts are taken at, ms since the Unix epoch.
-    now_ms: u64,
-    /// Seconds of event time `rate_per_s` averages over.
-    rate_window_s: u64,
-    /// Seconds of event time a node counts in `nodes` after its last event.
-    node_window_s: u64,
-    /// Most nodes counted per kind.
-    max_nodes: u64,
-    /// Every kind, always in this order: `prefetcher`, `nginx`, `varnish`, `other`,
-    /// `unspecified`.
-    edges: Vec<EdgeSummary>,
+    pub(crate) now_ms: u64,
+    pub(crate) rate_window_s: u64,
+    pub(crate) node_window_s: u64,
+    pub(crate) max_nodes: u64,
+    /// Counters added over the partitions; `nodes` is the largest partition's count
+    /// (a node sends to every partition), a lower bound of the distinct nodes.
+    pub(crate) edges: Vec<EdgeSummary>,
+    pub(crate) coverage: Coverage,
 }
 
-/// Counters per kind of edge, since pulse started.
-#[utoipa::path(get, path = "/api/edges", responses((status = 200, body = EdgesResponse)))]
-pub(super) async fn edges(State(state): State<AppState>) -> Json<EdgesResponse> {
-    let heat = state.heat.read().unwrap_or_else(|e| e.into_inner());
-    Json(EdgesResponse {
-        now_ms: heat.now_ms(),
+impl EdgesResponse {
+    /// One heat map's counters.
+    pub(crate) fn of(heat: &HeatMap, coverage: Coverage) -> Self {
+        EdgesResponse {
+            now_ms: heat.now_ms(),
+            rate_window_s: RATE_WINDOW_S,
+            node_window_s: NODE_WINDOW_S,
+            max_nodes: MAX_NODES_PER_EDGE as u64,
+            edges: heat.edges(),
+            coverage,
+        }
+    }
+}
+
+#[utoipa::path(
+    get,
+    path = "/api/edges",
+    params(ScopeQuery),
+    responses(
+        (status = 200, body = EdgesResponse),
+        (status = 400, description = "bad parameter", body = ErrorBody)
+    )
+)]
+pub(super) async fn edges(
+    State(state): State<AppState>,
+    query: Result<Query<ScopeQuery>, QueryRejection>,
+) -> Result<Json<EdgesResponse>, ApiError> {
+    let Query(_scope) = query?;
+    let partitions = state.read();
+    let parts = partitions
+        .states()
+        .iter()
+        .map(|(&p, s)| EdgesResponse::of(&s.heat, one(p, &partitions)))
+        .collect();
+    Ok(Json(merge::edges(parts).unwrap_or_else(|| EdgesResponse {
+        now_ms: 0,
         rate_window_s: RATE_WINDOW_S,
         node_window_s: NODE_WINDOW_S,
         max_nodes: MAX_NODES_PER_EDGE as u64,
-        edges: heat.edges(),
-    })
+        edges: Vec::new(),
+        coverage: owned(&partitions),
+    })))
 }
 
 #[cfg(test)]
 mod tests {
-    use std::sync::{Arc, RwLock};
+    use std::sync::Arc;
 
     use axum::http::StatusCode;
     use models::{AccessEvent, CacheKey, EdgeKind, NodeId, Outcome, RegionId, TenantId};
@@ -80,9 +110,8 @@ mod tests {
             heat.apply(&e).unwrap();
         }
         AppState {
-            heat: Arc::new(RwLock::new(heat)),
+            partitions: crate::partition::Partitions::single(heat, None),
             metrics: Arc::new(Metrics::new()),
-            predictor: None,
         }
     }
 

@@ -31,13 +31,16 @@ use models::{CacheKey, MAX_KEY_LEN, RegionId, TenantId};
 use serde::{Deserialize, Serialize};
 use utoipa::{IntoParams, OpenApi, ToSchema};
 
+use crate::fleet::{Coverage, Scope, ScopeQuery, merge, partition_for_key};
 use crate::heat::{
-    EdgeSummary, EvictedTenant, HotKey, KeyStats, OutcomeCounts, QueryError, RegionCount,
+    EdgeSummary, EvictedTenant, HeatMap, HotKey, KeyStats, OutcomeCounts, QueryError, RegionCount,
     SketchKind, TenantSummary, Trend, Velocities, Window, WindowStats,
 };
-use crate::ingest::SharedHeatMap;
 use crate::metrics::{Metrics, RouteLabel};
-use crate::prewarm::SharedPredictor;
+use crate::partition::{PartitionHealth, Partitions, SharedPartitions};
+
+pub(crate) use edges::EdgesResponse;
+pub(crate) use rates::{RatePoint, RatesResponse};
 
 /// Most rows one heat-map request may ask for.
 pub const MAX_HEATMAP_ROWS: usize = 1_000;
@@ -45,12 +48,52 @@ pub const MAX_HEATMAP_ROWS: usize = 1_000;
 /// What the handlers share.
 #[derive(Clone)]
 pub struct AppState {
-    /// The heat map the ingest thread writes.
-    pub heat: SharedHeatMap,
+    /// The owned partitions the ingest thread writes.
+    pub partitions: SharedPartitions,
     /// The metrics `/metrics` serves.
     pub metrics: Arc<Metrics>,
-    /// The predictor, when prediction is on.
-    pub predictor: Option<SharedPredictor>,
+}
+
+impl AppState {
+    fn read(&self) -> std::sync::RwLockReadGuard<'_, Partitions> {
+        self.partitions.read().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+/// The coverage of one partition's part of an answer.
+fn one(partition: i32, partitions: &Partitions) -> Coverage {
+    Coverage::of(vec![partition], partitions.partition_count())
+}
+
+/// The coverage of an answer that needs no partition's state (the model card), or
+/// of an answer from no partition at all.
+fn owned(partitions: &Partitions) -> Coverage {
+    Coverage::of(partitions.owned(), partitions.partition_count())
+}
+
+/// Runs `query` on every owned partition's heat map; partitions that do not know the
+/// tenant (or the region) are left out of the merge but stay in its coverage, since
+/// their answer is "nothing". All of them not knowing it is the error.
+fn per_partition<T>(
+    partitions: &Partitions,
+    mut query: impl FnMut(&HeatMap, Coverage) -> Result<T, ApiError>,
+) -> Result<(Vec<T>, Coverage), ApiError> {
+    let mut parts = Vec::new();
+    let mut error = None;
+    for (&p, state) in partitions.states() {
+        match query(&state.heat, one(p, partitions)) {
+            Ok(part) => parts.push(part),
+            // An unknown region is the more precise refusal: keep it over the tenant's.
+            Err(e) if e.code == "unknown_region" || error.is_none() => error = Some(e),
+            Err(_) => {}
+        }
+    }
+    if parts.is_empty() {
+        if let Some(e) = error {
+            return Err(e);
+        }
+    }
+    Ok((parts, owned(partitions)))
 }
 
 /// The error body of every 4xx.
@@ -58,7 +101,7 @@ pub struct AppState {
 pub struct ErrorBody {
     /// A stable code: `unknown_tenant`, `unknown_region`, `bad_window`,
     /// `key_too_long`, `invalid_key`, `invalid_tenant`, `invalid_region`,
-    /// `bad_parameter`.
+    /// `bad_parameter`, `prediction_off`, `owner_unavailable`.
     pub error: String,
     /// What is wrong, naming the parameter.
     pub message: String,
@@ -78,6 +121,16 @@ impl ApiError {
             status: StatusCode::NOT_FOUND,
             code: "prediction_off",
             message: "prediction is off in this pulse (started with --no-prewarm)".into(),
+        }
+    }
+
+    fn owner_unavailable(partition: i32) -> Self {
+        ApiError {
+            status: StatusCode::SERVICE_UNAVAILABLE,
+            code: "owner_unavailable",
+            message: format!(
+                "partition {partition}, which owns the key, is not assigned to this instance"
+            ),
         }
     }
 
@@ -169,11 +222,31 @@ pub struct TenantsResponse {
     pub memory_bytes: u64,
     /// The limit on `memory_bytes`: a new tenant past it is rejected.
     pub memory_budget_bytes: u64,
-    /// Tenants, by name, each with its own error bound.
+    /// Tenants, by name, each with its own error bound; counts added over the
+    /// partitions, regions sorted by name.
     pub tenants: Vec<TenantSummary>,
     /// Tenants evicted after a minute without events, newest first (at most
     /// 10 000 summaries are kept).
     pub evicted: Vec<EvictedTenant>,
+    /// The partitions the answer covers.
+    pub coverage: Coverage,
+}
+
+impl TenantsResponse {
+    /// One heat map's tenants.
+    pub(crate) fn of(heat: &HeatMap, coverage: Coverage) -> Self {
+        TenantsResponse {
+            now_ms: heat.now_ms(),
+            error_bound: heat.config().error_bound(),
+            shared_error_bound: heat.config().shared_error_bound(),
+            failure_probability: heat.config().failure_probability(),
+            memory_bytes: heat.memory_bytes() as u64,
+            memory_budget_bytes: heat.config().memory_budget_bytes,
+            tenants: heat.tenants(),
+            evicted: heat.evicted(),
+            coverage,
+        }
+    }
 }
 
 /// Query of `GET /api/heatmap`.
@@ -188,8 +261,11 @@ pub struct HeatmapQuery {
     pub window: Option<String>,
     /// Rows, 1 to 1000 (default 20).
     pub n: Option<usize>,
-    /// Event time the window ends at (default: the watermark), for replays.
+    /// Event time the window ends at (default: the newest watermark of the
+    /// partitions), for replays and comparisons.
     pub now_ms: Option<u64>,
+    /// `local` or `fleet` (default).
+    pub scope: Option<Scope>,
 }
 
 /// `GET /api/heatmap`.
@@ -208,8 +284,51 @@ pub struct HeatmapResponse {
     /// The additive error bound of each whole-tenant count in the window, in events
     /// (see `TenantSummary::error_bound_events_60s`).
     pub error_bound_events: u64,
-    /// Hottest first.
+    /// Hottest first (count, then key).
     pub keys: Vec<HotKey>,
+    /// The partitions the answer covers.
+    pub coverage: Coverage,
+}
+
+impl HeatmapResponse {
+    /// One heat map's answer.
+    pub(crate) fn of(
+        heat: &HeatMap,
+        tenant: &TenantId,
+        region: Option<&RegionId>,
+        window: Window,
+        n: usize,
+        now_ms: u64,
+        coverage: Coverage,
+    ) -> Result<Self, QueryError> {
+        let keys = heat.hot_keys(tenant, region, window, n, now_ms)?;
+        let error_bound_events = heat.error_bound_events(tenant, window, now_ms)?;
+        let sketch = match heat.tenant(tenant) {
+            Some(t) if t.has_own_sketch() => SketchKind::Own,
+            _ => SketchKind::Shared,
+        };
+        Ok(HeatmapResponse {
+            tenant: tenant.to_string(),
+            region: region.map(|r| r.to_string()),
+            window,
+            now_ms,
+            sketch,
+            error_bound_events,
+            keys,
+            coverage,
+        })
+    }
+}
+
+/// `GET /api/keys/{tenant}/{key}`: the key's estimates, from the partition that owns
+/// it.
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+pub struct KeyResponse {
+    /// The estimates.
+    #[serde(flatten)]
+    pub stats: KeyStats,
+    /// The partition the answer comes from.
+    pub coverage: Coverage,
 }
 
 /// `GET /healthz`.
@@ -217,6 +336,12 @@ pub struct HeatmapResponse {
 pub struct Health {
     /// Always `ok` when the process answers.
     pub status: String,
+    /// The events topic's partition count (0 until the first assignment).
+    pub partition_count: i32,
+    /// The partitions this instance owns, with their applied offsets.
+    pub partitions: Vec<PartitionHealth>,
+    /// The model in use, if prediction is on.
+    pub model: Option<String>,
 }
 
 #[derive(OpenApi)]
@@ -255,6 +380,10 @@ pub struct Health {
         TenantsResponse,
         HeatmapResponse,
         Health,
+        PartitionHealth,
+        Coverage,
+        Scope,
+        KeyResponse,
         TenantSummary,
         SketchKind,
         EvictedTenant,
@@ -320,22 +449,44 @@ async fn track(State(state): State<AppState>, request: Request, next: Next) -> R
 }
 
 /// Tenants seen, with the sketches' error bound and memory.
-#[utoipa::path(get, path = "/api/tenants", responses((status = 200, body = TenantsResponse)))]
-async fn tenants(State(state): State<AppState>) -> Json<TenantsResponse> {
-    let heat = state.heat.read().unwrap_or_else(|e| e.into_inner());
-    Json(TenantsResponse {
-        now_ms: heat.now_ms(),
-        error_bound: heat.config().error_bound(),
-        shared_error_bound: heat.config().shared_error_bound(),
-        failure_probability: heat.config().failure_probability(),
-        memory_bytes: heat.memory_bytes() as u64,
-        memory_budget_bytes: heat.config().memory_budget_bytes,
-        tenants: heat.tenants(),
-        evicted: heat.evicted(),
-    })
+#[utoipa::path(
+    get,
+    path = "/api/tenants",
+    params(ScopeQuery),
+    responses(
+        (status = 200, body = TenantsResponse),
+        (status = 400, description = "bad parameter", body = ErrorBody)
+    )
+)]
+async fn tenants(
+    State(state): State<AppState>,
+    query: Result<Query<ScopeQuery>, QueryRejection>,
+) -> Result<Json<TenantsResponse>, ApiError> {
+    let Query(_scope) = query?;
+    let partitions = state.read();
+    let parts = partitions
+        .states()
+        .iter()
+        .map(|(&p, s)| TenantsResponse::of(&s.heat, one(p, &partitions)))
+        .collect();
+    Ok(Json(merge::tenants(parts).unwrap_or_else(|| {
+        let config = partitions.partition_heat_config();
+        TenantsResponse {
+            now_ms: 0,
+            error_bound: config.error_bound(),
+            shared_error_bound: config.shared_error_bound(),
+            failure_probability: config.failure_probability(),
+            memory_bytes: 0,
+            memory_budget_bytes: 0,
+            tenants: Vec::new(),
+            evicted: Vec::new(),
+            coverage: owned(&partitions),
+        }
+    })))
 }
 
-/// The heat map: a tenant's (or one region's) hottest keys over a window.
+/// The heat map: a tenant's (or one region's) hottest keys over a window, merged
+/// over the partitions at one `now_ms`.
 #[utoipa::path(
     get,
     path = "/api/heatmap",
@@ -365,26 +516,25 @@ async fn heatmap(
             .map_err(|e| ApiError::bad("bad_window", format!("window: {e}")))?,
     };
     let n = count_param("n", q.n, 20, MAX_HEATMAP_ROWS)?;
-    let heat = state.heat.read().unwrap_or_else(|e| e.into_inner());
-    let now_ms = q.now_ms.unwrap_or_else(|| heat.now_ms());
-    let keys = heat.hot_keys(&tenant, region.as_ref(), window, n, now_ms)?;
-    let error_bound_events = heat.error_bound_events(&tenant, window, now_ms)?;
-    let sketch = match heat.tenant(&tenant) {
-        Some(t) if t.has_own_sketch() => SketchKind::Own,
-        _ => SketchKind::Shared,
-    };
-    Ok(Json(HeatmapResponse {
-        tenant: tenant.to_string(),
-        region: region.map(|r| r.to_string()),
-        window,
-        now_ms,
-        sketch,
-        error_bound_events,
-        keys,
-    }))
+    let partitions = state.read();
+    let now_ms = q.now_ms.unwrap_or_else(|| partitions.now_ms());
+    let (parts, coverage) = per_partition(&partitions, |heat, coverage| {
+        Ok(HeatmapResponse::of(
+            heat,
+            &tenant,
+            region.as_ref(),
+            window,
+            n,
+            now_ms,
+            coverage,
+        )?)
+    })?;
+    let merged = merge::heatmap(parts, n).ok_or(QueryError::UnknownTenant(tenant.to_string()))?;
+    Ok(Json(HeatmapResponse { coverage, ..merged }))
 }
 
-/// Estimates for one key: per window and outcome, miss regions, acceleration, trend.
+/// Estimates for one key: per window and outcome, miss regions, acceleration, trend;
+/// from the partition that owns `tenant/key` (librdkafka's default partitioner).
 /// The key is the rest of the path (`/api/keys/acme/img/logo.png`) or one
 /// URL-encoded segment (`/api/keys/acme/%2Fimg%2Flogo.png`); encode `?` as `%3F`.
 #[utoipa::path(
@@ -392,19 +542,23 @@ async fn heatmap(
     path = "/api/keys/{tenant}/{key}",
     params(
         ("tenant" = String, Path, description = "The tenant"),
-        ("key" = String, Path, description = "The cache key, without or with its leading '/'")
+        ("key" = String, Path, description = "The cache key, without or with its leading '/'"),
+        ScopeQuery
     ),
     responses(
-        (status = 200, body = KeyStats),
+        (status = 200, body = KeyResponse),
         (status = 400, description = "invalid or too long key", body = ErrorBody),
-        (status = 404, description = "unknown tenant", body = ErrorBody)
+        (status = 404, description = "unknown tenant", body = ErrorBody),
+        (status = 503, description = "the owning partition is not assigned here", body = ErrorBody)
     )
 )]
 async fn key_stats(
     State(state): State<AppState>,
     path: Result<Path<(String, String)>, PathRejection>,
-) -> Result<Json<KeyStats>, ApiError> {
+    query: Result<Query<ScopeQuery>, QueryRejection>,
+) -> Result<Json<KeyResponse>, ApiError> {
     let Path((tenant, key)) = path?;
+    let Query(_scope) = query?;
     let tenant = tenant_param(&tenant)?;
     let key = if key.starts_with('/') {
         key
@@ -418,16 +572,37 @@ async fn key_stats(
         ));
     }
     let key = CacheKey::new(key).map_err(|e| ApiError::bad("invalid_key", format!("key: {e}")))?;
-    let heat = state.heat.read().unwrap_or_else(|e| e.into_inner());
-    let now_ms = heat.now_ms();
-    Ok(Json(heat.key_stats(&tenant, &key, now_ms)?))
+    let partitions = state.read();
+    let owner = partition_for_key(
+        format!("{tenant}{key}").as_bytes(),
+        partitions.partition_count(),
+    );
+    let state = partitions
+        .get(owner)
+        .ok_or_else(|| ApiError::owner_unavailable(owner))?;
+    // The key's windows end at the newest watermark, as the heat map's do.
+    let stats = state.heat.key_stats(&tenant, &key, partitions.now_ms())?;
+    let part = KeyResponse {
+        stats,
+        coverage: one(owner, &partitions),
+    };
+    Ok(Json(
+        merge::key(vec![part]).ok_or_else(|| ApiError::owner_unavailable(owner))?,
+    ))
 }
 
-/// Liveness.
+/// Liveness, and the partitions this instance owns with their applied offsets.
 #[utoipa::path(get, path = "/healthz", responses((status = 200, body = Health)))]
-async fn healthz() -> Json<Health> {
+async fn healthz(State(state): State<AppState>) -> Json<Health> {
+    let partitions = state.read();
     Json(Health {
         status: "ok".to_owned(),
+        partition_count: partitions.partition_count(),
+        partitions: partitions.health(),
+        model: partitions
+            .prediction_on()
+            .then(|| partitions.model().map(|m| m.name.clone()))
+            .flatten(),
     })
 }
 
@@ -444,7 +619,6 @@ async fn metrics(State(state): State<AppState>) -> impl IntoResponse {
 #[cfg(test)]
 mod tests {
     use std::collections::BTreeSet;
-    use std::sync::RwLock;
 
     use axum::body::Body;
     use axum::http::Request;
@@ -483,9 +657,8 @@ mod tests {
             heat.apply(&e).unwrap();
         }
         AppState {
-            heat: Arc::new(RwLock::new(heat)),
+            partitions: crate::partition::Partitions::single(heat, None),
             metrics: Arc::new(Metrics::new()),
-            predictor: None,
         }
     }
 
@@ -681,7 +854,31 @@ mod tests {
         assert_eq!(properties(&doc, "Velocities"), keys(&row["velocities"]));
         assert_eq!(properties(&doc, "RegionCount"), keys(&row["regions"][0]));
         let (_, stats) = get(&app, "/api/keys/acme/img/hot.png").await;
-        assert_eq!(properties(&doc, "KeyStats"), keys(&stats));
+        // `KeyResponse` is `KeyStats` with the coverage beside it.
+        let parts = doc["components"]["schemas"]["KeyResponse"]["allOf"]
+            .as_array()
+            .expect("KeyResponse is KeyStats and more");
+        assert_eq!(
+            parts[0]["$ref"], "#/components/schemas/KeyStats",
+            "{parts:?}"
+        );
+        let mut expected = properties(&doc, "KeyStats");
+        expected.extend(parts[1]["properties"].as_object().unwrap().keys().cloned());
+        assert_eq!(expected, keys(&stats));
+        assert_eq!(properties(&doc, "Coverage"), keys(&stats["coverage"]));
+        assert_eq!(properties(&doc, "TenantsResponse"), keys(&tenants));
+        let (_, health) = get(&app, "/healthz").await;
+        assert_eq!(properties(&doc, "Health"), keys(&health));
+        assert_eq!(
+            properties(&doc, "PartitionHealth"),
+            keys(&health["partitions"][0])
+        );
+        for scope in ["local", "fleet"] {
+            let (status, body) = get(&app, &format!("/api/tenants?scope={scope}")).await;
+            assert_eq!(status, StatusCode::OK, "{body}");
+        }
+        let (status, body) = get(&app, "/api/tenants?scope=galaxy").await;
+        assert_eq!(status, StatusCode::BAD_REQUEST, "{body}");
         assert_eq!(properties(&doc, "WindowStats"), keys(&stats["windows"][0]));
         assert_eq!(
             properties(&doc, "OutcomeCounts"),

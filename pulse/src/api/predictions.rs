@@ -10,8 +10,13 @@ use models::RegionTargets;
 use serde::{Deserialize, Serialize};
 use utoipa::{IntoParams, ToSchema};
 
-use super::{ApiError, AppState, ErrorBody, count_param, tenant_param};
-use crate::predict::{Decision, DecisionPolicy, Evaluation, ScoringModel, Transform, Verdict};
+use models::TenantId;
+
+use super::{ApiError, AppState, ErrorBody, count_param, one, owned, tenant_param};
+use crate::fleet::{Coverage, Scope, ScopeQuery, merge};
+use crate::predict::{
+    Decision, DecisionPolicy, Evaluation, Predictor, ScoringModel, Transform, Verdict,
+};
 
 /// Most decisions one request may ask for.
 pub const MAX_PREDICTIONS: usize = 500;
@@ -24,6 +29,8 @@ pub struct PredictionsQuery {
     pub tenant: Option<String>,
     /// Rows, 1 to 500 (default 50), newest first.
     pub limit: Option<usize>,
+    /// `local` or `fleet` (default).
+    pub scope: Option<Scope>,
 }
 
 /// One feature's part in a decision.
@@ -141,8 +148,42 @@ pub struct DecisionTotals {
 pub struct PredictionsResponse {
     /// The totals.
     pub totals: DecisionTotals,
-    /// Recent decisions, newest first.
+    /// Recent decisions, newest first (issue time, then id).
     pub decisions: Vec<DecisionView>,
+    /// The partitions the answer covers.
+    pub coverage: Coverage,
+}
+
+impl PredictionsResponse {
+    /// One predictor's totals and its newest `limit` decisions (of `tenant`, if given).
+    pub(crate) fn of(
+        p: &Predictor,
+        tenant: Option<&TenantId>,
+        limit: usize,
+        coverage: Coverage,
+    ) -> Self {
+        let counts = p.counts();
+        PredictionsResponse {
+            totals: DecisionTotals {
+                sent: counts.sent,
+                useful: counts.useful,
+                wasted: counts.wasted,
+                skipped: counts
+                    .skips()
+                    .into_iter()
+                    .map(|(skip, n)| (skip.as_str().to_owned(), n))
+                    .collect(),
+                scored: p.scored(),
+            },
+            decisions: p
+                .decisions()
+                .filter(|d| tenant.is_none_or(|t| &d.command.tenant == t))
+                .take(limit)
+                .map(DecisionView::from)
+                .collect(),
+            coverage,
+        }
+    }
 }
 
 /// Recent pre-warm decisions with confidence, per-feature contributions and outcome.
@@ -163,31 +204,37 @@ pub(super) async fn predictions(
     let Query(q) = query?;
     let tenant = q.tenant.as_deref().map(tenant_param).transpose()?;
     let limit = count_param("limit", q.limit, 50, MAX_PREDICTIONS)?;
-    let predictor = state
-        .predictor
-        .as_ref()
-        .ok_or_else(ApiError::prediction_off)?;
-    let p = predictor.lock().unwrap_or_else(|e| e.into_inner());
-    let counts = p.counts();
-    Ok(Json(PredictionsResponse {
-        totals: DecisionTotals {
-            sent: counts.sent,
-            useful: counts.useful,
-            wasted: counts.wasted,
-            skipped: counts
-                .skips()
-                .into_iter()
-                .map(|(skip, n)| (skip.as_str().to_owned(), n))
-                .collect(),
-            scored: p.scored(),
+    let partitions = state.read();
+    if !partitions.prediction_on() {
+        return Err(ApiError::prediction_off());
+    }
+    let parts = partitions
+        .states()
+        .iter()
+        .filter_map(|(&p, s)| {
+            let predictor = s.predictor.as_ref()?;
+            let predictor = predictor.lock().unwrap_or_else(|e| e.into_inner());
+            Some(PredictionsResponse::of(
+                &predictor,
+                tenant.as_ref(),
+                limit,
+                one(p, &partitions),
+            ))
+        })
+        .collect();
+    Ok(Json(merge::predictions(parts, limit).unwrap_or_else(
+        || PredictionsResponse {
+            totals: DecisionTotals {
+                sent: 0,
+                useful: 0,
+                wasted: 0,
+                skipped: BTreeMap::new(),
+                scored: 0,
+            },
+            decisions: Vec::new(),
+            coverage: owned(&partitions),
         },
-        decisions: p
-            .decisions()
-            .filter(|d| tenant.as_ref().is_none_or(|t| &d.command.tenant == t))
-            .take(limit)
-            .map(DecisionView::from)
-            .collect(),
-    }))
+    )))
 }
 
 /// One feature in the model card.
@@ -292,10 +339,12 @@ pub struct ModelResponse {
     pub tenant_rate_per_s: f64,
     /// Each tenant's burst allowance.
     pub tenant_burst: f64,
+    /// The partitions the answer covers.
+    pub coverage: Coverage,
 }
 
 impl ModelResponse {
-    fn new(model: &ScoringModel, policy: &DecisionPolicy) -> Self {
+    pub(crate) fn new(model: &ScoringModel, policy: &DecisionPolicy, coverage: Coverage) -> Self {
         let m = &model.metrics;
         ModelResponse {
             name: model.name.clone(),
@@ -339,6 +388,7 @@ impl ModelResponse {
             command_ttl_ms: policy.command_ttl_ms,
             tenant_rate_per_s: policy.tenant_rate_per_s,
             tenant_burst: policy.tenant_burst,
+            coverage,
         }
     }
 }
@@ -347,24 +397,31 @@ impl ModelResponse {
 #[utoipa::path(
     get,
     path = "/api/model",
+    params(ScopeQuery),
     responses(
+        (status = 400, description = "bad parameter", body = ErrorBody),
         (status = 200, body = ModelResponse),
         (status = 404, description = "prediction is off", body = ErrorBody)
     )
 )]
-pub(super) async fn model(State(state): State<AppState>) -> Result<Json<ModelResponse>, ApiError> {
-    let predictor = state
-        .predictor
-        .as_ref()
-        .ok_or_else(ApiError::prediction_off)?;
-    let p = predictor.lock().unwrap_or_else(|e| e.into_inner());
-    let model = p.model().ok_or_else(ApiError::prediction_off)?;
-    Ok(Json(ModelResponse::new(model, p.policy())))
+pub(super) async fn model(
+    State(state): State<AppState>,
+    query: Result<Query<ScopeQuery>, QueryRejection>,
+) -> Result<Json<ModelResponse>, ApiError> {
+    let Query(_scope) = query?;
+    let partitions = state.read();
+    let (Some(model), Some(policy)) = (partitions.model(), partitions.policy()) else {
+        return Err(ApiError::prediction_off());
+    };
+    let card = ModelResponse::new(model, policy, owned(&partitions));
+    Ok(Json(
+        merge::model(vec![card]).ok_or_else(ApiError::prediction_off)?,
+    ))
 }
 
 #[cfg(test)]
 mod tests {
-    use std::sync::{Arc, Mutex};
+    use std::sync::Arc;
 
     use axum::http::StatusCode;
 
@@ -400,7 +457,14 @@ mod tests {
         }
         replayer.finish(&options);
         let mut state = state();
-        state.predictor = Some(Arc::new(Mutex::new(replayer.predictor)));
+        let heat = {
+            let mut partitions = state.partitions.write().unwrap();
+            std::mem::replace(
+                &mut partitions.states_mut().get_mut(&0).unwrap().heat,
+                crate::heat::HeatMap::new(Default::default()),
+            )
+        };
+        state.partitions = crate::partition::Partitions::single(heat, Some(replayer.predictor));
         (state, viral.key.to_string())
     }
 

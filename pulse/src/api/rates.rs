@@ -10,8 +10,12 @@
 //! stampede the misses that reach the origin are concentrated on those keys, which
 //! is what the chart is for; the long tail of cold keys is not counted.
 //!
+//! Over several partitions the series is the sum over each partition's hottest keys
+//! (keys live in one partition each), so it does not depend on which instance owns
+//! which partition.
+//!
 //! Cost: 61 window queries per key under the heat map's read lock, so the number of
-//! keys is capped at 100 (20 by default).
+//! keys is capped at 100 (20 by default) per partition.
 
 use axum::Json;
 use axum::extract::rejection::QueryRejection;
@@ -19,48 +23,99 @@ use axum::extract::{Query, State};
 use serde::{Deserialize, Serialize};
 use utoipa::{IntoParams, ToSchema};
 
-use super::{ApiError, AppState, ErrorBody, count_param, required_tenant};
-use crate::heat::{COARSE_BUCKETS, COARSE_MS, Window};
+use models::TenantId;
+
+use super::{ApiError, AppState, ErrorBody, count_param, per_partition, required_tenant};
+use crate::fleet::{Coverage, Scope, merge};
+use crate::heat::{COARSE_BUCKETS, COARSE_MS, HeatMap, QueryError, Window};
 
 /// Most keys one rates request may sum over.
 const MAX_RATE_KEYS: usize = 100;
 
-/// Query of `GET /api/rates`.
 #[derive(Debug, Deserialize, IntoParams)]
 #[into_params(parameter_in = Query)]
 pub(crate) struct RatesQuery {
     /// The tenant (required).
     tenant: Option<String>,
-    /// How many of the hottest keys (over 60 s) to sum, 1 to 100 (default 20).
+    /// Hottest keys summed per partition, 1 to 100 (default 20).
     keys: Option<usize>,
+    /// `local` or `fleet` (default).
+    scope: Option<Scope>,
 }
 
-/// One second of the series.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 pub(crate) struct RatePoint {
-    /// Start of the second, event time, ms since the Unix epoch.
-    start_ms: u64,
-    /// Client requests in that second (sketch estimate), which is also requests/s;
-    /// pre-warm fills are not requests.
-    events: u64,
-    /// Miss-like requests (`miss`, `stale`, `collapsed`) in that second.
-    misses: u64,
+    pub(crate) start_ms: u64,
+    pub(crate) events: u64,
+    pub(crate) misses: u64,
 }
 
-/// `GET /api/rates`.
 #[derive(Debug, Serialize, Deserialize, ToSchema)]
 pub(crate) struct RatesResponse {
-    /// The tenant.
-    tenant: String,
-    /// The watermark the series ends at.
-    now_ms: u64,
-    /// How many hot keys the series sums (at most the query's `keys`).
-    keys: usize,
-    /// Sixty seconds, oldest first; the last one is the (partial) current second.
-    seconds: Vec<RatePoint>,
+    pub(crate) tenant: String,
+    pub(crate) now_ms: u64,
+    /// Keys summed: each partition's hottest `keys`, added over the partitions.
+    pub(crate) keys: usize,
+    pub(crate) seconds: Vec<RatePoint>,
+    pub(crate) coverage: Coverage,
 }
 
-/// Events/s and misses/s over the last 60 s, summed over the tenant's hottest keys.
+impl RatesResponse {
+    /// One heat map's series over its `n` hottest keys, ending at `now_ms`.
+    pub(crate) fn of(
+        heat: &HeatMap,
+        tenant: &TenantId,
+        n: usize,
+        now_ms: u64,
+        coverage: Coverage,
+    ) -> Result<Self, ApiError> {
+        let hot = heat.hot_keys(tenant, None, Window::S60, n, now_ms)?;
+        let last = now_ms / COARSE_MS;
+        let buckets = COARSE_BUCKETS as u64;
+        // Second `i` of the series is `last + 1 - buckets + i`; `ends[j]` is the end of
+        // second `last - buckets + j`, one more than the series so each has a predecessor.
+        let ends: Vec<Option<u64>> = (0..=buckets)
+            .map(|j| {
+                (last + j)
+                    .checked_sub(buckets)
+                    .map(|s| s * COARSE_MS + COARSE_MS - 1)
+            })
+            .collect();
+        let mut events = vec![0u64; COARSE_BUCKETS];
+        let mut misses = vec![0u64; COARSE_BUCKETS];
+        for row in &hot {
+            let window = |end: Option<u64>| -> Result<(u64, u64), ApiError> {
+                let Some(end) = end else { return Ok((0, 0)) };
+                let w = &heat.key_windows(tenant, &row.key, end)?[3];
+                Ok((w.demand, w.misses))
+            };
+            let mut before = window(ends[0])?;
+            for i in 0..COARSE_BUCKETS {
+                let now = window(ends[i + 1])?;
+                // A ring slot that kept an older bucket (a second with no event) can make
+                // the older window the larger one; such a second had no event of the key.
+                events[i] += now.0.saturating_sub(before.0);
+                misses[i] += now.1.saturating_sub(before.1);
+                before = now;
+            }
+        }
+        let first = (last + 1).saturating_sub(buckets);
+        Ok(RatesResponse {
+            tenant: tenant.to_string(),
+            now_ms,
+            keys: hot.len(),
+            seconds: (0..COARSE_BUCKETS)
+                .map(|i| RatePoint {
+                    start_ms: (first + i as u64) * COARSE_MS,
+                    events: events[i],
+                    misses: misses[i],
+                })
+                .collect(),
+            coverage,
+        })
+    }
+}
+
 #[utoipa::path(
     get,
     path = "/api/rates",
@@ -76,58 +131,21 @@ pub(super) async fn rates(
     query: Result<Query<RatesQuery>, QueryRejection>,
 ) -> Result<Json<RatesResponse>, ApiError> {
     let Query(q) = query?;
+    let _ = q.scope;
     let tenant = required_tenant(q.tenant.as_deref())?;
     let n = count_param("keys", q.keys, 20, MAX_RATE_KEYS)?;
-    let heat = state.heat.read().unwrap_or_else(|e| e.into_inner());
-    let now_ms = heat.now_ms();
-    let hot = heat.hot_keys(&tenant, None, Window::S60, n, now_ms)?;
-    let last = now_ms / COARSE_MS;
-    let buckets = COARSE_BUCKETS as u64;
-    // Second `i` of the series is `last + 1 - buckets + i`; `ends[j]` is the end of
-    // second `last - buckets + j`, one more than the series so each has a predecessor.
-    let ends: Vec<Option<u64>> = (0..=buckets)
-        .map(|j| {
-            (last + j)
-                .checked_sub(buckets)
-                .map(|s| s * COARSE_MS + COARSE_MS - 1)
-        })
-        .collect();
-    let mut events = vec![0u64; COARSE_BUCKETS];
-    let mut misses = vec![0u64; COARSE_BUCKETS];
-    for row in &hot {
-        let window = |end: Option<u64>| -> Result<(u64, u64), ApiError> {
-            let Some(end) = end else { return Ok((0, 0)) };
-            let w = &heat.key_windows(&tenant, &row.key, end)?[3];
-            Ok((w.demand, w.misses))
-        };
-        let mut before = window(ends[0])?;
-        for i in 0..COARSE_BUCKETS {
-            let now = window(ends[i + 1])?;
-            // A ring slot that kept an older bucket (a second with no event) can make
-            // the older window the larger one; such a second had no event of the key.
-            events[i] += now.0.saturating_sub(before.0);
-            misses[i] += now.1.saturating_sub(before.1);
-            before = now;
-        }
-    }
-    let first = (last + 1).saturating_sub(buckets);
-    Ok(Json(RatesResponse {
-        tenant: tenant.to_string(),
-        now_ms,
-        keys: hot.len(),
-        seconds: (0..COARSE_BUCKETS)
-            .map(|i| RatePoint {
-                start_ms: (first + i as u64) * COARSE_MS,
-                events: events[i],
-                misses: misses[i],
-            })
-            .collect(),
-    }))
+    let partitions = state.read();
+    let now_ms = partitions.now_ms();
+    let (parts, coverage) = per_partition(&partitions, |heat, coverage| {
+        RatesResponse::of(heat, &tenant, n, now_ms, coverage)
+    })?;
+    let merged = merge::rates(parts).ok_or(QueryError::UnknownTenant(tenant.to_string()))?;
+    Ok(Json(RatesResponse { coverage, ..merged }))
 }
 
 #[cfg(test)]
 mod tests {
-    use std::sync::{Arc, RwLock};
+    use std::sync::Arc;
 
     use axum::http::StatusCode;
     use models::{AccessEvent, CacheKey, NodeId, Outcome, RegionId, TenantId};
@@ -173,9 +191,8 @@ mod tests {
             }
         }
         super::AppState {
-            heat: Arc::new(RwLock::new(heat)),
+            partitions: crate::partition::Partitions::single(heat, None),
             metrics: Arc::new(Metrics::new()),
-            predictor: None,
         }
     }
 

@@ -121,6 +121,18 @@ impl Predictor {
     /// Scores the candidates that saw events since the last tick and returns the
     /// commands to send.
     pub fn tick(&mut self, heat: &HeatMap, now_ms: u64) -> Vec<PrewarmCommand> {
+        self.run_tick(heat, now_ms, true)
+    }
+
+    /// A tick for replayed events (a partition rebuilding its windows): keys are
+    /// tracked and bursts noted as a tick would, so the tracker is where it would have
+    /// been, but nothing is scored, labelled or sent, and no decision changes.
+    pub fn warm(&mut self, heat: &HeatMap, now_ms: u64) {
+        let none = self.run_tick(heat, now_ms, false);
+        debug_assert!(none.is_empty());
+    }
+
+    fn run_tick(&mut self, heat: &HeatMap, now_ms: u64, decide: bool) -> Vec<PrewarmCommand> {
         let mut commands = Vec::new();
         let tenants: Vec<TenantId> = heat.tenants().into_iter().map(|t| t.tenant).collect();
         for tenant in &tenants {
@@ -151,7 +163,7 @@ impl Predictor {
                 // become a command: only those moments are scored, and only those teach
                 // the model (a long burst would otherwise outweigh many short ones).
                 let early = burst_start.is_some_and(|start| now_ms < start + EARLY_BURST_MS);
-                if !early || x.unseen.is_empty() {
+                if !decide || !early || x.unseen.is_empty() {
                     continue;
                 }
                 self.labeler
@@ -181,8 +193,10 @@ impl Predictor {
                 }
             }
         }
-        self.labeler.settle(now_ms, &self.tracker);
-        self.decider.expire(now_ms);
+        if decide {
+            self.labeler.settle(now_ms, &self.tracker);
+            self.decider.expire(now_ms);
+        }
         commands
     }
 

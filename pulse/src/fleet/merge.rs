@@ -1,0 +1,257 @@
+//! One merge per API response: answers from several partitions (and, through the
+//! peers, from several instances) become the answer one instance owning them all
+//! gives. Every answer, even a single partition's, goes through its merge, so the
+//! answer never depends on how partitions are spread over instances.
+//!
+//! Why the merges are exact: producers key events by `tenant/key`, so a key's counts
+//! live in one partition; a key's row from its partition is its row in the union, and
+//! the top `n` of the union is the top `n` of the per-partition top `n` lists. Counts
+//! of a tenant (events, rates, outcomes, totals) add over partitions.
+//!
+//! Two fields are not additive and are documented as such in the API: an edge kind's
+//! `nodes` (a node sends to many partitions: the merge keeps the largest count, a
+//! lower bound of the distinct nodes) and a tenant's `regions` (the union, by name).
+//!
+//! Each merge takes the parts in any order and returns `None` when there is none.
+
+use std::collections::BTreeMap;
+
+use super::Coverage;
+use crate::api::{
+    DecisionTotals, EdgesResponse, HeatmapResponse, KeyResponse, ModelResponse,
+    PredictionsResponse, RatePoint, RatesResponse, TenantsResponse,
+};
+use crate::heat::{
+    COARSE_BUCKETS, EdgeSummary, EvictedTenant, MAX_EVICTED_SUMMARIES, SketchKind, TenantSummary,
+};
+
+fn coverage<'a>(parts: impl IntoIterator<Item = &'a Coverage>) -> Coverage {
+    Coverage::merge(parts)
+}
+
+/// `GET /api/tenants`: tenants by name, their counts added; memory and budget added;
+/// evicted summaries joined (newest first, at most [`MAX_EVICTED_SUMMARIES`]).
+pub(crate) fn tenants(parts: Vec<TenantsResponse>) -> Option<TenantsResponse> {
+    let coverage = coverage(parts.iter().map(|p| &p.coverage));
+    let mut parts = parts.into_iter();
+    let mut out = parts.next()?;
+    out.coverage = coverage;
+    let mut by_name: BTreeMap<String, TenantSummary> = std::mem::take(&mut out.tenants)
+        .into_iter()
+        .map(|t| (t.tenant.to_string(), t))
+        .collect();
+    let mut evicted: BTreeMap<String, EvictedTenant> = std::mem::take(&mut out.evicted)
+        .into_iter()
+        .map(|t| (t.tenant.to_string(), t))
+        .collect();
+    for part in parts {
+        out.now_ms = out.now_ms.max(part.now_ms);
+        out.memory_bytes += part.memory_bytes;
+        out.memory_budget_bytes += part.memory_budget_bytes;
+        out.error_bound = out.error_bound.max(part.error_bound);
+        out.shared_error_bound = out.shared_error_bound.max(part.shared_error_bound);
+        out.failure_probability = out.failure_probability.max(part.failure_probability);
+        for t in part.tenants {
+            match by_name.get_mut(t.tenant.as_str()) {
+                Some(into) => add_tenant(into, t),
+                None => {
+                    by_name.insert(t.tenant.to_string(), t);
+                }
+            }
+        }
+        for e in part.evicted {
+            match evicted.get_mut(e.tenant.as_str()) {
+                Some(into) => {
+                    into.events += e.events;
+                    into.last_event_ms = into.last_event_ms.max(e.last_event_ms);
+                }
+                None => {
+                    evicted.insert(e.tenant.to_string(), e);
+                }
+            }
+        }
+    }
+    out.tenants = by_name
+        .into_values()
+        .map(|mut t| {
+            t.regions.sort();
+            t
+        })
+        .collect();
+    let mut evicted: Vec<EvictedTenant> = evicted.into_values().collect();
+    evicted.sort_by(|a, b| {
+        b.last_event_ms
+            .cmp(&a.last_event_ms)
+            .then(a.tenant.cmp(&b.tenant))
+    });
+    evicted.truncate(MAX_EVICTED_SUMMARIES);
+    out.evicted = evicted;
+    Some(out)
+}
+
+fn add_tenant(into: &mut TenantSummary, t: TenantSummary) {
+    into.events += t.events;
+    into.last_event_ms = into.last_event_ms.max(t.last_event_ms);
+    for r in t.regions {
+        if !into.regions.contains(&r) {
+            into.regions.push(r);
+        }
+    }
+    // A tenant has its own sketches where it is big enough; the bound reported is
+    // the larger, and the bound in events adds.
+    if t.sketch == SketchKind::Own {
+        into.sketch = SketchKind::Own;
+    }
+    into.error_bound = into.error_bound.max(t.error_bound);
+    into.events_60s += t.events_60s;
+    into.error_bound_events_60s += t.error_bound_events_60s;
+}
+
+/// `GET /api/heatmap`: the `n` hottest keys of the union (count, then key), the error
+/// bounds in events added.
+pub(crate) fn heatmap(parts: Vec<HeatmapResponse>, n: usize) -> Option<HeatmapResponse> {
+    let coverage = coverage(parts.iter().map(|p| &p.coverage));
+    let mut parts = parts.into_iter();
+    let mut out = parts.next()?;
+    out.coverage = coverage;
+    for part in parts {
+        out.now_ms = out.now_ms.max(part.now_ms);
+        if part.sketch == SketchKind::Own {
+            out.sketch = SketchKind::Own;
+        }
+        out.error_bound_events += part.error_bound_events;
+        out.keys.extend(part.keys);
+    }
+    out.keys
+        .sort_by(|a, b| b.count.cmp(&a.count).then_with(|| a.key.cmp(&b.key)));
+    out.keys.truncate(n);
+    Some(out)
+}
+
+/// `GET /api/keys/...`: one partition owns the key, so the first part is the answer;
+/// the others (non-owners, which never saw it) only add their coverage.
+pub(crate) fn key(parts: Vec<KeyResponse>) -> Option<KeyResponse> {
+    let coverage = coverage(parts.iter().map(|p| &p.coverage));
+    let mut out = parts
+        .into_iter()
+        .max_by_key(|p| p.stats.windows.iter().map(|w| w.total).sum::<u64>())?;
+    out.coverage = coverage;
+    Some(out)
+}
+
+/// `GET /api/rates`: each second's events and misses added (seconds matched by their
+/// start), the keys counted added.
+pub(crate) fn rates(parts: Vec<RatesResponse>) -> Option<RatesResponse> {
+    let coverage = coverage(parts.iter().map(|p| &p.coverage));
+    let mut parts = parts.into_iter();
+    let mut out = parts.next()?;
+    out.coverage = coverage;
+    let mut seconds: BTreeMap<u64, RatePoint> = std::mem::take(&mut out.seconds)
+        .into_iter()
+        .map(|p| (p.start_ms, p))
+        .collect();
+    for part in parts {
+        out.now_ms = out.now_ms.max(part.now_ms);
+        out.keys += part.keys;
+        for p in part.seconds {
+            let into = seconds.entry(p.start_ms).or_insert(RatePoint {
+                start_ms: p.start_ms,
+                events: 0,
+                misses: 0,
+            });
+            into.events += p.events;
+            into.misses += p.misses;
+        }
+    }
+    let mut seconds: Vec<RatePoint> = seconds.into_values().collect();
+    let extra = seconds.len().saturating_sub(COARSE_BUCKETS);
+    seconds.drain(..extra);
+    out.seconds = seconds;
+    Some(out)
+}
+
+/// `GET /api/edges`: each kind's counters added, its hit ratio recomputed; `nodes`
+/// is the largest of the parts' (a node sends to many partitions).
+pub(crate) fn edges(parts: Vec<EdgesResponse>) -> Option<EdgesResponse> {
+    let coverage = coverage(parts.iter().map(|p| &p.coverage));
+    let mut parts = parts.into_iter();
+    let mut out = parts.next()?;
+    out.coverage = coverage;
+    for part in parts {
+        out.now_ms = out.now_ms.max(part.now_ms);
+        for e in part.edges {
+            match out.edges.iter_mut().find(|x| x.edge == e.edge) {
+                Some(into) => add_edge(into, &e),
+                None => out.edges.push(e),
+            }
+        }
+    }
+    Some(out)
+}
+
+fn add_edge(into: &mut EdgeSummary, e: &EdgeSummary) {
+    into.events += e.events;
+    into.hits += e.hits;
+    into.misses += e.misses;
+    into.prefetch_fills += e.prefetch_fills;
+    into.bytes += e.bytes;
+    into.rate_per_s += e.rate_per_s;
+    into.nodes = into.nodes.max(e.nodes);
+    into.nodes_capped |= e.nodes_capped;
+    into.last_event_ms = into.last_event_ms.max(e.last_event_ms);
+    let o = &mut into.outcomes;
+    o.hit += e.outcomes.hit;
+    o.miss += e.outcomes.miss;
+    o.stale += e.outcomes.stale;
+    o.collapsed += e.outcomes.collapsed;
+    o.prefetch_fill += e.outcomes.prefetch_fill;
+    o.prefetch_useful += e.outcomes.prefetch_useful;
+    let demand = into.events - into.prefetch_fills;
+    into.hit_ratio = (demand > 0).then(|| into.hits as f64 / demand as f64);
+}
+
+/// `GET /api/predictions`: totals added, the newest `limit` decisions of the union
+/// (issue time, then id).
+pub(crate) fn predictions(
+    parts: Vec<PredictionsResponse>,
+    limit: usize,
+) -> Option<PredictionsResponse> {
+    let coverage = coverage(parts.iter().map(|p| &p.coverage));
+    let mut parts = parts.into_iter();
+    let mut out = parts.next()?;
+    out.coverage = coverage;
+    for part in parts {
+        add_totals(&mut out.totals, part.totals);
+        out.decisions.extend(part.decisions);
+    }
+    out.decisions.sort_by(|a, b| {
+        b.issued_at_ms
+            .cmp(&a.issued_at_ms)
+            .then_with(|| a.id.cmp(&b.id))
+    });
+    out.decisions.truncate(limit);
+    Some(out)
+}
+
+fn add_totals(into: &mut DecisionTotals, t: DecisionTotals) {
+    into.sent += t.sent;
+    into.useful += t.useful;
+    into.wasted += t.wasted;
+    into.scored += t.scored;
+    for (reason, n) in t.skipped {
+        *into.skipped.entry(reason).or_default() += n;
+    }
+}
+
+/// `GET /api/model`: every partition runs the same model; while a new one spreads,
+/// the newest (training time, then name) is the answer.
+pub(crate) fn model(parts: Vec<ModelResponse>) -> Option<ModelResponse> {
+    let coverage = coverage(parts.iter().map(|p| &p.coverage));
+    let mut out = parts.into_iter().max_by(|a, b| {
+        a.trained_at_ms
+            .cmp(&b.trained_at_ms)
+            .then_with(|| a.name.cmp(&b.name))
+    })?;
+    out.coverage = coverage;
+    Some(out)
+}

@@ -1,0 +1,108 @@
+//! Pulse as one member of a fleet: which partitions an answer covers, how answers
+//! from several partitions (and, later, several instances) merge into one, and which
+//! partition owns a key.
+//!
+//! # Layout
+//! - `merge`: one exact merge per API response (tenants, heat map, rates, edges,
+//!   predictions, model); keys are partition-local, so the union of per-partition
+//!   top-K lists is the top-K of the union, and counts add.
+//! - `partitioner`: [`partition_for_key`], librdkafka's default partitioner.
+
+pub(crate) mod merge;
+mod partitioner;
+
+use serde::{Deserialize, Serialize};
+use utoipa::{IntoParams, ToSchema};
+
+pub use partitioner::{crc32, partition_for_key};
+
+/// Which partitions an answer covers, and whether that is all of them.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct Coverage {
+    /// The partitions whose state the answer merges, ascending.
+    pub partitions: Vec<i32>,
+    /// The topic's partition count.
+    pub partition_count: i32,
+    /// Every partition of the topic is covered.
+    pub complete: bool,
+    /// Peers that were asked and did not answer.
+    pub missing_peers: Vec<String>,
+}
+
+impl Coverage {
+    /// Covering `partitions` of `partition_count`.
+    pub fn of(mut partitions: Vec<i32>, partition_count: i32) -> Self {
+        partitions.sort_unstable();
+        partitions.dedup();
+        let complete = partition_count > 0
+            && (0..partition_count).all(|p| partitions.binary_search(&p).is_ok());
+        Coverage {
+            partitions,
+            partition_count,
+            complete,
+            missing_peers: Vec::new(),
+        }
+    }
+
+    /// The coverage of answers merged together: the union of their partitions, and
+    /// every missing peer named.
+    pub fn merge<'a>(parts: impl IntoIterator<Item = &'a Coverage>) -> Self {
+        let mut partitions = Vec::new();
+        let mut count = 0;
+        let mut missing = Vec::new();
+        for c in parts {
+            partitions.extend_from_slice(&c.partitions);
+            count = count.max(c.partition_count);
+            missing.extend(c.missing_peers.iter().cloned());
+        }
+        let mut merged = Coverage::of(partitions, count);
+        missing.sort();
+        missing.dedup();
+        merged.complete &= missing.is_empty();
+        merged.missing_peers = missing;
+        merged
+    }
+}
+
+/// Where an answer comes from: this instance's partitions only, or the whole fleet.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum Scope {
+    /// This instance's partitions only (what peers ask each other).
+    Local,
+    /// Every instance's partitions, merged (the default).
+    #[default]
+    Fleet,
+}
+
+/// The `scope` query parameter every `/api/*` route accepts.
+#[derive(Debug, Clone, Copy, Default, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
+pub struct ScopeQuery {
+    /// `local` (this instance's partitions) or `fleet` (default: every instance's,
+    /// merged).
+    pub scope: Option<Scope>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn coverage_is_complete_only_with_every_partition_and_every_peer() {
+        let a = Coverage::of(vec![2, 0], 4);
+        let b = Coverage::of(vec![1, 3], 4);
+        assert!(!a.complete);
+        let merged = Coverage::merge([&a, &b]);
+        assert_eq!(merged.partitions, [0, 1, 2, 3]);
+        assert!(merged.complete);
+        let lost = Coverage {
+            missing_peers: vec!["http://10.0.0.2:8080".into()],
+            ..Coverage::of(vec![], 4)
+        };
+        let merged = Coverage::merge([&a, &b, &lost]);
+        assert!(!merged.complete);
+        assert_eq!(merged.missing_peers, ["http://10.0.0.2:8080"]);
+        assert!(!Coverage::of(vec![], 0).complete);
+    }
+}

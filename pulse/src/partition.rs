@@ -1,0 +1,432 @@
+//! Pulse's state per owned partition of the events topic: a partition is a small
+//! pulse.
+//!
+//! Producers key events by `tenant/key` (librdkafka's default partitioner), so every
+//! key lives in exactly one partition and per-key state (heat-map rows, tracker,
+//! cooldown, command ids) never needs another partition. Each owned partition has its
+//! own [`HeatMap`], sized as its share of the configured budget, and its own
+//! [`Predictor`] (sharing one model), with the per-tenant command budget split evenly
+//! over the topic's partitions: the budget holds for the fleet whoever owns what.
+//!
+//! Invariants:
+//! - a partition's state holds exactly the events of offsets below `next_offset`
+//!   from where it started (`replay_from`, or a snapshot's offset): ingest applies a
+//!   message only at or past `next_offset`, so nothing is applied twice;
+//! - below `live_from` (the group's committed offset when the partition was assigned)
+//!   events are *replayed*: they rebuild the windows and the tracker and are never
+//!   scored or sent, because the previous owner already acted on them;
+//! - a state is created on assign and dropped on revoke: an instance answers only for
+//!   the partitions it owns, and [`Partitions::owned`] says which.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::{Arc, Mutex, RwLock};
+
+use serde::{Deserialize, Serialize};
+use utoipa::ToSchema;
+
+use crate::heat::{HeatConfig, HeatMap};
+use crate::predict::{DecisionPolicy, Predictor, PredictorConfig, ScoringModel};
+
+/// The owned partitions, shared by the ingest thread (the only writer of the heat
+/// maps), the API and the retrainer. A `std` lock: critical sections are short and
+/// never span an `.await`.
+pub type SharedPartitions = Arc<RwLock<Partitions>>;
+
+/// One owned partition's state.
+pub struct PartitionState {
+    /// The partition of the events topic.
+    pub partition: i32,
+    /// Its heat map.
+    pub heat: HeatMap,
+    /// Its predictor, when prediction is on. Behind its own lock so the predictor
+    /// ticks under the partitions' read lock, API readers alongside.
+    pub predictor: Option<Mutex<Predictor>>,
+    /// The next offset to apply: every message below it has been applied.
+    pub next_offset: i64,
+    /// The committed offset when the partition was assigned: below it, events are
+    /// replayed (applied, never scored or sent).
+    pub live_from: i64,
+    /// Where replay started (the first offset this state read).
+    pub replay_from: i64,
+    /// Events applied live.
+    pub applied: u64,
+    /// Events applied while replaying.
+    pub replayed: u64,
+}
+
+impl PartitionState {
+    /// Whether the partition is still rebuilding its windows.
+    pub fn replaying(&self) -> bool {
+        self.next_offset < self.live_from
+    }
+
+    /// Whether an event at `offset` is replayed rather than live.
+    pub fn is_replay(&self, offset: i64) -> bool {
+        offset < self.live_from
+    }
+}
+
+/// What a new partition state is made from.
+#[derive(Clone)]
+pub struct PartitionTemplate {
+    /// The configured sketch settings and the instance-wide memory budget.
+    pub heat: HeatConfig,
+    /// The tenant allow-list.
+    pub allowed_tenants: Option<HashSet<String>>,
+    /// The predictor's settings with the fleet-wide decision rules; `None`: prediction
+    /// off.
+    pub predictor: Option<PredictorConfig>,
+}
+
+/// A partition's snapshot from the checkpoint, waiting for the partition to be
+/// assigned.
+pub struct Snapshot {
+    /// The offset the snapshot holds every event below.
+    pub next_offset: i64,
+    /// The heat map.
+    pub heat: HeatMap,
+}
+
+/// The partitions this instance owns.
+pub struct Partitions {
+    template: PartitionTemplate,
+    model: Option<Arc<ScoringModel>>,
+    partition_count: i32,
+    states: BTreeMap<i32, PartitionState>,
+    snapshots: HashMap<i32, Snapshot>,
+    /// The partition count the snapshots were taken with: with another, keys map to
+    /// other partitions and the snapshots are worthless.
+    snapshots_of: i32,
+}
+
+/// One partition's line in `/healthz`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct PartitionHealth {
+    /// The partition.
+    pub partition: i32,
+    /// Next offset to apply.
+    pub next_offset: i64,
+    /// The committed offset at assign; below it, events are replayed.
+    pub live_from: i64,
+    /// Still rebuilding its windows (`next_offset < live_from`).
+    pub replaying: bool,
+}
+
+impl Partitions {
+    /// No partition owned yet; `model` is the one every predictor starts with.
+    pub fn new(template: PartitionTemplate, model: Option<Arc<ScoringModel>>) -> Self {
+        Partitions {
+            template,
+            model,
+            partition_count: 0,
+            states: BTreeMap::new(),
+            snapshots: HashMap::new(),
+            snapshots_of: 0,
+        }
+    }
+
+    /// Shared, for ingest, the API and the retrainer.
+    pub fn shared(self) -> SharedPartitions {
+        Arc::new(RwLock::new(self))
+    }
+
+    /// The topic's partition count (0 until known).
+    pub fn partition_count(&self) -> i32 {
+        self.partition_count
+    }
+
+    /// Sets the topic's partition count: new states are sized by it.
+    pub fn set_partition_count(&mut self, count: i32) {
+        self.partition_count = count;
+    }
+
+    /// The owned partitions' states, by partition.
+    pub fn states(&self) -> &BTreeMap<i32, PartitionState> {
+        &self.states
+    }
+
+    /// The owned partitions' states, for ingest.
+    pub fn states_mut(&mut self) -> &mut BTreeMap<i32, PartitionState> {
+        &mut self.states
+    }
+
+    /// One owned partition.
+    pub fn get(&self, partition: i32) -> Option<&PartitionState> {
+        self.states.get(&partition)
+    }
+
+    /// The owned partitions, ascending.
+    pub fn owned(&self) -> Vec<i32> {
+        self.states.keys().copied().collect()
+    }
+
+    /// Whether this instance owns every partition of the topic.
+    pub fn complete(&self) -> bool {
+        self.partition_count > 0 && self.states.len() == self.partition_count as usize
+    }
+
+    /// Whether prediction is on.
+    pub fn prediction_on(&self) -> bool {
+        self.template.predictor.is_some()
+    }
+
+    /// The fleet-wide decision rules (what the model card shows), if prediction is on.
+    pub fn policy(&self) -> Option<&DecisionPolicy> {
+        self.template.predictor.as_ref().map(|p| &p.policy)
+    }
+
+    /// The model every partition's predictor uses.
+    pub fn model(&self) -> Option<&Arc<ScoringModel>> {
+        self.model.as_ref()
+    }
+
+    /// Replaces the model in every partition's predictor (and for those assigned
+    /// later).
+    pub fn set_model(&mut self, model: Arc<ScoringModel>) {
+        for state in self.states.values() {
+            if let Some(p) = &state.predictor {
+                p.lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .set_model(model.clone());
+            }
+        }
+        self.model = Some(model);
+    }
+
+    /// The heat-map settings of one partition: the memory budget split over the
+    /// partitions (never below what one tenant needs), and the shared-sketch threshold
+    /// too, since a partition sees its share of each tenant's events.
+    pub fn partition_heat_config(&self) -> HeatConfig {
+        split_heat(&self.template.heat, self.partition_count)
+    }
+
+    /// Keeps checkpoint snapshots, taken on a topic of `partition_count`
+    /// partitions, until their partitions are assigned.
+    pub fn set_snapshots(&mut self, partition_count: i32, snapshots: HashMap<i32, Snapshot>) {
+        self.snapshots = snapshots;
+        self.snapshots_of = partition_count;
+    }
+
+    /// Takes the snapshot of `partition`, if the checkpoint had one taken with the
+    /// topic's current partition count.
+    pub fn take_snapshot(&mut self, partition: i32) -> Option<Snapshot> {
+        let snapshot = self.snapshots.remove(&partition)?;
+        if self.snapshots_of != self.partition_count {
+            tracing::warn!(
+                partition,
+                was = self.snapshots_of,
+                now = self.partition_count,
+                "snapshot of another partition count: not restored"
+            );
+            return None;
+        }
+        Some(snapshot)
+    }
+
+    /// Creates the state of a newly assigned partition: from `heat` (a snapshot) or
+    /// empty, replaying from `replay_from` up to `live_from`. Replaces any state the
+    /// partition had.
+    pub fn assign(
+        &mut self,
+        partition: i32,
+        heat: Option<HeatMap>,
+        replay_from: i64,
+        live_from: i64,
+    ) -> &PartitionState {
+        let config = self.partition_heat_config();
+        let mut heat = match heat {
+            Some(mut h) => {
+                if h.adopt_limits(&config) {
+                    h
+                } else {
+                    HeatMap::new(config)
+                }
+            }
+            None => HeatMap::new(config),
+        };
+        heat.set_allowed_tenants(self.template.allowed_tenants.clone());
+        let predictor = self.template.predictor.as_ref().map(|config| {
+            Mutex::new(Predictor::new(
+                self.model.clone(),
+                PredictorConfig {
+                    policy: split_policy(&config.policy, self.partition_count),
+                    ..config.clone()
+                },
+            ))
+        });
+        let state = PartitionState {
+            partition,
+            heat,
+            predictor,
+            next_offset: replay_from,
+            live_from,
+            replay_from,
+            applied: 0,
+            replayed: 0,
+        };
+        self.states.insert(partition, state);
+        &self.states[&partition]
+    }
+
+    /// A topic of one partition whose state is `heat` and `predictor` (API tests).
+    #[cfg(test)]
+    pub(crate) fn single(heat: HeatMap, predictor: Option<Predictor>) -> SharedPartitions {
+        let policy = predictor.as_ref().map(|p| p.policy().clone());
+        let mut partitions = Partitions::new(
+            PartitionTemplate {
+                heat: heat.config().clone(),
+                allowed_tenants: None,
+                predictor: policy.map(|policy| PredictorConfig {
+                    policy,
+                    ..PredictorConfig::default()
+                }),
+            },
+            predictor.as_ref().and_then(|p| p.model().cloned()),
+        );
+        partitions.set_partition_count(1);
+        partitions.states.insert(
+            0,
+            PartitionState {
+                partition: 0,
+                heat,
+                predictor: predictor.map(Mutex::new),
+                next_offset: 0,
+                live_from: 0,
+                replay_from: 0,
+                applied: 0,
+                replayed: 0,
+            },
+        );
+        partitions.shared()
+    }
+
+    /// Drops a revoked partition's state.
+    pub fn revoke(&mut self, partition: i32) -> Option<PartitionState> {
+        self.states.remove(&partition)
+    }
+
+    /// Each owned partition's line in `/healthz`.
+    pub fn health(&self) -> Vec<PartitionHealth> {
+        self.states
+            .values()
+            .map(|s| PartitionHealth {
+                partition: s.partition,
+                next_offset: s.next_offset,
+                live_from: s.live_from,
+                replaying: s.replaying(),
+            })
+            .collect()
+    }
+
+    /// The newest watermark of the owned partitions: where merged answers end by
+    /// default.
+    pub fn now_ms(&self) -> u64 {
+        self.states
+            .values()
+            .map(|s| s.heat.now_ms())
+            .max()
+            .unwrap_or(0)
+    }
+
+    /// Approximate bytes held by all owned heat maps.
+    pub fn memory_bytes(&self) -> usize {
+        self.states.values().map(|s| s.heat.memory_bytes()).sum()
+    }
+}
+
+/// `heat` for one of `partitions` partitions.
+pub(crate) fn split_heat(heat: &HeatConfig, partitions: i32) -> HeatConfig {
+    let p = partitions.max(1) as u64;
+    let floor = (heat.shared_bytes() + heat.own_tenant_bytes()) as u64;
+    HeatConfig {
+        memory_budget_bytes: (heat.memory_budget_bytes / p).max(floor),
+        shared_sketch_below: if heat.shared_sketch_below == 0 {
+            0
+        } else {
+            (heat.shared_sketch_below / p).max(1)
+        },
+        ..heat.clone()
+    }
+}
+
+/// `policy` for one of `partitions` partitions: each tenant's rate and burst split
+/// evenly (a burst of at least one command), so the fleet-wide budget holds.
+pub(crate) fn split_policy(policy: &DecisionPolicy, partitions: i32) -> DecisionPolicy {
+    let p = f64::from(partitions.max(1));
+    DecisionPolicy {
+        tenant_rate_per_s: policy.tenant_rate_per_s / p,
+        tenant_burst: (policy.tenant_burst / p).max(1.0),
+        ..policy.clone()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn template(prewarm: bool) -> PartitionTemplate {
+        PartitionTemplate {
+            heat: HeatConfig::default(),
+            allowed_tenants: None,
+            predictor: prewarm.then(PredictorConfig::default),
+        }
+    }
+
+    /// The fleet-wide budget is split evenly: rate / P, burst / P but at least one.
+    #[test]
+    fn tenant_budgets_are_split_over_the_partitions() {
+        let policy = DecisionPolicy {
+            tenant_rate_per_s: 8.0,
+            tenant_burst: 4.0,
+            ..DecisionPolicy::default()
+        };
+        let one = split_policy(&policy, 8);
+        assert_eq!((one.tenant_rate_per_s, one.tenant_burst), (1.0, 1.0));
+        let two = split_policy(&policy, 2);
+        assert_eq!((two.tenant_rate_per_s, two.tenant_burst), (4.0, 2.0));
+    }
+
+    /// A partition's heat map gets its share of the memory budget, never less than
+    /// one tenant needs.
+    #[test]
+    fn the_memory_budget_is_split_over_the_partitions() {
+        let heat = HeatConfig::default();
+        let split = split_heat(&heat, 8);
+        assert_eq!(split.memory_budget_bytes, heat.memory_budget_bytes / 8);
+        assert_eq!(split.shared_sketch_below, heat.shared_sketch_below / 8);
+        let tiny = HeatConfig {
+            memory_budget_bytes: (heat.shared_bytes() + heat.own_tenant_bytes()) as u64,
+            ..HeatConfig::default()
+        };
+        assert!(split_heat(&tiny, 1000).validate().is_ok());
+    }
+
+    /// Assign creates a fresh state replaying up to the committed offset; revoke
+    /// drops it; the model reaches every predictor.
+    #[test]
+    fn assign_and_revoke_create_and_drop_states() {
+        let mut partitions = Partitions::new(template(true), None);
+        partitions.set_partition_count(2);
+        let state = partitions.assign(1, None, 10, 15);
+        assert!(state.replaying() && state.is_replay(14) && !state.is_replay(15));
+        partitions.assign(0, None, 0, 0);
+        assert_eq!(partitions.owned(), [0, 1]);
+        assert!(partitions.complete());
+        partitions.set_model(Arc::new(crate::predict::default_model()));
+        for state in partitions.states().values() {
+            let p = state.predictor.as_ref().unwrap().lock().unwrap();
+            assert!(p.model().is_some());
+        }
+        assert!(partitions.revoke(1).is_some());
+        assert!(!partitions.complete());
+        assert_eq!(
+            partitions.health(),
+            [PartitionHealth {
+                partition: 0,
+                next_offset: 0,
+                live_from: 0,
+                replaying: false
+            }]
+        );
+    }
+}
