@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use axum::http::StatusCode;
 use models::{AccessEvent, CacheKey, NodeId, Outcome, RegionId, TenantId, encode};
-use pulse::{PulseConfig, Window};
+use pulse::PulseConfig;
 use rdkafka::consumer::Consumer;
 use rdkafka::{Offset, TopicPartitionList};
 use tests::{TestKafka, api::get_json as get, produce};
@@ -68,7 +68,7 @@ async fn events_reach_the_heat_map_api_and_offsets_follow_the_checkpoint() {
     };
     let pulse = pulse::start(config.clone()).await.expect("starting pulse");
     let metrics = pulse.metrics().clone();
-    let heat = pulse.heat().clone();
+    let partitions = pulse.partitions().clone();
 
     let rejected = |reason: &'static str| {
         metrics
@@ -126,27 +126,28 @@ async fn events_reach_the_heat_map_api_and_offsets_follow_the_checkpoint() {
         "{text}"
     );
 
-    // Shutdown writes a final checkpoint, then commits every consumed offset.
+    // Shutdown writes a final checkpoint (each partition with its offset), then
+    // commits every consumed offset.
     pulse.shutdown().await;
     let restored = pulse::load_checkpoint(&checkpoint)
         .unwrap()
         .expect("a checkpoint");
-    let tenant = TenantId::new("acme").unwrap();
-    let (now, live_keys) = {
-        let live = heat.read().unwrap();
-        let now = live.now_ms();
-        (
-            now,
-            live.hot_keys(&tenant, None, Window::S60, 10, now).unwrap(),
-        )
+    let now = {
+        let live = partitions.read().unwrap();
+        assert_eq!(
+            (restored.partition_count, restored.partitions.len()),
+            (3, 3)
+        );
+        for snapshot in &restored.partitions {
+            let state = live.get(snapshot.partition).expect("an owned partition");
+            assert_eq!(snapshot.next_offset, state.next_offset);
+            assert_eq!(snapshot.heat.now_ms(), state.heat.now_ms());
+            assert_eq!(snapshot.heat.tenants(), state.heat.tenants());
+        }
+        live.now_ms()
     };
-    assert_eq!(restored.now_ms(), now);
-    assert_eq!(
-        restored
-            .hot_keys(&tenant, None, Window::S60, 10, now)
-            .unwrap(),
-        live_keys
-    );
+    let at_now = format!("/api/heatmap?tenant=acme&window=60s&now_ms={now}");
+    let (_, before) = get(&app, &at_now).await;
 
     let consumer = kafka.consumer(&group);
     let mut tpl = TopicPartitionList::new();
@@ -166,20 +167,20 @@ async fn events_reach_the_heat_map_api_and_offsets_follow_the_checkpoint() {
         .sum();
     assert_eq!(sum, total_messages, "committed: {committed:?}");
 
-    // A restarted pulse starts from that checkpoint: before it consumes anything (every
-    // offset is committed), its API already shows what the first one counted.
+    // A restarted pulse starts from that checkpoint: every offset is committed, so it
+    // consumes nothing, yet as its partitions are assigned its API shows what the
+    // first one counted.
     let restarted = pulse::start(config).await.expect("restarting pulse");
-    {
-        let heat = restarted.heat().read().unwrap();
-        assert_eq!(heat.now_ms(), now);
-        assert_eq!(
-            heat.hot_keys(&tenant, None, Window::S60, 10, now).unwrap(),
-            live_keys
-        );
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    while !restarted.partitions().read().unwrap().complete() {
+        assert!(tokio::time::Instant::now() < deadline, "never assigned");
+        tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    let (status, body) = get(&restarted.router(), "/api/heatmap?tenant=acme&window=60s").await;
-    assert_eq!(status, StatusCode::OK, "{body}");
-    assert_eq!(body["keys"][0]["count"], 60, "{body}");
+    let (status, after) = get(&restarted.router(), &at_now).await;
+    assert_eq!(status, StatusCode::OK, "{after}");
+    assert_eq!(after["keys"], before["keys"]);
+    assert_eq!(after["keys"][0]["count"], 60, "{after}");
+    assert_eq!(restarted.metrics().consumed.get(), 0);
     restarted.shutdown().await;
     let _ = std::fs::remove_file(&checkpoint);
 }

@@ -349,14 +349,22 @@ fn pulse_config(kafka: &ScenarioKafka) -> PulseConfig {
 /// Stops pulse (ingest first, so no decision changes meanwhile) and adds the pre-warm
 /// figures to the report.
 async fn finish(pulse: PulseHandle, report: &mut SetupReport) {
-    let predictor = pulse.predictor().cloned();
+    let partitions = pulse.partitions().clone();
     pulse.shutdown().await;
-    let Some(predictor) = predictor else {
+    let partitions = partitions.read().unwrap_or_else(|e| e.into_inner());
+    if !partitions.prediction_on() {
         return;
-    };
-    let p = predictor.lock().unwrap_or_else(|e| e.into_inner());
-    let mut leads: Vec<Duration> = p
-        .decisions()
+    }
+    // Every partition's decisions (the states stay readable after shutdown).
+    let mut decisions = Vec::new();
+    for state in partitions.states().values() {
+        if let Some(p) = &state.predictor {
+            let p = p.lock().unwrap_or_else(|e| e.into_inner());
+            decisions.extend(p.decisions().cloned());
+        }
+    }
+    let mut leads: Vec<Duration> = decisions
+        .iter()
         .flat_map(|d| {
             d.lead_times_ms
                 .iter()
@@ -366,12 +374,14 @@ async fn finish(pulse: PulseHandle, report: &mut SetupReport) {
     leads.sort_unstable();
     report.prewarm_lead_ms = percentile(&leads, 0.5).map(|d| d.as_secs_f64() * 1000.0);
     report.prewarm_useful = Some(
-        p.decisions()
+        decisions
+            .iter()
             .filter(|d| d.verdict == Verdict::Useful)
             .count() as u64,
     );
     report.prewarm_wasted = Some(
-        p.decisions()
+        decisions
+            .iter()
             .filter(|d| d.verdict == Verdict::Wasted)
             .count() as u64,
     );
