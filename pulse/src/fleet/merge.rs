@@ -255,3 +255,236 @@ pub(crate) fn model(parts: Vec<ModelResponse>) -> Option<ModelResponse> {
     out.coverage = coverage;
     Some(out)
 }
+
+#[cfg(test)]
+mod tests {
+    use models::{AccessEvent, CacheKey, EdgeKind, NodeId, Outcome, RegionId, TenantId};
+
+    use super::*;
+    use crate::api::{DecisionView, PredictionsResponse};
+    use crate::fleet::partition_for_key;
+    use crate::heat::{HeatConfig, HeatMap, Window};
+
+    const T0: u64 = 1_764_470_000_000;
+
+    /// An event set over two tenants, 24 keys, three regions and two nodes, and the
+    /// same events split over two partitions as producers split them.
+    fn split() -> (HeatMap, [HeatMap; 2]) {
+        let mut all = HeatMap::new(HeatConfig::default());
+        let mut parts = [
+            HeatMap::new(HeatConfig::default()),
+            HeatMap::new(HeatConfig::default()),
+        ];
+        for i in 0..3_000u64 {
+            let tenant = ["acme", "globex"][(i % 7 % 2) as usize];
+            // Key popularity falls with its number: distinct counts, a clear top.
+            let k = (i * i) % 24 % (1 + i % 24);
+            let mut e = AccessEvent::new(
+                T0 + i * 20,
+                TenantId::new(tenant).unwrap(),
+                CacheKey::new(format!("/k/{k}")).unwrap(),
+                RegionId::new(["eu-west", "us-east", "ap-south"][(i % 3) as usize]).unwrap(),
+                NodeId::new(format!("edge-{}", i % 2)).unwrap(),
+                Outcome::ALL[(i % 5) as usize],
+            );
+            e.edge = Some([EdgeKind::Nginx, EdgeKind::Varnish][(i % 4 / 3) as usize]);
+            e.bytes = i % 100;
+            let p = partition_for_key(e.partition_key().as_bytes(), 2);
+            all.apply(&e).unwrap();
+            parts[p as usize].apply(&e).unwrap();
+        }
+        assert!(
+            parts.iter().all(|h| h.tenants_len() == 2),
+            "both halves hold both tenants"
+        );
+        (all, parts)
+    }
+
+    fn cov(p: i32) -> Coverage {
+        Coverage::of(vec![p], 2)
+    }
+
+    #[test]
+    fn tenants_merge_to_the_tenants_of_all_events() {
+        let (all, [a, b]) = split();
+        let merged = tenants(vec![
+            TenantsResponse::of(&b, cov(1)),
+            TenantsResponse::of(&a, cov(0)),
+        ])
+        .unwrap();
+        let whole = tenants(vec![TenantsResponse::of(&all, Coverage::of(vec![0, 1], 2))]).unwrap();
+        assert!(merged.coverage.complete);
+        assert_eq!(merged.now_ms, whole.now_ms);
+        assert_eq!(merged.tenants.len(), whole.tenants.len());
+        for (m, w) in merged.tenants.iter().zip(&whole.tenants) {
+            assert_eq!(
+                (
+                    &m.tenant,
+                    m.events,
+                    m.last_event_ms,
+                    &m.regions,
+                    m.events_60s
+                ),
+                (
+                    &w.tenant,
+                    w.events,
+                    w.last_event_ms,
+                    &w.regions,
+                    w.events_60s
+                )
+            );
+        }
+        assert_eq!(
+            merged.memory_budget_bytes,
+            2 * HeatConfig::default().memory_budget_bytes
+        );
+    }
+
+    #[test]
+    fn heatmaps_merge_to_the_heatmap_of_all_events() {
+        let (all, [a, b]) = split();
+        let now = all.now_ms();
+        for tenant in ["acme", "globex"] {
+            let tenant = TenantId::new(tenant).unwrap();
+            for (region, window, n) in [
+                (None, Window::S60, 10),
+                (None, Window::S10, 3),
+                (Some(RegionId::new("us-east").unwrap()), Window::S60, 5),
+            ] {
+                let of = |heat: &HeatMap, c| {
+                    HeatmapResponse::of(heat, &tenant, region.as_ref(), window, n, now, c).unwrap()
+                };
+                let merged = heatmap(vec![of(&a, cov(0)), of(&b, cov(1))], n).unwrap();
+                let whole = heatmap(vec![of(&all, Coverage::of(vec![0, 1], 2))], n).unwrap();
+                assert!(!merged.keys.is_empty() && merged.keys.len() <= n);
+                assert_eq!(merged.keys, whole.keys, "{tenant} {region:?} {window:?}");
+                assert_eq!(merged.now_ms, now);
+            }
+        }
+    }
+
+    #[test]
+    fn rates_merge_to_the_rates_of_all_events() {
+        let (all, [a, b]) = split();
+        let now = all.now_ms();
+        let tenant = TenantId::new("acme").unwrap();
+        // Every key of the tenant is counted on both sides, so the sums are the same.
+        let of = |heat: &HeatMap, c| RatesResponse::of(heat, &tenant, 100, now, c).unwrap();
+        let merged = rates(vec![of(&a, cov(0)), of(&b, cov(1))]).unwrap();
+        let whole = rates(vec![of(&all, Coverage::of(vec![0, 1], 2))]).unwrap();
+        assert_eq!(merged.keys, whole.keys);
+        assert_eq!(merged.seconds, whole.seconds);
+        assert!(merged.seconds.iter().any(|s| s.events > 0));
+    }
+
+    #[test]
+    fn edges_merge_to_the_edges_of_all_events() {
+        let (all, [a, b]) = split();
+        let merged = edges(vec![
+            EdgesResponse::of(&a, cov(0)),
+            EdgesResponse::of(&b, cov(1)),
+        ])
+        .unwrap();
+        let whole = edges(vec![EdgesResponse::of(&all, Coverage::of(vec![0, 1], 2))]).unwrap();
+        assert_eq!(merged.edges.len(), whole.edges.len());
+        for (m, w) in merged.edges.iter().zip(&whole.edges) {
+            assert!((m.rate_per_s - w.rate_per_s).abs() < 1e-9, "{m:?} {w:?}");
+            // Both nodes send to both partitions: the largest count is the distinct one.
+            let m = EdgeSummary {
+                rate_per_s: w.rate_per_s,
+                ..m.clone()
+            };
+            assert_eq!(&m, w);
+        }
+    }
+
+    fn decision(id: &str, issued_at_ms: u64) -> DecisionView {
+        DecisionView {
+            id: id.into(),
+            tenant: "acme".into(),
+            key: format!("/{id}"),
+            confidence: 0.9,
+            issued_at_ms,
+            expires_at_ms: issued_at_ms + 30_000,
+            regions: vec!["all".into()],
+            verdict: "pending".into(),
+            lead_times: Vec::new(),
+            model: "m".into(),
+            intercept: 0.0,
+            features: Vec::new(),
+        }
+    }
+
+    fn totals(sent: u64, skipped: u64) -> DecisionTotals {
+        DecisionTotals {
+            sent,
+            useful: sent / 2,
+            wasted: 1,
+            skipped: [("cooldown".to_owned(), skipped)].into(),
+            scored: sent + skipped,
+        }
+    }
+
+    #[test]
+    fn predictions_add_totals_and_keep_the_newest_decisions() {
+        let a = PredictionsResponse {
+            totals: totals(4, 3),
+            decisions: vec![decision("a2", 30), decision("a1", 10)],
+            coverage: cov(0),
+        };
+        let b = PredictionsResponse {
+            totals: totals(2, 5),
+            decisions: vec![decision("b2", 40), decision("b1", 20)],
+            coverage: cov(1),
+        };
+        let merged = predictions(vec![a, b], 3).unwrap();
+        let ids: Vec<&str> = merged.decisions.iter().map(|d| d.id.as_str()).collect();
+        assert_eq!(ids, ["b2", "a2", "b1"]);
+        assert_eq!((merged.totals.sent, merged.totals.useful), (6, 3));
+        assert_eq!(merged.totals.skipped["cooldown"], 8);
+        assert_eq!(merged.totals.scored, 14);
+        assert!(merged.coverage.complete);
+        assert!(predictions(Vec::new(), 3).is_none());
+    }
+
+    #[test]
+    fn the_model_is_the_newest_and_keys_come_from_their_owner() {
+        let policy = crate::predict::DecisionPolicy::default();
+        let mut old = crate::predict::default_model();
+        old.trained_at_ms = 1;
+        let mut new = old.clone();
+        new.trained_at_ms = 2;
+        new.name = "new".into();
+        let merged = model(vec![
+            ModelResponse::new(&new, &policy, cov(1)),
+            ModelResponse::new(&old, &policy, cov(0)),
+        ])
+        .unwrap();
+        assert_eq!(merged.name, "new");
+        assert!(merged.coverage.complete);
+
+        let (_, [a, b]) = split();
+        let tenant = TenantId::new("acme").unwrap();
+        let key = CacheKey::new("/k/1").unwrap();
+        let owner = partition_for_key(format!("{tenant}{key}").as_bytes(), 2);
+        let [owned, other] = if owner == 0 { [&a, &b] } else { [&b, &a] };
+        let now = a.now_ms().max(b.now_ms());
+        let stats = owned.key_stats(&tenant, &key, now).unwrap();
+        let merged = key_part(vec![
+            KeyResponse {
+                stats: other.key_stats(&tenant, &key, now).unwrap(),
+                coverage: cov(1 - owner),
+            },
+            KeyResponse {
+                stats: stats.clone(),
+                coverage: cov(owner),
+            },
+        ]);
+        assert_eq!(merged.stats, stats);
+        assert!(merged.coverage.complete);
+    }
+
+    fn key_part(parts: Vec<KeyResponse>) -> KeyResponse {
+        key(parts).unwrap()
+    }
+}
