@@ -71,8 +71,8 @@ pub use ingest::{
 };
 pub use metrics::{Metrics, ReasonLabel, RouteLabel};
 pub use model_topic::{
-    MAX_MODEL_BYTES, MODEL_KEY, MODEL_TOPIC, ModelPublisher, ModelTopic, ModelTopicError,
-    ModelWatcher, ModelWatcherCounts, TopicState,
+    MAX_MODEL_BYTES, MODEL_KEY, MODEL_REJECT_REASONS, MODEL_TOPIC, ModelPublisher, ModelTopic,
+    ModelTopicError, ModelWatcher, ModelWatcherCounts, TopicState,
 };
 pub use offline::{
     EventSource, FamilyRow, OfflineError, backtest_commands, backtest_table, family_rows,

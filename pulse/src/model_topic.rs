@@ -15,6 +15,7 @@
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::task::{Context, Poll, Wake, Waker};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use prometheus_client::metrics::counter::Counter;
@@ -24,8 +25,8 @@ use rdkafka::client::DefaultClientContext;
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::message::Message;
+use rdkafka::producer::future_producer::{DeliveryFuture, OwnedDeliveryResult};
 use rdkafka::producer::{FutureProducer, FutureRecord};
-use rdkafka::util::Timeout;
 use rdkafka::{ClientConfig, Offset, TopicPartitionList};
 
 use crate::metrics::ReasonLabel;
@@ -44,6 +45,9 @@ const MODEL_PARTITION: i32 = 0;
 /// Largest model message accepted. A model is a few KiB of JSON; this leaves room for
 /// more features while keeping a hostile message from costing much to parse.
 pub const MAX_MODEL_BYTES: usize = 256 * 1024;
+
+/// Room for a record batch's headers and the key around the largest model.
+const BATCH_OVERHEAD: usize = 4096;
 
 /// Bound on admin requests and on a publish waiting for the broker's acknowledgement.
 const KAFKA_TIMEOUT: Duration = Duration::from_secs(10);
@@ -82,15 +86,13 @@ pub enum ModelTopicError {
         /// Its JSON size.
         bytes: usize,
     },
-    /// [`ModelPublisher::publish_blocking`] was called on an async thread.
-    #[error("publish_blocking called inside a tokio runtime: use publish().await")]
-    InsideRuntime,
 }
 
 /// What [`ModelTopic::ensure`] found.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum TopicState {
-    /// The topic was created, compacted.
+    /// The topic was created: compacted, one partition, messages up to about
+    /// [`MAX_MODEL_BYTES`].
     Created,
     /// The topic was already there; `compacted` says whether `cleanup.policy`
     /// includes `compact` (without it the newest model can expire with retention).
@@ -118,8 +120,12 @@ impl ModelTopic {
             .create()
             .map_err(kafka)?;
         let options = AdminOptions::new().request_timeout(Some(KAFKA_TIMEOUT));
-        let new_topic =
-            NewTopic::new(topic, 1, TopicReplication::Fixed(-1)).set("cleanup.policy", "compact");
+        // The broker itself refuses messages far over the watcher's limit, so a hostile
+        // one never costs a watcher more than that to fetch.
+        let max_message_bytes = (MAX_MODEL_BYTES + BATCH_OVERHEAD).to_string();
+        let new_topic = NewTopic::new(topic, 1, TopicReplication::Fixed(-1))
+            .set("cleanup.policy", "compact")
+            .set("max.message.bytes", &max_message_bytes);
         let results = admin
             .create_topics([&new_topic], &options)
             .await
@@ -151,7 +157,9 @@ impl ModelTopic {
     }
 }
 
-/// Whether `topic`'s `cleanup.policy` includes `compact`.
+/// Whether `topic`'s `cleanup.policy` includes `compact`. A topic created a moment ago
+/// (by another instance racing this one) can be unknown to the broker for a moment,
+/// so that answer is retried within [`KAFKA_TIMEOUT`].
 async fn is_compacted(
     admin: &AdminClient<DefaultClientContext>,
     topic: &str,
@@ -161,15 +169,25 @@ async fn is_compacted(
         topic: topic.to_owned(),
         error,
     };
-    let described = admin
-        .describe_configs([&ResourceSpecifier::Topic(topic)], options)
-        .await
-        .map_err(kafka)?;
-    let resource = described
-        .into_iter()
-        .next()
-        .ok_or_else(|| kafka(KafkaError::AdminOpCreation("no config answer".into())))?
-        .map_err(|code| kafka(KafkaError::AdminOp(code)))?;
+    let deadline = Instant::now() + KAFKA_TIMEOUT;
+    let resource = loop {
+        let described = admin
+            .describe_configs([&ResourceSpecifier::Topic(topic)], options)
+            .await
+            .map_err(kafka)?;
+        match described.into_iter().next() {
+            Some(Ok(resource)) => break resource,
+            Some(Err(RDKafkaErrorCode::UnknownTopicOrPartition)) if Instant::now() < deadline => {
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            Some(Err(code)) => return Err(kafka(KafkaError::AdminOp(code))),
+            None => {
+                return Err(kafka(KafkaError::AdminOpCreation(
+                    "DescribeConfigs returned no resource".into(),
+                )));
+            }
+        }
+    };
     Ok(resource
         .get("cleanup.policy")
         .and_then(|entry| entry.value.as_deref())
@@ -190,7 +208,10 @@ impl ModelPublisher {
             .set("bootstrap.servers", brokers)
             .set("acks", "all")
             .set("message.timeout.ms", KAFKA_TIMEOUT.as_millis().to_string())
-            .set("message.max.bytes", (MAX_MODEL_BYTES + 4096).to_string())
+            .set(
+                "message.max.bytes",
+                (MAX_MODEL_BYTES + BATCH_OVERHEAD).to_string(),
+            )
             .create()
             .map_err(|error| ModelTopicError::Kafka {
                 topic: topic.to_owned(),
@@ -202,9 +223,25 @@ impl ModelPublisher {
         })
     }
 
-    /// Produces `model`'s JSON to partition 0 under [`MODEL_KEY`] and waits (at most
-    /// about 10 s) until the broker has it. Returns the message's offset.
+    /// Produces `model`'s JSON to partition 0 under [`MODEL_KEY`] and waits until the
+    /// broker has it (librdkafka reports within `message.timeout.ms`, 10 s). Returns
+    /// the message's offset.
     pub async fn publish(&self, model: &ScoringModel) -> Result<i64, ModelTopicError> {
+        let json = self.checked_json(model)?;
+        let delivery = self.send(&json)?.await;
+        self.delivered(model, delivery)
+    }
+
+    /// [`ModelPublisher::publish`] for a plain thread such as the retrainer: blocks the
+    /// calling thread until the broker has the model (never call it on an async task).
+    /// It needs no runtime: the delivery report comes from librdkafka's own thread.
+    pub fn publish_blocking(&self, model: &ScoringModel) -> Result<i64, ModelTopicError> {
+        let json = self.checked_json(model)?;
+        let delivery = block_on(self.send(&json)?);
+        self.delivered(model, delivery)
+    }
+
+    fn checked_json(&self, model: &ScoringModel) -> Result<String, ModelTopicError> {
         let json = model.to_json();
         if json.len() > MAX_MODEL_BYTES {
             return Err(ModelTopicError::TooLarge {
@@ -212,18 +249,30 @@ impl ModelPublisher {
                 bytes: json.len(),
             });
         }
+        Ok(json)
+    }
+
+    /// Enqueues without waiting for room: a model is one message now and then, so a
+    /// full queue means a broker long away, which is worth an error, not a wait.
+    fn send(&self, json: &str) -> Result<DeliveryFuture, ModelTopicError> {
         let record = FutureRecord::to(&self.topic)
             .partition(MODEL_PARTITION)
             .key(MODEL_KEY)
-            .payload(&json);
-        let delivery = self
-            .producer
-            .send(record, Timeout::After(KAFKA_TIMEOUT))
-            .await
-            .map_err(|(error, _)| ModelTopicError::Kafka {
-                topic: self.topic.clone(),
-                error,
-            })?;
+            .payload(json);
+        self.producer
+            .send_result(record)
+            .map_err(|(error, _)| self.kafka_error(error))
+    }
+
+    /// `delivery` fails only when the producer is dropped before the report.
+    fn delivered<Dropped>(
+        &self,
+        model: &ScoringModel,
+        delivery: Result<OwnedDeliveryResult, Dropped>,
+    ) -> Result<i64, ModelTopicError> {
+        let delivery = delivery
+            .map_err(|_| self.kafka_error(KafkaError::Canceled))?
+            .map_err(|(error, _)| self.kafka_error(error))?;
         tracing::info!(
             topic = %self.topic,
             model = %model.name,
@@ -233,31 +282,70 @@ impl ModelPublisher {
         Ok(delivery.offset)
     }
 
-    /// [`ModelPublisher::publish`] for a plain thread such as the retrainer; refused on
-    /// an async thread, where blocking would stall other tasks.
-    pub fn publish_blocking(&self, model: &ScoringModel) -> Result<i64, ModelTopicError> {
-        if tokio::runtime::Handle::try_current().is_ok() {
-            return Err(ModelTopicError::InsideRuntime);
+    fn kafka_error(&self, error: KafkaError) -> ModelTopicError {
+        ModelTopicError::Kafka {
+            topic: self.topic.clone(),
+            error,
         }
-        let runtime = tokio::runtime::Builder::new_current_thread()
-            .enable_time()
-            .build()
-            .expect("building a current-thread runtime");
-        runtime.block_on(self.publish(model))
     }
 }
 
+/// Runs a future on the calling thread, parking it between polls: enough for a
+/// delivery report, which librdkafka's thread completes.
+fn block_on<F: Future>(future: F) -> F::Output {
+    struct Unpark(std::thread::Thread);
+    impl Wake for Unpark {
+        fn wake(self: Arc<Self>) {
+            self.0.unpark();
+        }
+    }
+    let mut future = std::pin::pin!(future);
+    let waker = Waker::from(Arc::new(Unpark(std::thread::current())));
+    let mut context = Context::from_waker(&waker);
+    loop {
+        if let Poll::Ready(output) = future.as_mut().poll(&mut context) {
+            return output;
+        }
+        std::thread::park();
+    }
+}
+
+/// Why a model message is skipped: the `reason` label of [`ModelWatcherCounts::rejected`].
+pub const MODEL_REJECT_REASONS: [&str; 5] = [
+    "too_large",
+    "wrong_key",
+    "no_payload",
+    "not_utf8",
+    "invalid",
+];
+
 /// What a [`ModelWatcher`] has done, as Prometheus counters the service can register.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct ModelWatcherCounts {
     /// Models handed to the callback.
     pub applied: Counter,
     /// Valid models skipped because they equal the one in use.
     pub unchanged: Counter,
-    /// Messages skipped, by reason: `too_large`, `wrong_key`, `no_payload`,
-    /// `not_utf8`, `invalid` (not JSON for a model this build reads).
+    /// Messages skipped, by reason ([`MODEL_REJECT_REASONS`]; `invalid` is not JSON
+    /// for a model this build reads).
     pub rejected: Family<ReasonLabel, Counter>,
     caught_up: AtomicBool,
+}
+
+impl Default for ModelWatcherCounts {
+    /// Every reason exported from the start, at 0.
+    fn default() -> Self {
+        let rejected = Family::default();
+        for reason in MODEL_REJECT_REASONS {
+            let _ = rejected.get_or_create(&ReasonLabel { reason });
+        }
+        ModelWatcherCounts {
+            applied: Counter::default(),
+            unchanged: Counter::default(),
+            rejected,
+            caught_up: AtomicBool::new(false),
+        }
+    }
 }
 
 impl ModelWatcherCounts {
