@@ -24,6 +24,9 @@
 //! - `backtest`: [`replay`] and [`backtest`] on event time; [`read_events`], [`read_topic`].
 //! - `offline`: `pulse train`/`backtest`/`trace` as calls ([`train_model`], [`backtest_table`]).
 //! - `stoppable`: the stoppable background thread behind ingest and the retrainer.
+//! - `peers`: [`Peers`], the fan-out of a `scope=local` question to the other instances.
+//! - `model_topic`: [`ModelPublisher`] and [`ModelWatcher`], one model for the fleet
+//!   through a compacted topic ([`ModelTopic::ensure`]).
 
 mod api;
 mod backtest;
@@ -32,7 +35,9 @@ mod checkpoint;
 mod heat;
 mod ingest;
 mod metrics;
+mod model_topic;
 mod offline;
+mod peers;
 mod predict;
 mod prewarm;
 mod reject;
@@ -65,10 +70,18 @@ pub use ingest::{
     BatchObserver, Clock, Ingest, IngestConfig, IngestError, SharedHeatMap, WallClock,
 };
 pub use metrics::{Metrics, ReasonLabel, RouteLabel};
+pub use model_topic::{
+    MAX_MODEL_BYTES, MODEL_KEY, MODEL_REJECT_REASONS, MODEL_TOPIC, ModelPublisher, ModelTopic,
+    ModelTopicError, ModelWatcher, ModelWatcherCounts, TopicState,
+};
 pub use offline::{
     EventSource, FamilyRow, OfflineError, backtest_commands, backtest_table, family_rows,
     family_table, load_events, train_model, train_on_families, train_summary, training_samples,
     write_trace,
+};
+pub use peers::{
+    DEFAULT_MAX_PEER_BODY, DEFAULT_PEER_TIMEOUT, PeerAnswer, PeerFailure, PeerUrl, Peers,
+    PeersConfig, PeersError,
 };
 pub use predict::{
     Calibration, Candidate, Decider, Decision, DecisionCounts, DecisionPolicy, Evaluation,
