@@ -13,8 +13,10 @@
 //! - `ingest`: [`Ingest`], the consumer-group member (cooperative rebalances, commit on
 //!   revoke, replay on assign) that feeds the partitions and commits; the [`Clock`] it
 //!   reads.
-//! - `fleet`: [`Coverage`] of an answer, the merges of answers over partitions, and
-//!   [`partition_for_key`], the producers' partitioner.
+//! - `fleet`: [`Coverage`] of an answer, the merges of answers over partitions and
+//!   instances, [`partition_for_key`] (the producers' partitioner), [`Peers`] (the
+//!   fan-out of a `scope=local` question to the other instances) and the model topic
+//!   ([`ModelPublisher`], [`ModelWatcher`]: one model for the fleet).
 //! - `heat`: [`HeatMap`], Count-Min sketches (own or shared) and Top-K per tenant on event
 //!   time, idle tenants evicted, the clock-skew bound; counters per kind of edge
 //!   ([`EdgeSummary`]).
@@ -64,7 +66,12 @@ pub use checkpoint::{
     CHECKPOINT_VERSION, Checkpoint, CheckpointError, PartitionSnapshot, load as load_checkpoint,
     save as save_checkpoint,
 };
-pub use fleet::{Coverage, Scope, ScopeQuery, crc32, partition_for_key};
+pub use fleet::{
+    Coverage, DEFAULT_MAX_PEER_BODY, DEFAULT_PEER_TIMEOUT, MAX_MODEL_BYTES, MODEL_KEY,
+    MODEL_REJECT_REASONS, MODEL_TOPIC, ModelPublisher, ModelTopic, ModelTopicError, ModelWatcher,
+    ModelWatcherCounts, PeerAnswer, PeerFailure, PeerUrl, Peers, PeersConfig, PeersError, Scope,
+    ScopeQuery, TopicState, crc32, partition_for_key,
+};
 pub use heat::{
     ApplyError, COARSE_BUCKETS, COARSE_MS, ConfigError, EdgeSummary, EvictedTenant, FINE_BUCKETS,
     FINE_MS, HeatConfig, HeatMap, HotKey, IDLE_EVICT_MS, KeyStats, MAX_EVICTED_SUMMARIES,

@@ -299,6 +299,47 @@
     table.dataset.nowMs = String(data.now_ms);
   }
 
+  // ---- fleet ----------------------------------------------------------------
+
+  // What this answer covers: every partition of the topic, or which are missing and
+  // which peers did not answer. An incomplete answer is said so, never shown as whole.
+  function renderCoverage(coverage) {
+    const note = $('coverage');
+    if (!coverage) return;
+    const have = coverage.partitions.length;
+    const all = coverage.partition_count;
+    let text = `Coverage: ${have} of ${all} partitions`;
+    if (coverage.complete) {
+      text += ' — complete.';
+    } else {
+      const covered = new Set(coverage.partitions);
+      const missing = [];
+      for (let p = 0; p < all; p += 1) if (!covered.has(p)) missing.push(p);
+      text += ` — INCOMPLETE: partitions ${missing.join(', ') || '–'} missing`;
+      if (coverage.missing_peers.length) text += `; no answer from ${coverage.missing_peers.join(', ')}`;
+      text += '.';
+    }
+    note.textContent = text;
+    note.dataset.complete = String(coverage.complete);
+    note.classList.toggle('error', !coverage.complete);
+  }
+
+  // This instance's own partitions, from /healthz (open, like /metrics).
+  function renderFleet(health) {
+    const rows = (health.partitions || []).map((p) => {
+      const tr = el('tr');
+      tr.dataset.partition = String(p.partition);
+      tr.append(el('td', p.partition), el('td', p.next_offset), el('td', p.live_from),
+        el('td', p.replaying ? 'replaying' : 'live'));
+      return tr;
+    });
+    $('fleet-table').tBodies[0].replaceChildren(...rows);
+    const peers = (health.peers || []).length;
+    $('fleet-title').textContent = `Fleet · this instance owns ${rows.length} of ` +
+      `${health.partition_count ?? '–'} partitions · ${peers} peer${peers === 1 ? '' : 's'}` +
+      (health.model ? ` · model ${health.model}` : '');
+  }
+
   // ---- decisions ------------------------------------------------------------
 
   const TOP_FEATURES = 5;
@@ -417,6 +458,8 @@
   async function refresh() {
     const tenants = await api('/api/tenants');
     renderTenants(tenants);
+    renderCoverage(tenants.coverage);
+    try { renderFleet(await api('/healthz')); } catch (_) { /* shown by the next round */ }
     if (!view.tenant) {
       setStatus(`Waiting for events · ${fmt.stamp(Date.now())}`);
       return;

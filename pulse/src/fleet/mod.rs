@@ -7,14 +7,26 @@
 //!   predictions, model); keys are partition-local, so the union of per-partition
 //!   top-K lists is the top-K of the union, and counts add.
 //! - `partitioner`: [`partition_for_key`], librdkafka's default partitioner.
+//! - `peers`: [`Peers`], a `scope=local` question asked of every other instance.
+//! - `model_topic`: one model for the fleet through a compacted topic.
 
 pub(crate) mod merge;
+mod model_topic;
 mod partitioner;
+mod peers;
 
 use serde::{Deserialize, Serialize};
 use utoipa::{IntoParams, ToSchema};
 
+pub use model_topic::{
+    MAX_MODEL_BYTES, MODEL_KEY, MODEL_REJECT_REASONS, MODEL_TOPIC, ModelPublisher, ModelTopic,
+    ModelTopicError, ModelWatcher, ModelWatcherCounts, TopicState,
+};
 pub use partitioner::{crc32, partition_for_key};
+pub use peers::{
+    DEFAULT_MAX_PEER_BODY, DEFAULT_PEER_TIMEOUT, PeerAnswer, PeerFailure, PeerUrl, Peers,
+    PeersConfig, PeersError,
+};
 
 /// Which partitions an answer covers, and whether that is all of them.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
