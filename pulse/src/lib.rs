@@ -52,7 +52,7 @@ mod trace;
 
 pub use api::{
     ApiError, AppState, ContributionView, DecisionTotals, DecisionView, ErrorBody, EvaluationView,
-    Health, HeatmapQuery, HeatmapResponse, KeyResponse, LeadTime, MAX_HEATMAP_ROWS,
+    Health, HeatmapQuery, HeatmapResponse, KeyQuery, KeyResponse, LeadTime, MAX_HEATMAP_ROWS,
     MAX_PREDICTIONS, ModelFeature, ModelResponse, PredictionsQuery, PredictionsResponse,
     ReliabilityView, TenantsResponse, app, openapi, require_api_token,
 };
@@ -95,7 +95,9 @@ pub use predict::{
     TrainOptions, TrainingMetrics, Transform, Verdict, command_id, default_model, reliability,
     retrain,
 };
-pub use prewarm::{PrewarmLoop, PrewarmPublisher, Retrainer, retrain_once};
+pub use prewarm::{
+    FLEET_TRAINER_PARTITION, PrewarmLoop, PrewarmPublisher, Retrainer, retrain_once,
+};
 pub use reject::RejectReason;
 pub use service::{PulseConfig, PulseConfigError, PulseHandle, StartError, shutdown_signal, start};
 pub use trace::{

@@ -250,6 +250,22 @@ struct ServeArgs {
     /// /healthz and /metrics stay open. Prefer the variable: flags show in `ps`.
     #[arg(long, env = "PULSE_API_TOKEN", hide_env_values = true)]
     api_token: Option<String>,
+    /// The other pulse instances of this group, as their API base URLs
+    /// (http://10.0.0.2:8080,...): every /api answer gathers their parts, merged, and
+    /// says in `coverage` which partitions it covers. Without it an instance answers for
+    /// its own partitions only (still saying so).
+    #[arg(long, env = "PULSE_PEERS", value_delimiter = ',')]
+    peers: Vec<String>,
+    /// How long a peer may take to answer its part, in milliseconds.
+    #[arg(long, env = "PULSE_PEER_TIMEOUT_MS", default_value_t = pulse::DEFAULT_PEER_TIMEOUT.as_millis() as u64)]
+    peer_timeout_ms: u64,
+    /// The compacted topic the fleet's one model goes through: the instance that owns
+    /// partition 0 retrains and publishes, every instance uses the newest model on it.
+    #[arg(long, env = "PULSE_MODEL_TOPIC", default_value = pulse::MODEL_TOPIC)]
+    model_topic: String,
+    /// Keep and retrain this instance's own model (no model topic).
+    #[arg(long, env = "PULSE_NO_MODEL_TOPIC")]
+    no_model_topic: bool,
 }
 
 impl ServeArgs {
@@ -289,6 +305,9 @@ impl ServeArgs {
             tenant_fill_costs: self.tenant_fill_costs.into_iter().collect(),
             retrain_interval_secs: self.retrain_interval_secs,
             api_token: self.api_token,
+            peers: self.peers,
+            peer_timeout_ms: self.peer_timeout_ms,
+            model_topic: (!self.no_model_topic).then_some(self.model_topic),
             ..PulseConfig::default()
         };
         config.validate().map_err(|e| {
@@ -318,6 +337,9 @@ impl ServeArgs {
                     "--wasted-fill-cost (PULSE_WASTED_FILL_COST) or --tenant-fill-cost"
                 }
                 "prewarm_topic" => "--prewarm-topic (PULSE_PREWARM_TOPIC)",
+                "peers" => "--peers (PULSE_PEERS)",
+                "peer_timeout_ms" => "--peer-timeout-ms (PULSE_PEER_TIMEOUT_MS)",
+                "model_topic" => "--model-topic (PULSE_MODEL_TOPIC)",
                 other => other,
             };
             anyhow::anyhow!("{flag}: {}", e.reason)

@@ -1,5 +1,7 @@
 //! Prometheus metrics, served as text at `/metrics`.
 
+use std::sync::Arc;
+
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
@@ -7,6 +9,7 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 
+use crate::fleet::{ModelWatcherCounts, PeerAnswer};
 use crate::predict::Skip;
 use crate::reject::RejectReason;
 
@@ -27,6 +30,15 @@ pub struct RouteLabel {
 }
 
 type HistogramFamily = Family<RouteLabel, Histogram, fn() -> Histogram>;
+
+/// Label of a peer's answers to fleet questions.
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct PeerLabel {
+    /// The peer's base URL.
+    pub peer: String,
+    /// `ok`, or why it is not an answer ([`PeerFailure::as_str`]).
+    pub outcome: &'static str,
+}
 
 /// Every metric pulse exports. Cheap to update from any thread.
 pub struct Metrics {
@@ -76,6 +88,12 @@ pub struct Metrics {
     pub decision_seconds: Histogram,
     /// Background retrains, by outcome (`replaced`, `kept`, `not_enough_data`).
     pub retrains: Family<ReasonLabel, Counter>,
+    /// Peers' answers to fleet questions, by peer and outcome.
+    pub peer_answers: Family<PeerLabel, Counter>,
+    /// How long peers took to answer a fleet question (failures included).
+    pub peer_seconds: Histogram,
+    /// What the model-topic watcher applied, skipped and refused.
+    pub model_watch: Arc<ModelWatcherCounts>,
 }
 
 impl Default for Metrics {
@@ -112,6 +130,9 @@ impl Metrics {
             prewarm_skipped: Family::default(),
             decision_seconds: Histogram::new(exponential_buckets(0.000_05, 2.0, 16)),
             retrains: Family::default(),
+            peer_answers: Family::default(),
+            peer_seconds: Histogram::new(exponential_buckets(0.000_1, 2.0, 16)),
+            model_watch: Arc::default(),
             registry: Registry::default(),
         };
         registry.register(
@@ -211,6 +232,31 @@ impl Metrics {
             "Background retrains, by outcome",
             m.retrains.clone(),
         );
+        registry.register(
+            "peer_answers",
+            "Peers' answers to fleet questions, by peer and outcome",
+            m.peer_answers.clone(),
+        );
+        registry.register(
+            "peer_request_duration_seconds",
+            "How long a peer took to answer a fleet question",
+            m.peer_seconds.clone(),
+        );
+        registry.register(
+            "fleet_models_applied",
+            "Models from the model topic put in use",
+            m.model_watch.applied.clone(),
+        );
+        registry.register(
+            "fleet_models_unchanged",
+            "Models from the model topic equal to the one in use",
+            m.model_watch.unchanged.clone(),
+        );
+        registry.register(
+            "fleet_models_rejected",
+            "Messages on the model topic that are not a usable model, by reason",
+            m.model_watch.rejected.clone(),
+        );
         // Every label a reason enum can give, so a dashboard sees each series at 0
         // before the first rejection and no list of labels is kept by hand.
         for reason in RejectReason::ALL {
@@ -242,6 +288,21 @@ impl Metrics {
                 reason: skip.as_str(),
             })
             .inc_by(n);
+    }
+
+    /// Counts one peer's part of a fleet answer.
+    pub fn peer_answer<T>(&self, answer: &PeerAnswer<T>) {
+        let outcome = match &answer.result {
+            Ok(_) => "ok",
+            Err(failure) => failure.as_str(),
+        };
+        self.peer_answers
+            .get_or_create(&PeerLabel {
+                peer: answer.peer.to_string(),
+                outcome,
+            })
+            .inc();
+        self.peer_seconds.observe(answer.elapsed.as_secs_f64());
     }
 
     /// The Prometheus text exposition.

@@ -14,6 +14,7 @@ use rdkafka::ClientConfig;
 use rdkafka::error::KafkaError;
 use rdkafka::producer::{BaseRecord, DefaultProducerContext, Producer, ThreadedProducer};
 
+use crate::fleet::ModelPublisher;
 use crate::ingest::BatchObserver;
 use crate::metrics::{Metrics, ReasonLabel};
 use crate::partition::{PartitionState, SharedPartitions};
@@ -146,10 +147,15 @@ impl Drop for PrewarmLoop {
 }
 
 /// Refits the model every `interval` on the labelled samples of every owned
-/// partition's predictor.
+/// partition's predictor. With a model topic, only the instance that owns partition 0
+/// trains, and a model it keeps is published for the whole fleet (every instance's
+/// watcher, its own included, puts it in use); without one, it is put in use here.
 pub struct Retrainer {
     thread: StoppableThread,
 }
+
+/// The owner of this partition of the events topic trains the fleet's model.
+pub const FLEET_TRAINER_PARTITION: i32 = 0;
 
 /// Fewest labelled samples worth a retrain.
 const MIN_SAMPLES: usize = 200;
@@ -161,6 +167,7 @@ impl Retrainer {
         interval: Duration,
         threshold: f64,
         metrics: Arc<Metrics>,
+        fleet: Option<ModelPublisher>,
     ) -> Self {
         let thread = StoppableThread::spawn("pulse-retrain", move |stop| {
             let mut next = Instant::now() + interval;
@@ -170,7 +177,17 @@ impl Retrainer {
                     continue;
                 }
                 next = Instant::now() + interval;
-                let outcome = retrain_once(&partitions, threshold);
+                let trains_here = fleet.is_none()
+                    || partitions
+                        .read()
+                        .unwrap_or_else(|e| e.into_inner())
+                        .get(FLEET_TRAINER_PARTITION)
+                        .is_some();
+                let outcome = if trains_here {
+                    retrain_once(&partitions, threshold, fleet.as_ref())
+                } else {
+                    "elsewhere"
+                };
                 metrics
                     .retrains
                     .get_or_create(&ReasonLabel { reason: outcome })
@@ -187,8 +204,13 @@ impl Retrainer {
 }
 
 /// One retrain: copy every partition's samples out under the locks, fit outside
-/// them, set the new model on every partition. Returns the outcome's metric label.
-pub fn retrain_once(partitions: &SharedPartitions, threshold: f64) -> &'static str {
+/// them, and put a model that is not worse in use: published to the fleet with
+/// `fleet`, else set on every partition here. Returns the outcome's metric label.
+pub fn retrain_once(
+    partitions: &SharedPartitions,
+    threshold: f64,
+    fleet: Option<&ModelPublisher>,
+) -> &'static str {
     let (current, samples) = {
         let partitions = partitions.read().unwrap_or_else(|e| e.into_inner());
         let Some(model) = partitions.model().cloned() else {
@@ -238,11 +260,22 @@ pub fn retrain_once(partitions: &SharedPartitions, threshold: f64) -> &'static s
                 was_recall = current.recall(),
                 "retrained model is not worse on held-out samples: replacing"
             );
-            partitions
-                .write()
-                .unwrap_or_else(|e| e.into_inner())
-                .set_model(Arc::new(*model));
-            "replaced"
+            match fleet {
+                Some(publisher) => match publisher.publish_blocking(&model) {
+                    Ok(_) => "published",
+                    Err(e) => {
+                        tracing::warn!(error = %e, "retrained model not published; the fleet keeps the current one");
+                        "publish_failed"
+                    }
+                },
+                None => {
+                    partitions
+                        .write()
+                        .unwrap_or_else(|e| e.into_inner())
+                        .set_model(Arc::new(*model));
+                    "replaced"
+                }
+            }
         }
         RetrainOutcome::Keep { current, candidate } => {
             tracing::info!(

@@ -49,6 +49,10 @@ use tokio::task::JoinHandle;
 use crate::api::{AppState, app, require_api_token};
 use crate::broker::{BrokerError, EmbeddedBroker};
 use crate::checkpoint::{self, CheckpointError};
+use crate::fleet::{
+    DEFAULT_PEER_TIMEOUT, MODEL_TOPIC, ModelPublisher, ModelTopic, ModelWatcher, Peers,
+    PeersConfig, PeersError,
+};
 use crate::heat::{HeatConfig, Window};
 use crate::ingest::{BatchObserver, Ingest, IngestConfig, IngestError, WallClock};
 use crate::metrics::Metrics;
@@ -115,6 +119,14 @@ pub struct PulseConfig {
     pub api_token: Option<String>,
     /// Partitions of the topics created on the embedded broker.
     pub embedded_partitions: i32,
+    /// The other instances of this group (`http://host:port` of their APIs): fleet
+    /// answers gather their `scope=local` parts. Empty: this instance answers alone.
+    pub peers: Vec<String>,
+    /// How long a peer may take to answer, in milliseconds.
+    pub peer_timeout_ms: u64,
+    /// The compacted topic the fleet's model is published on and read from; `None`:
+    /// each instance keeps and retrains its own model.
+    pub model_topic: Option<String>,
 }
 
 impl Default for PulseConfig {
@@ -145,6 +157,9 @@ impl Default for PulseConfig {
             retrain_interval_secs: 300,
             api_token: None,
             embedded_partitions: 4,
+            peers: Vec::new(),
+            peer_timeout_ms: DEFAULT_PEER_TIMEOUT.as_millis() as u64,
+            model_topic: Some(MODEL_TOPIC.to_owned()),
         }
     }
 }
@@ -239,7 +254,34 @@ impl PulseConfig {
         if !(1..=1_000).contains(&self.embedded_partitions) {
             return refuse("embedded_partitions", "1 to 1000");
         }
+        if self.peer_timeout_ms == 0 {
+            return refuse("peer_timeout_ms", "must be at least 1");
+        }
+        if let Err(e) = self.peers() {
+            return refuse("peers", e.to_string());
+        }
+        if let Some(topic) = &self.model_topic {
+            if topic.trim().is_empty() || [&self.topic, &self.prewarm_topic].contains(&topic) {
+                return refuse(
+                    "model_topic",
+                    "must be non-empty and differ from topic and prewarm_topic",
+                );
+            }
+        }
         Ok(())
+    }
+
+    /// The peers these settings name, `None` without any.
+    pub fn peers(&self) -> Result<Option<Peers>, PeersError> {
+        if self.peers.is_empty() {
+            return Ok(None);
+        }
+        let config = PeersConfig {
+            timeout: Duration::from_millis(self.peer_timeout_ms),
+            api_token: self.api_token.clone(),
+            ..PeersConfig::default()
+        };
+        Peers::new(&self.peers, config).map(Some)
     }
 
     /// The decision rules these settings give.
@@ -320,6 +362,7 @@ pub struct PulseHandle {
     shutdown_tx: watch::Sender<bool>,
     api: Option<JoinHandle<()>>,
     retrainer: Option<Retrainer>,
+    model_watcher: Option<ModelWatcher>,
     ingest: Option<Ingest>,
     // Declared last: dropped after ingest has stopped.
     embedded: Option<EmbeddedBroker>,
@@ -372,6 +415,15 @@ pub async fn start(config: PulseConfig) -> Result<PulseHandle, StartError> {
         partitions.set_snapshots(count, snapshots);
     }
     let partitions = partitions.shared();
+    // One model for the fleet: whatever is newest on the model topic is put in use on
+    // every partition, here and on every other instance.
+    let fleet_model = match (&config.model_topic, config.prewarm) {
+        (Some(topic), true) => {
+            follow_model_topic(&brokers, topic, embedded.as_ref(), &partitions, &metrics).await
+        }
+        _ => None,
+    };
+    let (model_publisher, model_watcher) = fleet_model.unzip();
     // Prediction runs on the ingest thread after each batch; the retrainer beside it.
     let mut observer: Option<Box<dyn BatchObserver>> = None;
     let mut retrainer = None;
@@ -385,6 +437,7 @@ pub async fn start(config: PulseConfig) -> Result<PulseHandle, StartError> {
                 Duration::from_secs(config.retrain_interval_secs),
                 config.threshold,
                 metrics.clone(),
+                model_publisher,
             ));
         }
     }
@@ -415,9 +468,17 @@ pub async fn start(config: PulseConfig) -> Result<PulseHandle, StartError> {
         addr: config.listen,
         source,
     })?;
+    let peers = config.peers().map_err(|e| PulseConfigError {
+        field: "peers",
+        reason: e.to_string(),
+    })?;
+    if let Some(peers) = &peers {
+        tracing::info!(peers = peers.len(), "fleet answers gather the peers' parts");
+    }
     let state = AppState {
         partitions,
         metrics,
+        peers,
     };
     let router = require_api_token(app(state.clone()), config.api_token.as_deref());
     let (shutdown_tx, mut shutdown_rx) = watch::channel(false);
@@ -442,9 +503,55 @@ pub async fn start(config: PulseConfig) -> Result<PulseHandle, StartError> {
         shutdown_tx,
         api: Some(api),
         retrainer,
+        model_watcher,
         ingest: Some(ingest),
         embedded,
     })
+}
+
+/// Creates the model topic if needed and follows it: the newest model on it is put in
+/// use on every partition. `None`, with a warning, when the topic cannot be had: each
+/// instance then keeps its own model.
+async fn follow_model_topic(
+    brokers: &str,
+    topic: &str,
+    embedded: Option<&EmbeddedBroker>,
+    partitions: &SharedPartitions,
+    metrics: &Metrics,
+) -> Option<(ModelPublisher, ModelWatcher)> {
+    let ready = match embedded {
+        // librdkafka's mock cluster has no topic configs: a plain topic does.
+        Some(broker) => broker.create_topic(topic, 1).map_err(|e| e.to_string()),
+        None => ModelTopic::ensure(brokers, topic)
+            .await
+            .map(|_| ())
+            .map_err(|e| e.to_string()),
+    };
+    let started = ready.and_then(|()| {
+        let publisher = ModelPublisher::new(brokers, topic).map_err(|e| e.to_string())?;
+        let partitions = partitions.clone();
+        let watcher = ModelWatcher::start_counted(
+            brokers,
+            topic,
+            metrics.model_watch.clone(),
+            move |model| {
+                tracing::info!(model = %model.name, "fleet model in use");
+                partitions
+                    .write()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .set_model(model);
+            },
+        )
+        .map_err(|e| e.to_string())?;
+        Ok((publisher, watcher))
+    });
+    match started {
+        Ok(fleet) => Some(fleet),
+        Err(e) => {
+            tracing::warn!(topic, error = %e, "no fleet model topic: this instance keeps and retrains its own model");
+            None
+        }
+    }
 }
 
 /// A checkpoint's snapshots by partition, with the partition count they were taken with.
@@ -579,11 +686,15 @@ impl PulseHandle {
             let _ = api.await;
         }
         let retrainer = self.retrainer.take();
+        let model_watcher = self.model_watcher.take();
         let ingest = self.ingest.take();
         let embedded = self.embedded.take();
         let stopped = tokio::task::spawn_blocking(move || {
             if let Some(retrainer) = retrainer {
                 retrainer.stop();
+            }
+            if let Some(watcher) = model_watcher {
+                watcher.stop();
             }
             if let Some(ingest) = ingest {
                 ingest.stop();

@@ -97,6 +97,7 @@ pub fn require_api_token(router: Router, token: Option<&str>) -> Router {
                     status: StatusCode::UNAUTHORIZED,
                     code: "unauthorized",
                     message: "this API needs an `Authorization: Bearer <token>` header".into(),
+                    coverage: None,
                 }
                 .into_response();
                 response

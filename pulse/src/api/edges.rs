@@ -5,10 +5,11 @@
 use axum::Json;
 use axum::extract::rejection::QueryRejection;
 use axum::extract::{Query, State};
+use axum::http::Uri;
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
-use super::{ApiError, AppState, ErrorBody, one, owned};
+use super::{ApiError, AppState, ErrorBody, fleet, one, owned};
 use crate::fleet::{Coverage, ScopeQuery, merge};
 use crate::heat::{EdgeSummary, HeatMap, MAX_NODES_PER_EDGE, NODE_WINDOW_S, RATE_WINDOW_S};
 
@@ -50,23 +51,29 @@ impl EdgesResponse {
 )]
 pub(super) async fn edges(
     State(state): State<AppState>,
+    uri: Uri,
     query: Result<Query<ScopeQuery>, QueryRejection>,
 ) -> Result<Json<EdgesResponse>, ApiError> {
-    let Query(_scope) = query?;
-    let partitions = state.read();
-    let parts = partitions
-        .states()
-        .iter()
-        .map(|(&p, s)| EdgesResponse::of(&s.heat, one(p, &partitions)))
-        .collect();
-    Ok(Json(merge::edges(parts).unwrap_or_else(|| EdgesResponse {
-        now_ms: 0,
-        rate_window_s: RATE_WINDOW_S,
-        node_window_s: NODE_WINDOW_S,
-        max_nodes: MAX_NODES_PER_EDGE as u64,
-        edges: Vec::new(),
-        coverage: owned(&partitions),
-    })))
+    let Query(q) = query?;
+    let local = {
+        let partitions = state.read();
+        let parts = partitions
+            .states()
+            .iter()
+            .map(|(&p, s)| EdgesResponse::of(&s.heat, one(p, &partitions)))
+            .collect();
+        merge::edges(parts).unwrap_or_else(|| EdgesResponse {
+            now_ms: 0,
+            rate_window_s: RATE_WINDOW_S,
+            node_window_s: NODE_WINDOW_S,
+            max_nodes: MAX_NODES_PER_EDGE as u64,
+            edges: Vec::new(),
+            coverage: owned(&partitions),
+        })
+    };
+    fleet::answer(&state, q.scope, &uri, Ok(local), merge::edges)
+        .await
+        .map(Json)
 }
 
 #[cfg(test)]
@@ -112,6 +119,7 @@ mod tests {
         AppState {
             partitions: crate::partition::Partitions::single(heat, None),
             metrics: Arc::new(Metrics::new()),
+            peers: None,
         }
     }
 

@@ -6,6 +6,7 @@
 mod auth;
 mod dashboard;
 mod edges;
+mod fleet;
 mod predictions;
 mod rates;
 
@@ -22,7 +23,7 @@ use std::time::Instant;
 
 use axum::extract::rejection::{PathRejection, QueryRejection};
 use axum::extract::{MatchedPath, Path, Query, Request, State};
-use axum::http::{StatusCode, header};
+use axum::http::{StatusCode, Uri, header};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
@@ -31,7 +32,7 @@ use models::{CacheKey, MAX_KEY_LEN, RegionId, TenantId};
 use serde::{Deserialize, Serialize};
 use utoipa::{IntoParams, OpenApi, ToSchema};
 
-use crate::fleet::{Coverage, Scope, ScopeQuery, merge, partition_for_key};
+use crate::fleet::{Coverage, Peers, Scope, ScopeQuery, merge, partition_for_key};
 use crate::heat::{
     EdgeSummary, EvictedTenant, HeatMap, HotKey, KeyStats, OutcomeCounts, QueryError, RegionCount,
     SketchKind, TenantSummary, Trend, Velocities, Window, WindowStats,
@@ -52,6 +53,8 @@ pub struct AppState {
     pub partitions: SharedPartitions,
     /// The metrics `/metrics` serves.
     pub metrics: Arc<Metrics>,
+    /// The other instances, asked for their part of every fleet answer.
+    pub peers: Option<Peers>,
 }
 
 impl AppState {
@@ -90,7 +93,7 @@ fn per_partition<T>(
     }
     if parts.is_empty() {
         if let Some(e) = error {
-            return Err(e);
+            return Err(e.covering(owned(partitions)));
         }
     }
     Ok((parts, owned(partitions)))
@@ -105,6 +108,10 @@ pub struct ErrorBody {
     pub error: String,
     /// What is wrong, naming the parameter.
     pub message: String,
+    /// For "not here" answers (`unknown_tenant`, `unknown_region`, `owner_unavailable`):
+    /// the partitions that were asked, so a fleet answer can say what it covers.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub coverage: Option<Coverage>,
 }
 
 /// An error a handler returns; it becomes a JSON [`ErrorBody`].
@@ -113,6 +120,7 @@ pub struct ApiError {
     status: StatusCode,
     code: &'static str,
     message: String,
+    coverage: Option<Coverage>,
 }
 
 impl ApiError {
@@ -121,16 +129,26 @@ impl ApiError {
             status: StatusCode::NOT_FOUND,
             code: "prediction_off",
             message: "prediction is off in this pulse (started with --no-prewarm)".into(),
+            coverage: None,
         }
     }
 
-    fn owner_unavailable(partition: i32) -> Self {
+    fn owner_unavailable(partition: i32, partitions: &Partitions) -> Self {
         ApiError {
             status: StatusCode::SERVICE_UNAVAILABLE,
             code: "owner_unavailable",
             message: format!(
                 "partition {partition}, which owns the key, is not assigned to this instance"
             ),
+            coverage: Some(owned(partitions)),
+        }
+    }
+
+    /// The same refusal, saying which partitions were asked.
+    fn covering(self, coverage: Coverage) -> Self {
+        ApiError {
+            coverage: Some(coverage),
+            ..self
         }
     }
 
@@ -139,6 +157,7 @@ impl ApiError {
             status: StatusCode::BAD_REQUEST,
             code,
             message: message.into(),
+            coverage: None,
         }
     }
 }
@@ -148,6 +167,7 @@ impl IntoResponse for ApiError {
         let body = ErrorBody {
             error: self.code.to_owned(),
             message: self.message,
+            coverage: self.coverage,
         };
         (self.status, Json(body)).into_response()
     }
@@ -163,6 +183,7 @@ impl From<QueryError> for ApiError {
             status: StatusCode::NOT_FOUND,
             code,
             message: e.to_string(),
+            coverage: None,
         }
     }
 }
@@ -331,6 +352,17 @@ pub struct KeyResponse {
     pub coverage: Coverage,
 }
 
+/// Query of `GET /api/keys/{tenant}/{key}`.
+#[derive(Debug, Default, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
+pub struct KeyQuery {
+    /// Event time the windows end at (default: the newest watermark), for replays and
+    /// comparisons.
+    pub now_ms: Option<u64>,
+    /// `local` or `fleet` (default).
+    pub scope: Option<Scope>,
+}
+
 /// `GET /healthz`.
 #[derive(Debug, Serialize, Deserialize, ToSchema)]
 pub struct Health {
@@ -342,6 +374,8 @@ pub struct Health {
     pub partitions: Vec<PartitionHealth>,
     /// The model in use, if prediction is on.
     pub model: Option<String>,
+    /// The other instances this one asks for fleet answers (`--peers`).
+    pub peers: Vec<String>,
 }
 
 #[derive(OpenApi)]
@@ -460,29 +494,35 @@ async fn track(State(state): State<AppState>, request: Request, next: Next) -> R
 )]
 async fn tenants(
     State(state): State<AppState>,
+    uri: Uri,
     query: Result<Query<ScopeQuery>, QueryRejection>,
 ) -> Result<Json<TenantsResponse>, ApiError> {
-    let Query(_scope) = query?;
-    let partitions = state.read();
-    let parts = partitions
-        .states()
-        .iter()
-        .map(|(&p, s)| TenantsResponse::of(&s.heat, one(p, &partitions)))
-        .collect();
-    Ok(Json(merge::tenants(parts).unwrap_or_else(|| {
-        let config = partitions.partition_heat_config();
-        TenantsResponse {
-            now_ms: 0,
-            error_bound: config.error_bound(),
-            shared_error_bound: config.shared_error_bound(),
-            failure_probability: config.failure_probability(),
-            memory_bytes: 0,
-            memory_budget_bytes: 0,
-            tenants: Vec::new(),
-            evicted: Vec::new(),
-            coverage: owned(&partitions),
-        }
-    })))
+    let Query(q) = query?;
+    let local = {
+        let partitions = state.read();
+        let parts = partitions
+            .states()
+            .iter()
+            .map(|(&p, s)| TenantsResponse::of(&s.heat, one(p, &partitions)))
+            .collect();
+        merge::tenants(parts).unwrap_or_else(|| {
+            let config = partitions.partition_heat_config();
+            TenantsResponse {
+                now_ms: 0,
+                error_bound: config.error_bound(),
+                shared_error_bound: config.shared_error_bound(),
+                failure_probability: config.failure_probability(),
+                memory_bytes: 0,
+                memory_budget_bytes: 0,
+                tenants: Vec::new(),
+                evicted: Vec::new(),
+                coverage: owned(&partitions),
+            }
+        })
+    };
+    fleet::answer(&state, q.scope, &uri, Ok(local), merge::tenants)
+        .await
+        .map(Json)
 }
 
 /// The heat map: a tenant's (or one region's) hottest keys over a window, merged
@@ -499,6 +539,7 @@ async fn tenants(
 )]
 async fn heatmap(
     State(state): State<AppState>,
+    uri: Uri,
     query: Result<Query<HeatmapQuery>, QueryRejection>,
 ) -> Result<Json<HeatmapResponse>, ApiError> {
     let Query(q) = query?;
@@ -516,21 +557,33 @@ async fn heatmap(
             .map_err(|e| ApiError::bad("bad_window", format!("window: {e}")))?,
     };
     let n = count_param("n", q.n, 20, MAX_HEATMAP_ROWS)?;
-    let partitions = state.read();
-    let now_ms = q.now_ms.unwrap_or_else(|| partitions.now_ms());
-    let (parts, coverage) = per_partition(&partitions, |heat, coverage| {
-        Ok(HeatmapResponse::of(
-            heat,
-            &tenant,
-            region.as_ref(),
-            window,
-            n,
-            now_ms,
-            coverage,
-        )?)
-    })?;
-    let merged = merge::heatmap(parts, n).ok_or(QueryError::UnknownTenant(tenant.to_string()))?;
-    Ok(Json(HeatmapResponse { coverage, ..merged }))
+    let local = {
+        let partitions = state.read();
+        let now_ms = q.now_ms.unwrap_or_else(|| partitions.now_ms());
+        per_partition(&partitions, |heat, coverage| {
+            Ok(HeatmapResponse::of(
+                heat,
+                &tenant,
+                region.as_ref(),
+                window,
+                n,
+                now_ms,
+                coverage,
+            )?)
+        })
+        .and_then(|(parts, coverage)| {
+            let merged = merge::heatmap(parts, n).ok_or_else(|| {
+                ApiError::from(QueryError::UnknownTenant(tenant.to_string()))
+                    .covering(coverage.clone())
+            })?;
+            Ok(HeatmapResponse { coverage, ..merged })
+        })
+    };
+    fleet::answer(&state, q.scope, &uri, local, |parts| {
+        merge::heatmap(parts, n)
+    })
+    .await
+    .map(Json)
 }
 
 /// Estimates for one key: per window and outcome, miss regions, acceleration, trend;
@@ -543,7 +596,7 @@ async fn heatmap(
     params(
         ("tenant" = String, Path, description = "The tenant"),
         ("key" = String, Path, description = "The cache key, without or with its leading '/'"),
-        ScopeQuery
+        KeyQuery
     ),
     responses(
         (status = 200, body = KeyResponse),
@@ -554,11 +607,12 @@ async fn heatmap(
 )]
 async fn key_stats(
     State(state): State<AppState>,
+    uri: Uri,
     path: Result<Path<(String, String)>, PathRejection>,
-    query: Result<Query<ScopeQuery>, QueryRejection>,
+    query: Result<Query<KeyQuery>, QueryRejection>,
 ) -> Result<Json<KeyResponse>, ApiError> {
     let Path((tenant, key)) = path?;
-    let Query(_scope) = query?;
+    let Query(q) = query?;
     let tenant = tenant_param(&tenant)?;
     let key = if key.starts_with('/') {
         key
@@ -572,23 +626,35 @@ async fn key_stats(
         ));
     }
     let key = CacheKey::new(key).map_err(|e| ApiError::bad("invalid_key", format!("key: {e}")))?;
-    let partitions = state.read();
-    let owner = partition_for_key(
-        format!("{tenant}{key}").as_bytes(),
-        partitions.partition_count(),
-    );
-    let state = partitions
-        .get(owner)
-        .ok_or_else(|| ApiError::owner_unavailable(owner))?;
-    // The key's windows end at the newest watermark, as the heat map's do.
-    let stats = state.heat.key_stats(&tenant, &key, partitions.now_ms())?;
-    let part = KeyResponse {
-        stats,
-        coverage: one(owner, &partitions),
+    let local = {
+        let partitions = state.read();
+        let owner = partition_for_key(
+            format!("{tenant}{key}").as_bytes(),
+            partitions.partition_count(),
+        );
+        match partitions.get(owner) {
+            // Elsewhere in the fleet: the owner among the peers answers.
+            None => Err(ApiError::owner_unavailable(owner, &partitions)),
+            Some(part) => {
+                // The key's windows end at the newest watermark, as the heat map's do.
+                let now_ms = q.now_ms.unwrap_or_else(|| partitions.now_ms());
+                part.heat
+                    .key_stats(&tenant, &key, now_ms)
+                    .map(|stats| KeyResponse {
+                        stats,
+                        // The owner's answer is the whole answer.
+                        coverage: Coverage {
+                            complete: true,
+                            ..one(owner, &partitions)
+                        },
+                    })
+                    .map_err(|e| ApiError::from(e).covering(one(owner, &partitions)))
+            }
+        }
     };
-    Ok(Json(
-        merge::key(vec![part]).ok_or_else(|| ApiError::owner_unavailable(owner))?,
-    ))
+    fleet::answer(&state, q.scope, &uri, local, merge::key)
+        .await
+        .map(Json)
 }
 
 /// Liveness, and the partitions this instance owns with their applied offsets.
@@ -603,6 +669,12 @@ async fn healthz(State(state): State<AppState>) -> Json<Health> {
             .prediction_on()
             .then(|| partitions.model().map(|m| m.name.clone()))
             .flatten(),
+        peers: state
+            .peers
+            .iter()
+            .flat_map(|p| p.urls())
+            .map(|u| u.to_string())
+            .collect(),
     })
 }
 
@@ -659,6 +731,7 @@ mod tests {
         AppState {
             partitions: crate::partition::Partitions::single(heat, None),
             metrics: Arc::new(Metrics::new()),
+            peers: None,
         }
     }
 

@@ -6,13 +6,14 @@ use std::collections::BTreeMap;
 use axum::Json;
 use axum::extract::rejection::QueryRejection;
 use axum::extract::{Query, State};
+use axum::http::Uri;
 use models::RegionTargets;
 use serde::{Deserialize, Serialize};
 use utoipa::{IntoParams, ToSchema};
 
 use models::TenantId;
 
-use super::{ApiError, AppState, ErrorBody, count_param, one, owned, tenant_param};
+use super::{ApiError, AppState, ErrorBody, count_param, fleet, one, owned, tenant_param};
 use crate::fleet::{Coverage, Scope, ScopeQuery, merge};
 use crate::predict::{
     Decision, DecisionPolicy, Evaluation, Predictor, ScoringModel, Transform, Verdict,
@@ -199,31 +200,32 @@ impl PredictionsResponse {
 )]
 pub(super) async fn predictions(
     State(state): State<AppState>,
+    uri: Uri,
     query: Result<Query<PredictionsQuery>, QueryRejection>,
 ) -> Result<Json<PredictionsResponse>, ApiError> {
     let Query(q) = query?;
     let tenant = q.tenant.as_deref().map(tenant_param).transpose()?;
     let limit = count_param("limit", q.limit, 50, MAX_PREDICTIONS)?;
-    let partitions = state.read();
-    if !partitions.prediction_on() {
-        return Err(ApiError::prediction_off());
-    }
-    let parts = partitions
-        .states()
-        .iter()
-        .filter_map(|(&p, s)| {
-            let predictor = s.predictor.as_ref()?;
-            let predictor = predictor.lock().unwrap_or_else(|e| e.into_inner());
-            Some(PredictionsResponse::of(
-                &predictor,
-                tenant.as_ref(),
-                limit,
-                one(p, &partitions),
-            ))
-        })
-        .collect();
-    Ok(Json(merge::predictions(parts, limit).unwrap_or_else(
-        || PredictionsResponse {
+    let local = {
+        let partitions = state.read();
+        if !partitions.prediction_on() {
+            return Err(ApiError::prediction_off());
+        }
+        let parts = partitions
+            .states()
+            .iter()
+            .filter_map(|(&p, s)| {
+                let predictor = s.predictor.as_ref()?;
+                let predictor = predictor.lock().unwrap_or_else(|e| e.into_inner());
+                Some(PredictionsResponse::of(
+                    &predictor,
+                    tenant.as_ref(),
+                    limit,
+                    one(p, &partitions),
+                ))
+            })
+            .collect();
+        merge::predictions(parts, limit).unwrap_or_else(|| PredictionsResponse {
             totals: DecisionTotals {
                 sent: 0,
                 useful: 0,
@@ -233,8 +235,13 @@ pub(super) async fn predictions(
             },
             decisions: Vec::new(),
             coverage: owned(&partitions),
-        },
-    )))
+        })
+    };
+    fleet::answer(&state, q.scope, &uri, Ok(local), |parts| {
+        merge::predictions(parts, limit)
+    })
+    .await
+    .map(Json)
 }
 
 /// One feature in the model card.
@@ -406,17 +413,20 @@ impl ModelResponse {
 )]
 pub(super) async fn model(
     State(state): State<AppState>,
+    uri: Uri,
     query: Result<Query<ScopeQuery>, QueryRejection>,
 ) -> Result<Json<ModelResponse>, ApiError> {
-    let Query(_scope) = query?;
-    let partitions = state.read();
-    let (Some(model), Some(policy)) = (partitions.model(), partitions.policy()) else {
-        return Err(ApiError::prediction_off());
+    let Query(q) = query?;
+    let card = {
+        let partitions = state.read();
+        let (Some(model), Some(policy)) = (partitions.model(), partitions.policy()) else {
+            return Err(ApiError::prediction_off());
+        };
+        ModelResponse::new(model, policy, owned(&partitions))
     };
-    let card = ModelResponse::new(model, policy, owned(&partitions));
-    Ok(Json(
-        merge::model(vec![card]).ok_or_else(ApiError::prediction_off)?,
-    ))
+    fleet::answer(&state, q.scope, &uri, Ok(card), merge::model)
+        .await
+        .map(Json)
 }
 
 #[cfg(test)]

@@ -20,12 +20,13 @@
 use axum::Json;
 use axum::extract::rejection::QueryRejection;
 use axum::extract::{Query, State};
+use axum::http::Uri;
 use serde::{Deserialize, Serialize};
 use utoipa::{IntoParams, ToSchema};
 
 use models::TenantId;
 
-use super::{ApiError, AppState, ErrorBody, count_param, per_partition, required_tenant};
+use super::{ApiError, AppState, ErrorBody, count_param, fleet, per_partition, required_tenant};
 use crate::fleet::{Coverage, Scope, merge};
 use crate::heat::{COARSE_BUCKETS, COARSE_MS, HeatMap, QueryError, Window};
 
@@ -39,6 +40,9 @@ pub(crate) struct RatesQuery {
     tenant: Option<String>,
     /// Hottest keys summed per partition, 1 to 100 (default 20).
     keys: Option<usize>,
+    /// Event time the last second ends at (default: the newest watermark), for
+    /// replays and comparisons.
+    now_ms: Option<u64>,
     /// `local` or `fleet` (default).
     scope: Option<Scope>,
 }
@@ -128,19 +132,29 @@ impl RatesResponse {
 )]
 pub(super) async fn rates(
     State(state): State<AppState>,
+    uri: Uri,
     query: Result<Query<RatesQuery>, QueryRejection>,
 ) -> Result<Json<RatesResponse>, ApiError> {
     let Query(q) = query?;
-    let _ = q.scope;
     let tenant = required_tenant(q.tenant.as_deref())?;
     let n = count_param("keys", q.keys, 20, MAX_RATE_KEYS)?;
-    let partitions = state.read();
-    let now_ms = partitions.now_ms();
-    let (parts, coverage) = per_partition(&partitions, |heat, coverage| {
-        RatesResponse::of(heat, &tenant, n, now_ms, coverage)
-    })?;
-    let merged = merge::rates(parts).ok_or(QueryError::UnknownTenant(tenant.to_string()))?;
-    Ok(Json(RatesResponse { coverage, ..merged }))
+    let local = {
+        let partitions = state.read();
+        let now_ms = q.now_ms.unwrap_or_else(|| partitions.now_ms());
+        per_partition(&partitions, |heat, coverage| {
+            RatesResponse::of(heat, &tenant, n, now_ms, coverage)
+        })
+        .and_then(|(parts, coverage)| {
+            let merged = merge::rates(parts).ok_or_else(|| {
+                ApiError::from(QueryError::UnknownTenant(tenant.to_string()))
+                    .covering(coverage.clone())
+            })?;
+            Ok(RatesResponse { coverage, ..merged })
+        })
+    };
+    fleet::answer(&state, q.scope, &uri, local, merge::rates)
+        .await
+        .map(Json)
 }
 
 #[cfg(test)]
@@ -193,6 +207,7 @@ mod tests {
         super::AppState {
             partitions: crate::partition::Partitions::single(heat, None),
             metrics: Arc::new(Metrics::new()),
+            peers: None,
         }
     }
 

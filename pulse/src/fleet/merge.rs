@@ -128,14 +128,14 @@ pub(crate) fn heatmap(parts: Vec<HeatmapResponse>, n: usize) -> Option<HeatmapRe
     Some(out)
 }
 
-/// `GET /api/keys/...`: one partition owns the key, so the first part is the answer;
-/// the others (non-owners, which never saw it) only add their coverage.
+/// `GET /api/keys/...`: one partition owns the key, and only its owner answers, so
+/// the answer is complete as soon as there is one: it covers the owning partition.
 pub(crate) fn key(parts: Vec<KeyResponse>) -> Option<KeyResponse> {
-    let coverage = coverage(parts.iter().map(|p| &p.coverage));
     let mut out = parts
         .into_iter()
         .max_by_key(|p| p.stats.windows.iter().map(|w| w.total).sum::<u64>())?;
-    out.coverage = coverage;
+    out.coverage.complete = true;
+    out.coverage.missing_peers.clear();
     Some(out)
 }
 

@@ -376,6 +376,17 @@ impl ModelWatcher {
     pub fn start(
         brokers: &str,
         topic: &str,
+        on_model: impl FnMut(Arc<ScoringModel>) + Send + 'static,
+    ) -> Result<Self, ModelTopicError> {
+        Self::start_counted(brokers, topic, Arc::default(), on_model)
+    }
+
+    /// Like [`ModelWatcher::start`], counting into `counts` (registered in the
+    /// service's metrics).
+    pub fn start_counted(
+        brokers: &str,
+        topic: &str,
+        counts: Arc<ModelWatcherCounts>,
         mut on_model: impl FnMut(Arc<ScoringModel>) + Send + 'static,
     ) -> Result<Self, ModelTopicError> {
         let kafka = |error| ModelTopicError::Kafka {
@@ -399,7 +410,6 @@ impl ModelWatcher {
             .map_err(kafka)?;
         consumer.assign(&assignment).map_err(kafka)?;
 
-        let counts = Arc::new(ModelWatcherCounts::default());
         let thread_counts = counts.clone();
         let topic = topic.to_owned();
         let thread = StoppableThread::spawn("pulse-model-watch", move |stop| {

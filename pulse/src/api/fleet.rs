@@ -1,0 +1,295 @@
+//! Answers for the whole fleet: this instance's answer merged with every peer's
+//! `scope=local` answer, by the same merge that joins partitions, so a fleet answer is
+//! the answer one instance owning every partition gives.
+//!
+//! What each part may say, and what the merge makes of it:
+//! - an answer: merged, its coverage joined;
+//! - "not here" (`unknown_tenant`, `unknown_region`, `owner_unavailable`, with the
+//!   partitions that were asked): nothing to merge, but those partitions are covered;
+//! - anything else from a peer (unreachable, timeout, 5xx, a body that is not the
+//!   answer): the peer is named in `coverage.missing_peers` and the answer is not
+//!   complete. A missing peer is never silently left out.
+//!
+//! A bad request is refused by this instance before any peer is asked.
+
+use axum::http::{StatusCode, Uri};
+use serde::de::DeserializeOwned;
+
+use super::{
+    ApiError, AppState, EdgesResponse, HeatmapResponse, KeyResponse, ModelResponse,
+    PredictionsResponse, RatesResponse, TenantsResponse,
+};
+use crate::fleet::{Coverage, PeerFailure, Scope};
+
+/// An API answer that says which partitions it covers.
+pub(super) trait Covered: DeserializeOwned + Send + 'static {
+    /// One partition has the whole answer (a key's owner): its answer is complete
+    /// whatever the others said.
+    const FROM_OWNER: bool = false;
+
+    fn coverage_mut(&mut self) -> &mut Coverage;
+}
+
+macro_rules! covered {
+    ($($t:ty),*) => {$(
+        impl Covered for $t {
+            fn coverage_mut(&mut self) -> &mut Coverage {
+                &mut self.coverage
+            }
+        }
+    )*};
+}
+covered!(
+    TenantsResponse,
+    HeatmapResponse,
+    RatesResponse,
+    EdgesResponse,
+    PredictionsResponse,
+    ModelResponse
+);
+
+impl Covered for KeyResponse {
+    const FROM_OWNER: bool = true;
+
+    fn coverage_mut(&mut self) -> &mut Coverage {
+        &mut self.coverage
+    }
+}
+
+/// Refusals that mean "these partitions have nothing for it", not "something broke".
+fn not_here(code: &str) -> bool {
+    matches!(
+        code,
+        "unknown_tenant" | "unknown_region" | "owner_unavailable"
+    )
+}
+
+/// `local`, merged with the peers' answers to the same request when `scope` is the
+/// fleet (the default) and there are peers.
+pub(super) async fn answer<T: Covered>(
+    state: &AppState,
+    scope: Option<Scope>,
+    uri: &Uri,
+    local: Result<T, ApiError>,
+    merge: impl FnOnce(Vec<T>) -> Option<T>,
+) -> Result<T, ApiError> {
+    let peers = match &state.peers {
+        Some(peers) if scope != Some(Scope::Local) && !peers.is_empty() => peers,
+        _ => return local,
+    };
+    let mut parts = Vec::new();
+    let mut covered = Vec::new();
+    let mut refusal = None;
+    match local {
+        Ok(part) => parts.push(part),
+        Err(e) if not_here(e.code) => {
+            covered.extend(e.coverage.clone());
+            refusal = Some(e);
+        }
+        Err(e) => return Err(e),
+    }
+    let path = uri.path_and_query().map_or(uri.path(), |p| p.as_str());
+    let mut missing = Vec::new();
+    for peer in peers.gather::<T>(path).await {
+        state.metrics.peer_answer(&peer);
+        match peer.result {
+            Ok(part) => parts.push(part),
+            Err(PeerFailure::Status {
+                error: Some(body), ..
+            }) if not_here(&body.error) => covered.extend(body.coverage),
+            Err(failure) => {
+                tracing::warn!(peer = %peer.peer, failure = failure.as_str(), "peer left out of a fleet answer");
+                missing.push(peer.peer.to_string());
+            }
+        }
+    }
+    // A key's owner answered: that is the whole answer, whoever else did not.
+    let from_owner = T::FROM_OWNER && !parts.is_empty();
+    covered.extend(parts.iter_mut().map(|p| p.coverage_mut().clone()));
+    covered.push(Coverage {
+        missing_peers: missing,
+        ..Coverage::default()
+    });
+    let coverage = Coverage::merge(&covered);
+    match merge(parts) {
+        Some(mut merged) => {
+            if !from_owner {
+                *merged.coverage_mut() = coverage;
+            }
+            Ok(merged)
+        }
+        // Nobody had it: the refusal, now for every partition that was asked.
+        None => match refusal {
+            Some(e) if coverage.missing_peers.is_empty() => Err(e.covering(coverage)),
+            _ => Err(ApiError {
+                status: StatusCode::SERVICE_UNAVAILABLE,
+                code: "incomplete",
+                message: format!(
+                    "no answer from the partitions that have it; peers not answering: {}",
+                    coverage.missing_peers.join(", ")
+                ),
+                coverage: Some(coverage),
+            }),
+        },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use axum::Router;
+    use models::{AccessEvent, CacheKey, NodeId, Outcome, RegionId, TenantId};
+    use serde_json::Value;
+
+    use super::super::tests::get;
+    use crate::api::{AppState, app};
+    use crate::fleet::{PeersConfig, partition_for_key};
+    use crate::heat::HeatConfig;
+    use crate::metrics::Metrics;
+    use crate::partition::{PartitionTemplate, Partitions};
+    use crate::{Peers, SharedPartitions};
+
+    const T0: u64 = 1_764_470_000_000;
+    const PARTITIONS: i32 = 4;
+
+    /// Events of two tenants over many keys and regions, seeded.
+    fn events() -> Vec<AccessEvent> {
+        (0..2_000u64)
+            .map(|i| {
+                let tenant = ["acme", "globex"][(i % 7 == 0) as usize];
+                let key = format!("/k/{}", (i * 2_654_435_761) % 37);
+                let region = ["eu-west", "us-east", "ap-south"][(i % 3) as usize];
+                AccessEvent::new(
+                    T0 + i * 5,
+                    TenantId::new(tenant).unwrap(),
+                    CacheKey::new(key).unwrap(),
+                    RegionId::new(region).unwrap(),
+                    NodeId::new(format!("edge-{}", i % 5)).unwrap(),
+                    if i % 3 == 0 {
+                        Outcome::Miss
+                    } else {
+                        Outcome::Hit
+                    },
+                )
+            })
+            .collect()
+    }
+
+    /// The partitions of `owned`, each holding the events the producers'
+    /// partitioner sends it.
+    fn owning(owned: &[i32]) -> SharedPartitions {
+        let mut partitions = Partitions::new(
+            PartitionTemplate {
+                heat: HeatConfig::default(),
+                allowed_tenants: None,
+                predictor: None,
+            },
+            None,
+        );
+        partitions.set_partition_count(PARTITIONS);
+        for &p in owned {
+            partitions.assign(p, None, 0, 0);
+        }
+        for e in events() {
+            let p = partition_for_key(e.partition_key().as_bytes(), PARTITIONS);
+            if let Some(state) = partitions.states_mut().get_mut(&p) {
+                state.heat.apply(&e).unwrap();
+            }
+        }
+        partitions.shared()
+    }
+
+    fn state(owned: &[i32], peers: &[String]) -> AppState {
+        AppState {
+            partitions: owning(owned),
+            metrics: Arc::new(Metrics::new()),
+            peers: (!peers.is_empty()).then(|| Peers::new(peers, PeersConfig::default()).unwrap()),
+        }
+    }
+
+    /// Serves `router` on a free port of 127.0.0.1; the URL.
+    async fn serve(router: Router) -> String {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}", listener.local_addr().unwrap());
+        tokio::spawn(async move { axum::serve(listener, router).await });
+        url
+    }
+
+    /// A port nothing listens on.
+    async fn closed_port() -> String {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}", listener.local_addr().unwrap());
+        drop(listener);
+        url
+    }
+
+    const QUESTIONS: [&str; 6] = [
+        "/api/tenants",
+        "/api/heatmap?tenant=acme&window=60s&n=50&now_ms=1764470010000",
+        "/api/heatmap?tenant=globex&region=us-east&window=10s&now_ms=1764470010000",
+        "/api/rates?tenant=acme&now_ms=1764470010000",
+        "/api/edges",
+        "/api/keys/acme/k/3?now_ms=1764470010000",
+    ];
+
+    /// Two instances owning half the partitions each answer every question exactly as
+    /// one instance owning them all, from either side, and say the answer is complete.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_fleet_answer_is_the_single_instance_answer() {
+        let single = app(state(&[0, 1, 2, 3], &[]));
+        let b_url = serve(app(state(&[2, 3], &[]))).await;
+        let a = app(state(&[0, 1], &[b_url]));
+        for question in QUESTIONS {
+            let (status, alone) = get(&single, question).await;
+            assert_eq!(status, 200, "{question}: {alone}");
+            let (status, merged) = get(&a, question).await;
+            assert_eq!(status, 200, "{question}: {merged}");
+            assert_eq!(merged["coverage"]["complete"], true, "{question}: {merged}");
+            assert_eq!(merged, alone, "{question}");
+        }
+        // The key is routed: whichever side owns it, the answer names that partition.
+        let (_, key) = get(&a, QUESTIONS[5]).await;
+        let owner = partition_for_key(b"acme/k/3", PARTITIONS);
+        assert_eq!(key["coverage"]["partitions"], serde_json::json!([owner]));
+    }
+
+    /// A peer that does not answer is named and the answer is marked incomplete, never
+    /// passed off as whole; `scope=local` answers for this instance's partitions only.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_missing_peer_is_named_and_the_answer_is_incomplete() {
+        let gone = closed_port().await;
+        let a = app(state(&[0, 1], std::slice::from_ref(&gone)));
+        let (status, body) = get(&a, "/api/tenants").await;
+        assert_eq!(status, 200, "{body}");
+        assert_eq!(body["coverage"]["complete"], false, "{body}");
+        assert_eq!(body["coverage"]["partitions"], serde_json::json!([0, 1]));
+        assert_eq!(body["coverage"]["missing_peers"], serde_json::json!([gone]));
+        let (_, local) = get(&a, "/api/tenants?scope=local").await;
+        assert_eq!(local["coverage"]["missing_peers"], serde_json::json!([]));
+        assert_eq!(local["coverage"]["complete"], false);
+        // A key owned by the missing side cannot be answered: 503 saying so.
+        let key = (0..100)
+            .map(|i| format!("/k/{i}"))
+            .find(|k| partition_for_key(format!("acme{k}").as_bytes(), PARTITIONS) >= 2)
+            .unwrap();
+        let (status, body) = get(&a, &format!("/api/keys/acme{key}")).await;
+        assert_eq!(status, 503, "{body}");
+        assert_eq!(body["coverage"]["missing_peers"], serde_json::json!([gone]));
+    }
+
+    /// A tenant nobody knows is a 404 that covers every partition, not an outage.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_tenant_unknown_everywhere_is_a_complete_404() {
+        let b_url = serve(app(state(&[2, 3], &[]))).await;
+        let a = app(state(&[0, 1], &[b_url]));
+        let (status, body) = get(&a, "/api/heatmap?tenant=initech").await;
+        assert_eq!(status, 404, "{body}");
+        assert_eq!(body["error"], "unknown_tenant");
+        assert_eq!(body["coverage"]["complete"], true, "{body}");
+        // A bad request is refused here, before any peer is asked.
+        let (status, body) = get(&a, "/api/heatmap?tenant=acme&window=5m").await;
+        assert_eq!(status, 400, "{body}");
+        let _: Value = body;
+    }
+}
