@@ -193,8 +193,8 @@ impl Partitions {
         self.model = Some(model);
     }
 
-    /// The heat-map settings of one partition: the memory budget split over the
-    /// partitions (never below what one tenant needs), and the shared-sketch threshold
+    /// The heat-map settings of one partition ([`split_heat`]): its share of the
+    /// memory budget and of the shared sketch, and the threshold to own sketches split
     /// too, since a partition sees its share of each tenant's events.
     pub fn partition_heat_config(&self) -> HeatConfig {
         split_heat(&self.template.heat, self.partition_count)
@@ -334,19 +334,35 @@ impl Partitions {
     }
 }
 
-/// `heat` for one of `partitions` partitions.
+/// `heat` for one of `partitions` partitions: the memory budget and the threshold
+/// to own sketches split evenly, and the shared sketch's error multiplied (never
+/// coarser than an own sketch's), so the shared sketches of all partitions together
+/// take the memory one took, and a key's estimate has the absolute bound it had: its
+/// partition's shared stream is about 1/P of the whole. A tenant's own sketches keep
+/// their width (a tenant big enough for them is big in every partition).
 pub(crate) fn split_heat(heat: &HeatConfig, partitions: i32) -> HeatConfig {
     let p = partitions.max(1) as u64;
-    let floor = (heat.shared_bytes() + heat.own_tenant_bytes()) as u64;
-    HeatConfig {
-        memory_budget_bytes: (heat.memory_budget_bytes / p).max(floor),
+    let mut split = HeatConfig {
         shared_sketch_below: if heat.shared_sketch_below == 0 {
             0
         } else {
             (heat.shared_sketch_below / p).max(1)
         },
+        shared_error: (heat.shared_error * p as f64).min(heat.error.max(heat.shared_error)),
         ..heat.clone()
+    };
+    let floor = (split.shared_bytes() + split.own_tenant_bytes()) as u64;
+    split.memory_budget_bytes = heat.memory_budget_bytes / p;
+    if split.memory_budget_bytes < floor {
+        tracing::warn!(
+            budget = heat.memory_budget_bytes,
+            partitions,
+            floor,
+            "memory budget below one shared sketch and one tenant per partition; each partition gets that floor"
+        );
+        split.memory_budget_bytes = floor;
     }
+    split
 }
 
 /// `policy` for one of `partitions` partitions: each tenant's rate and burst split
@@ -394,6 +410,11 @@ mod tests {
         let split = split_heat(&heat, 8);
         assert_eq!(split.memory_budget_bytes, heat.memory_budget_bytes / 8);
         assert_eq!(split.shared_sketch_below, heat.shared_sketch_below / 8);
+        // Eight shared sketches take the memory of one, each 1/8 as wide.
+        assert_eq!(8 * split.shared_bytes(), heat.shared_bytes());
+        assert_eq!(split.width(), heat.width());
+        assert!(split.validate().is_ok());
+        assert_eq!(split_heat(&heat, 1), heat);
         let tiny = HeatConfig {
             memory_budget_bytes: (heat.shared_bytes() + heat.own_tenant_bytes()) as u64,
             ..HeatConfig::default()
