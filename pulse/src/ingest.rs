@@ -551,6 +551,11 @@ impl Ingest {
             committed: HashMap::new(),
             observer,
             last_full_tick: std::cell::Cell::new(Instant::now()),
+            last_tenant_count: std::cell::Cell::new(
+                Instant::now()
+                    .checked_sub(Duration::from_secs(1))
+                    .unwrap_or_else(Instant::now),
+            ),
         };
         Ok(Ingest {
             thread: StoppableThread::spawn("pulse-ingest", move |stop| worker.run(stop)),
@@ -576,6 +581,8 @@ struct Worker {
     /// When every live partition was last ticked (a `Cell`: `apply` borrows `self`
     /// shared while the polled messages borrow the consumer).
     last_full_tick: std::cell::Cell<Instant>,
+    /// When the distinct tenants were last counted for the gauge.
+    last_tenant_count: std::cell::Cell<Instant>,
 }
 
 /// One polled message: its partition, offset and event (`None`: rejected, or
@@ -759,6 +766,7 @@ impl Worker {
                 );
             }
         }
+        self.count_tenants();
         let Some(observer) = observer else {
             return;
         };
@@ -796,17 +804,32 @@ impl Worker {
         }
     }
 
+    /// The distinct tenants of the owned partitions, for the gauge. A tenant is in
+    /// every partition it has keys in: counting the distinct ones visits them all, so
+    /// once a second (idle rounds included) rather than per batch.
+    fn count_tenants(&self) {
+        if self.last_tenant_count.get().elapsed() < Duration::from_secs(1) {
+            return;
+        }
+        self.last_tenant_count.set(Instant::now());
+        let partitions = self.partitions.read().unwrap_or_else(|e| e.into_inner());
+        let tenants: HashSet<&str> = partitions
+            .states()
+            .values()
+            .flat_map(|s| s.heat.tenant_ids())
+            .collect();
+        self.metrics.tenants.set(tenants.len() as i64);
+    }
+
     fn gauges(&self, partitions: &crate::partition::Partitions) {
-        let mut tenants: HashSet<&str> = HashSet::new();
         let mut evicted = 0;
         for s in partitions.states().values() {
-            tenants.extend(s.heat.tenant_ids());
             evicted += s.heat.evictions();
         }
         self.metrics
             .sketch_bytes
             .set(partitions.memory_bytes() as i64);
-        self.metrics.tenants.set(tenants.len() as i64);
+
         let counted = self.metrics.tenants_evicted.get();
         if evicted > counted {
             self.metrics.tenants_evicted.inc_by(evicted - counted);

@@ -234,6 +234,16 @@ impl Partitions {
         live_from: i64,
     ) -> &PartitionState {
         let config = self.partition_heat_config();
+        let share = self.template.heat.memory_budget_bytes / self.partition_count.max(1) as u64;
+        if config.memory_budget_bytes > share {
+            tracing::warn!(
+                partition,
+                budget = self.template.heat.memory_budget_bytes,
+                partitions = self.partition_count,
+                floor = config.memory_budget_bytes,
+                "memory budget below one shared sketch and one tenant per partition; the partition gets that floor"
+            );
+        }
         let mut heat = match heat {
             Some(mut h) => {
                 if h.adopt_limits(&config) {
@@ -352,16 +362,7 @@ pub(crate) fn split_heat(heat: &HeatConfig, partitions: i32) -> HeatConfig {
         ..heat.clone()
     };
     let floor = (split.shared_bytes() + split.own_tenant_bytes()) as u64;
-    split.memory_budget_bytes = heat.memory_budget_bytes / p;
-    if split.memory_budget_bytes < floor {
-        tracing::warn!(
-            budget = heat.memory_budget_bytes,
-            partitions,
-            floor,
-            "memory budget below one shared sketch and one tenant per partition; each partition gets that floor"
-        );
-        split.memory_budget_bytes = floor;
-    }
+    split.memory_budget_bytes = (heat.memory_budget_bytes / p).max(floor);
     split
 }
 
