@@ -328,15 +328,23 @@ impl IngestContext {
             .now_ms()
             .saturating_sub(self.replay.as_millis() as u64) as i64;
         let window = self.window_offsets(consumer, &ours, since);
+        let behind = self.snapshots_past_the_end(consumer, &ours);
         let mut partitions = self.partitions.write().unwrap_or_else(|e| e.into_inner());
         if partitions.partition_count() == 0 {
             partitions.set_partition_count(count);
         }
         for &p in &ours {
             let snapshot = partitions.take_snapshot(p);
+            // A snapshot past the partition's end is of an earlier topic of the same
+            // name (an embedded broker is new at every start): its windows are kept,
+            // its offset is not, or the new topic's first offsets would be skipped.
+            let snapshot_offset = snapshot
+                .as_ref()
+                .map(|s| s.next_offset)
+                .filter(|_| !behind.contains(&p));
             let start = start_of(
                 committed.get(&p).copied(),
-                snapshot.as_ref().map(|s| s.next_offset),
+                snapshot_offset,
                 window.get(&p).copied(),
             );
             let offset = start.replay_from.map_or(Offset::Beginning, Offset::Offset);
@@ -368,6 +376,40 @@ impl IngestContext {
         if let Err(e) = assigned {
             tracing::error!(error = %e, partitions = %describe(tpl), "assign failed");
         }
+    }
+
+    /// The partitions whose snapshot's offset is past the partition's end.
+    fn snapshots_past_the_end(
+        &self,
+        consumer: &BaseConsumer<Self>,
+        partitions: &[i32],
+    ) -> HashSet<i32> {
+        let offsets: Vec<(i32, i64)> = {
+            let state = self.partitions.read().unwrap_or_else(|e| e.into_inner());
+            partitions
+                .iter()
+                .filter_map(|&p| state.snapshot_offset(p).map(|o| (p, o)))
+                .collect()
+        };
+        let mut past = HashSet::new();
+        for (p, offset) in offsets {
+            match consumer.fetch_watermarks(&self.topic, p, Duration::from_secs(5)) {
+                Ok((_, high)) if offset > high => {
+                    tracing::warn!(
+                        partition = p,
+                        snapshot_offset = offset,
+                        high,
+                        "snapshot past the partition's end (a new topic?): windows restored, offsets from the group"
+                    );
+                    past.insert(p);
+                }
+                Ok(_) => {}
+                Err(e) => {
+                    tracing::warn!(partition = p, error = %e, "watermarks unavailable; trusting the snapshot's offset")
+                }
+            }
+        }
+        past
     }
 
     /// The first offset stamped at or after `since` per partition; empty when the

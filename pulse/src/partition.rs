@@ -207,6 +207,11 @@ impl Partitions {
         self.snapshots_of = partition_count;
     }
 
+    /// The offset of `partition`'s snapshot, if the checkpoint had one.
+    pub fn snapshot_offset(&self, partition: i32) -> Option<i64> {
+        self.snapshots.get(&partition).map(|s| s.next_offset)
+    }
+
     /// Takes the snapshot of `partition`, if the checkpoint had one taken with the
     /// topic's current partition count.
     pub fn take_snapshot(&mut self, partition: i32) -> Option<Snapshot> {
