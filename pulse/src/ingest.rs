@@ -13,10 +13,13 @@
 //! partitions that change owner, and the others go on untouched. The rebalance
 //! callback runs on this thread, inside `poll`, between batches:
 //! - **revoke**: the applied offset of each revoked partition is committed
-//!   synchronously (not when the assignment was lost: another member may own it
-//!   already), the partition is unassigned, its state dropped, and its polled but
-//!   not yet applied messages discarded: the next owner reads them from the committed
-//!   offset, so nothing is lost and nothing applied twice;
+//!   synchronously, the partition is unassigned, its state dropped, and its polled
+//!   but not yet applied messages discarded: the next owner reads them from the
+//!   committed offset, so nothing is lost and nothing applied twice. When the
+//!   assignment was *lost* (the group could not be reached, as in a broker outage)
+//!   nothing is committed, since another member may own the partition already, and
+//!   the state is parked as a snapshot instead of dropped: not served, checkpointed,
+//!   and resumed from if the partition comes back;
 //! - **assign**: the committed offset becomes the partition's `live_from`; it starts
 //!   from its checkpoint snapshot's offset if there is one (at most the committed
 //!   offset), else from the offset of the first message stamped within the longest
@@ -236,9 +239,11 @@ struct Start {
 /// the offset of the replay window's first message (each if known).
 fn start_of(committed: Option<i64>, snapshot: Option<i64>, window: Option<i64>) -> Start {
     match (committed, snapshot) {
-        // A snapshot at or behind the group: replay from it up to the committed offset.
+        // A snapshot at or behind the group: replay from it up to the committed offset,
+        // or from the replay window when the snapshot is older than that (what lies
+        // between is outside every window; replaying it would only cost time).
         (Some(c), Some(s)) if s <= c => Start {
-            replay_from: Some(s),
+            replay_from: Some(window.map_or(s, |w| s.max(w.min(c)))),
             live_from: c,
         },
         // A snapshot ahead of the group (checkpointed, not yet committed) or nothing
@@ -489,7 +494,15 @@ impl IngestContext {
         let mut partitions = self.partitions.write().unwrap_or_else(|e| e.into_inner());
         if !self.closing.load(Ordering::Acquire) {
             for &p in &ours {
-                if let Some(s) = partitions.revoke(p) {
+                if lost {
+                    if let Some(next_offset) = partitions.park(p) {
+                        tracing::warn!(
+                            partition = p,
+                            next_offset,
+                            "rebalance: assignment lost; the state waits as a snapshot"
+                        );
+                    }
+                } else if let Some(s) = partitions.revoke(p) {
                     tracing::info!(
                         partition = p,
                         next_offset = s.next_offset,
@@ -991,9 +1004,24 @@ mod tests {
                 live_from: 100
             }
         );
-        // A snapshot behind the committed offset: replay from it.
+        // A snapshot behind the committed offset: replay from it, or from the window
+        // when the snapshot is older than the window.
         assert_eq!(
             start_of(Some(100), Some(70), Some(40)),
+            Start {
+                replay_from: Some(70),
+                live_from: 100
+            }
+        );
+        assert_eq!(
+            start_of(Some(100), Some(10), Some(40)),
+            Start {
+                replay_from: Some(40),
+                live_from: 100
+            }
+        );
+        assert_eq!(
+            start_of(Some(100), Some(70), None),
             Start {
                 replay_from: Some(70),
                 live_from: 100

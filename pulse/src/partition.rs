@@ -9,14 +9,16 @@
 //! over the topic's partitions: the budget holds for the fleet whoever owns what.
 //!
 //! Invariants:
-//! - a partition's state holds exactly the events of offsets below `next_offset`
-//!   from where it started (`replay_from`, or a snapshot's offset): ingest applies a
-//!   message only at or past `next_offset`, so nothing is applied twice;
+//! - a partition's state holds the events of offsets below `next_offset` from where
+//!   it started (`replay_from`; with a snapshot, the snapshot's events, then from the
+//!   snapshot's offset, or from the replay window when the snapshot is older): ingest
+//!   applies a message only at or past `next_offset`, so nothing is applied twice;
 //! - below `live_from` (the group's committed offset when the partition was assigned)
 //!   events are *replayed*: they rebuild the windows and the tracker and are never
 //!   scored or sent, because the previous owner already acted on them;
-//! - a state is created on assign and dropped on revoke: an instance answers only for
-//!   the partitions it owns, and [`Partitions::owned`] says which.
+//! - a state is created on assign and dropped on revoke (parked as a snapshot when
+//!   the assignment was lost): an instance answers only for the partitions it owns,
+//!   and [`Partitions::owned`] says which.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::{Arc, Mutex, RwLock};
@@ -315,6 +317,36 @@ impl Partitions {
         partitions.shared()
     }
 
+    /// Parks a partition whose assignment was lost (the group could not be reached:
+    /// another member may own it by now): it is no longer served, but its heat map
+    /// and offset wait as a snapshot, written by the next checkpoint, so if the
+    /// partition comes back here it resumes from them (replaying up to the committed
+    /// offset, or going on live when it is ahead of it).
+    pub fn park(&mut self, partition: i32) -> Option<i64> {
+        let state = self.states.remove(&partition)?;
+        if !self.snapshots.is_empty() && self.snapshots_of != self.partition_count {
+            self.snapshots.clear();
+        }
+        self.snapshots_of = self.partition_count;
+        self.snapshots.insert(
+            partition,
+            Snapshot {
+                next_offset: state.next_offset,
+                heat: state.heat,
+            },
+        );
+        Some(state.next_offset)
+    }
+
+    /// Snapshots waiting for their partition (from the checkpoint, or parked), with
+    /// the partition count they were taken with.
+    pub fn parked(&self) -> impl Iterator<Item = (i32, &Snapshot)> {
+        self.snapshots
+            .iter()
+            .filter(|_| self.snapshots_of == self.partition_count)
+            .map(|(&p, s)| (p, s))
+    }
+
     /// Drops a revoked partition's state.
     pub fn revoke(&mut self, partition: i32) -> Option<PartitionState> {
         self.states.remove(&partition)
@@ -446,6 +478,25 @@ mod tests {
         }
         assert!(partitions.revoke(1).is_some());
         assert!(!partitions.complete());
+        assert!(
+            partitions.take_snapshot(1).is_none(),
+            "a revoked state is dropped"
+        );
+
+        // A lost partition waits as a snapshot and comes back from it.
+        partitions.assign(1, None, 0, 0);
+        partitions.states_mut().get_mut(&1).unwrap().next_offset = 42;
+        assert_eq!(partitions.park(1), Some(42));
+        assert_eq!(partitions.owned(), [0]);
+        assert_eq!(
+            partitions
+                .parked()
+                .map(|(p, s)| (p, s.next_offset))
+                .collect::<Vec<_>>(),
+            [(1, 42)]
+        );
+        assert_eq!(partitions.take_snapshot(1).map(|s| s.next_offset), Some(42));
+        assert!(partitions.revoke(1).is_none());
         assert_eq!(
             partitions.health(),
             [PartitionHealth {

@@ -1,8 +1,10 @@
 //! Broker faults: the broker stops and comes back while pulse and a prefetcher run.
 //!
-//! - pulse keeps serving its API during the outage; a pulse restarted *during* the
-//!   outage owns no partition until the group is back, and says so (`503
-//!   owner_unavailable` for a key, an incomplete `coverage`); once the broker is back
+//! - pulse keeps serving its API during the outage; once the group session times out
+//!   its assignment is lost and it says so (`503 owner_unavailable` for a key, an
+//!   incomplete `coverage`), its partitions parked for the checkpoint; a pulse
+//!   restarted *during* the outage owns no partition until the group is back, and says
+//!   so too; once the broker is back
 //!   each partition is assigned and restored from its checkpoint snapshot, which is
 //!   ahead of the committed offset (its commit failed), so the partition goes on live
 //!   from the snapshot: nothing is lost, and nothing is counted twice (at most the
@@ -455,7 +457,9 @@ async fn broker_stop_and_restart_loses_nothing_and_double_counts_within_the_wind
     let outage = Instant::now();
 
     // 3. During the outage: the prefetcher serves every request at once and counts
-    //    the events it cannot deliver; pulse serves its API.
+    //    the events it cannot deliver; pulse serves its API. Once the group session
+    //    times out, librdkafka declares the assignment lost: pulse parks its partitions
+    //    (not served, kept for the checkpoint) and says so.
     serve_requests(&edge, "during", 12).await;
     wait_for(
         Duration::from_secs(30),
@@ -463,7 +467,19 @@ async fn broker_stop_and_restart_loses_nothing_and_double_counts_within_the_wind
         || m.events_dropped.get() >= 1,
     )
     .await;
-    assert_eq!(api_count(&pulse1).await, 100 + WINDOW);
+    wait_for(Duration::from_secs(60), "the assignment lost", || {
+        pulse1.partitions().read().unwrap().states().is_empty()
+    })
+    .await;
+    let (status, body) = api_get(&pulse1, &format!("/api/keys/{TENANT}/live/score.json")).await;
+    assert_eq!(
+        (status, body["error"].as_str()),
+        (StatusCode::SERVICE_UNAVAILABLE, Some("owner_unavailable")),
+        "{body}"
+    );
+    let (status, body) = api_get(&pulse1, "/healthz").await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(body["partitions"], serde_json::json!([]), "{body}");
 
     // 4. Pulse restarts during the outage: the final checkpoint is written (its commit
     //    fails). The new pulse owns no partition until the group is back, and its API
