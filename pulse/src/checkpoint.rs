@@ -101,8 +101,8 @@ fn io(path: &Path) -> impl FnOnce(std::io::Error) -> CheckpointError + '_ {
     }
 }
 
-/// Writes every partition `partitions` owns of `topic` to `path` atomically
-/// (temporary file, fsync, rename).
+/// Writes every partition `partitions` owns of `topic`, and the snapshots still
+/// waiting for their partition, to `path` atomically (temporary file, fsync, rename).
 pub fn save(path: &Path, topic: &str, partitions: &Partitions) -> Result<(), CheckpointError> {
     let dir = path
         .parent()
@@ -125,6 +125,18 @@ pub fn save(path: &Path, topic: &str, partitions: &Partitions) -> Result<(), Che
                     next_offset: s.next_offset,
                     heat: &s.heat,
                 })
+                // Parked snapshots (a lost assignment, or not assigned yet) are kept
+                // until their partition comes back.
+                .chain(
+                    partitions
+                        .parked()
+                        .filter(|(p, _)| partitions.get(*p).is_none())
+                        .map(|(partition, s)| PartitionRef {
+                            partition,
+                            next_offset: s.next_offset,
+                            heat: &s.heat,
+                        }),
+                )
                 .collect(),
         },
     )

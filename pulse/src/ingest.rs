@@ -13,10 +13,13 @@
 //! partitions that change owner, and the others go on untouched. The rebalance
 //! callback runs on this thread, inside `poll`, between batches:
 //! - **revoke**: the applied offset of each revoked partition is committed
-//!   synchronously (not when the assignment was lost: another member may own it
-//!   already), the partition is unassigned, its state dropped, and its polled but
-//!   not yet applied messages discarded: the next owner reads them from the committed
-//!   offset, so nothing is lost and nothing applied twice;
+//!   synchronously, the partition is unassigned, its state dropped, and its polled
+//!   but not yet applied messages discarded: the next owner reads them from the
+//!   committed offset, so nothing is lost and nothing applied twice. When the
+//!   assignment was *lost* (the group could not be reached, as in a broker outage)
+//!   nothing is committed, since another member may own the partition already, and
+//!   the state is parked as a snapshot instead of dropped: not served, checkpointed,
+//!   and resumed from if the partition comes back;
 //! - **assign**: the committed offset becomes the partition's `live_from`; it starts
 //!   from its checkpoint snapshot's offset if there is one (at most the committed
 //!   offset), else from the offset of the first message stamped within the longest
@@ -236,9 +239,11 @@ struct Start {
 /// the offset of the replay window's first message (each if known).
 fn start_of(committed: Option<i64>, snapshot: Option<i64>, window: Option<i64>) -> Start {
     match (committed, snapshot) {
-        // A snapshot at or behind the group: replay from it up to the committed offset.
+        // A snapshot at or behind the group: replay from it up to the committed offset,
+        // or from the replay window when the snapshot is older than that (what lies
+        // between is outside every window; replaying it would only cost time).
         (Some(c), Some(s)) if s <= c => Start {
-            replay_from: Some(s),
+            replay_from: Some(window.map_or(s, |w| s.max(w.min(c)))),
             live_from: c,
         },
         // A snapshot ahead of the group (checkpointed, not yet committed) or nothing
@@ -328,15 +333,23 @@ impl IngestContext {
             .now_ms()
             .saturating_sub(self.replay.as_millis() as u64) as i64;
         let window = self.window_offsets(consumer, &ours, since);
+        let behind = self.snapshots_past_the_end(consumer, &ours);
         let mut partitions = self.partitions.write().unwrap_or_else(|e| e.into_inner());
         if partitions.partition_count() == 0 {
             partitions.set_partition_count(count);
         }
         for &p in &ours {
             let snapshot = partitions.take_snapshot(p);
+            // A snapshot past the partition's end is of an earlier topic of the same
+            // name (an embedded broker is new at every start): its windows are kept,
+            // its offset is not, or the new topic's first offsets would be skipped.
+            let snapshot_offset = snapshot
+                .as_ref()
+                .map(|s| s.next_offset)
+                .filter(|_| !behind.contains(&p));
             let start = start_of(
                 committed.get(&p).copied(),
-                snapshot.as_ref().map(|s| s.next_offset),
+                snapshot_offset,
                 window.get(&p).copied(),
             );
             let offset = start.replay_from.map_or(Offset::Beginning, Offset::Offset);
@@ -368,6 +381,40 @@ impl IngestContext {
         if let Err(e) = assigned {
             tracing::error!(error = %e, partitions = %describe(tpl), "assign failed");
         }
+    }
+
+    /// The partitions whose snapshot's offset is past the partition's end.
+    fn snapshots_past_the_end(
+        &self,
+        consumer: &BaseConsumer<Self>,
+        partitions: &[i32],
+    ) -> HashSet<i32> {
+        let offsets: Vec<(i32, i64)> = {
+            let state = self.partitions.read().unwrap_or_else(|e| e.into_inner());
+            partitions
+                .iter()
+                .filter_map(|&p| state.snapshot_offset(p).map(|o| (p, o)))
+                .collect()
+        };
+        let mut past = HashSet::new();
+        for (p, offset) in offsets {
+            match consumer.fetch_watermarks(&self.topic, p, Duration::from_secs(5)) {
+                Ok((_, high)) if offset > high => {
+                    tracing::warn!(
+                        partition = p,
+                        snapshot_offset = offset,
+                        high,
+                        "snapshot past the partition's end (a new topic?): windows restored, offsets from the group"
+                    );
+                    past.insert(p);
+                }
+                Ok(_) => {}
+                Err(e) => {
+                    tracing::warn!(partition = p, error = %e, "watermarks unavailable; trusting the snapshot's offset")
+                }
+            }
+        }
+        past
     }
 
     /// The first offset stamped at or after `since` per partition; empty when the
@@ -447,7 +494,15 @@ impl IngestContext {
         let mut partitions = self.partitions.write().unwrap_or_else(|e| e.into_inner());
         if !self.closing.load(Ordering::Acquire) {
             for &p in &ours {
-                if let Some(s) = partitions.revoke(p) {
+                if lost {
+                    if let Some(next_offset) = partitions.park(p) {
+                        tracing::warn!(
+                            partition = p,
+                            next_offset,
+                            "rebalance: assignment lost; the state waits as a snapshot"
+                        );
+                    }
+                } else if let Some(s) = partitions.revoke(p) {
                     tracing::info!(
                         partition = p,
                         next_offset = s.next_offset,
@@ -551,6 +606,11 @@ impl Ingest {
             committed: HashMap::new(),
             observer,
             last_full_tick: std::cell::Cell::new(Instant::now()),
+            last_tenant_count: std::cell::Cell::new(
+                Instant::now()
+                    .checked_sub(Duration::from_secs(1))
+                    .unwrap_or_else(Instant::now),
+            ),
         };
         Ok(Ingest {
             thread: StoppableThread::spawn("pulse-ingest", move |stop| worker.run(stop)),
@@ -576,6 +636,8 @@ struct Worker {
     /// When every live partition was last ticked (a `Cell`: `apply` borrows `self`
     /// shared while the polled messages borrow the consumer).
     last_full_tick: std::cell::Cell<Instant>,
+    /// When the distinct tenants were last counted for the gauge.
+    last_tenant_count: std::cell::Cell<Instant>,
 }
 
 /// One polled message: its partition, offset and event (`None`: rejected, or
@@ -759,6 +821,7 @@ impl Worker {
                 );
             }
         }
+        self.count_tenants();
         let Some(observer) = observer else {
             return;
         };
@@ -796,17 +859,32 @@ impl Worker {
         }
     }
 
+    /// The distinct tenants of the owned partitions, for the gauge. A tenant is in
+    /// every partition it has keys in: counting the distinct ones visits them all, so
+    /// once a second (idle rounds included) rather than per batch.
+    fn count_tenants(&self) {
+        if self.last_tenant_count.get().elapsed() < Duration::from_secs(1) {
+            return;
+        }
+        self.last_tenant_count.set(Instant::now());
+        let partitions = self.partitions.read().unwrap_or_else(|e| e.into_inner());
+        let tenants: HashSet<&str> = partitions
+            .states()
+            .values()
+            .flat_map(|s| s.heat.tenant_ids())
+            .collect();
+        self.metrics.tenants.set(tenants.len() as i64);
+    }
+
     fn gauges(&self, partitions: &crate::partition::Partitions) {
-        let mut tenants: HashSet<&str> = HashSet::new();
         let mut evicted = 0;
         for s in partitions.states().values() {
-            tenants.extend(s.heat.tenant_ids());
             evicted += s.heat.evictions();
         }
         self.metrics
             .sketch_bytes
             .set(partitions.memory_bytes() as i64);
-        self.metrics.tenants.set(tenants.len() as i64);
+
         let counted = self.metrics.tenants_evicted.get();
         if evicted > counted {
             self.metrics.tenants_evicted.inc_by(evicted - counted);
@@ -926,9 +1004,24 @@ mod tests {
                 live_from: 100
             }
         );
-        // A snapshot behind the committed offset: replay from it.
+        // A snapshot behind the committed offset: replay from it, or from the window
+        // when the snapshot is older than the window.
         assert_eq!(
             start_of(Some(100), Some(70), Some(40)),
+            Start {
+                replay_from: Some(70),
+                live_from: 100
+            }
+        );
+        assert_eq!(
+            start_of(Some(100), Some(10), Some(40)),
+            Start {
+                replay_from: Some(40),
+                live_from: 100
+            }
+        );
+        assert_eq!(
+            start_of(Some(100), Some(70), None),
             Start {
                 replay_from: Some(70),
                 live_from: 100

@@ -169,8 +169,9 @@ struct ServeArgs {
     /// Where the dashboard API listens.
     #[arg(long, env = "PULSE_LISTEN", default_value = "127.0.0.1:8080")]
     listen: SocketAddr,
-    /// Checkpoint file: restored at start, written periodically and at shutdown;
-    /// offsets are committed after each checkpoint.
+    /// Checkpoint file: each owned partition's heat map and offset, written
+    /// periodically and at shutdown (offsets are committed after each checkpoint); a
+    /// partition is restored from it when assigned.
     #[arg(long, env = "PULSE_CHECKPOINT")]
     checkpoint: Option<PathBuf>,
     /// Seconds between checkpoints.
@@ -230,10 +231,12 @@ struct ServeArgs {
     /// Seconds a command stays valid at the edges.
     #[arg(long, env = "PULSE_COMMAND_TTL_SECS", default_value_t = DecisionPolicy::default().command_ttl_ms / 1000)]
     command_ttl_secs: u64,
-    /// Each tenant's committed rate of commands per second.
+    /// Each tenant's committed rate of commands per second, for the whole topic (each
+    /// partition gets an even share).
     #[arg(long, env = "PULSE_TENANT_RATE", default_value_t = DecisionPolicy::default().tenant_rate_per_s)]
     tenant_rate: f64,
-    /// Each tenant's burst allowance, in commands.
+    /// Each tenant's burst allowance, in commands, for the whole topic (split like the
+    /// rate, at least one per partition).
     #[arg(long, env = "PULSE_TENANT_BURST", default_value_t = DecisionPolicy::default().tenant_burst)]
     tenant_burst: f64,
     /// What a wasted pre-warm fill costs, in client misses: a command goes out only when

@@ -9,14 +9,16 @@
 //! over the topic's partitions: the budget holds for the fleet whoever owns what.
 //!
 //! Invariants:
-//! - a partition's state holds exactly the events of offsets below `next_offset`
-//!   from where it started (`replay_from`, or a snapshot's offset): ingest applies a
-//!   message only at or past `next_offset`, so nothing is applied twice;
+//! - a partition's state holds the events of offsets below `next_offset` from where
+//!   it started (`replay_from`; with a snapshot, the snapshot's events, then from the
+//!   snapshot's offset, or from the replay window when the snapshot is older): ingest
+//!   applies a message only at or past `next_offset`, so nothing is applied twice;
 //! - below `live_from` (the group's committed offset when the partition was assigned)
 //!   events are *replayed*: they rebuild the windows and the tracker and are never
 //!   scored or sent, because the previous owner already acted on them;
-//! - a state is created on assign and dropped on revoke: an instance answers only for
-//!   the partitions it owns, and [`Partitions::owned`] says which.
+//! - a state is created on assign and dropped on revoke (parked as a snapshot when
+//!   the assignment was lost): an instance answers only for the partitions it owns,
+//!   and [`Partitions::owned`] says which.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::{Arc, Mutex, RwLock};
@@ -193,8 +195,8 @@ impl Partitions {
         self.model = Some(model);
     }
 
-    /// The heat-map settings of one partition: the memory budget split over the
-    /// partitions (never below what one tenant needs), and the shared-sketch threshold
+    /// The heat-map settings of one partition ([`split_heat`]): its share of the
+    /// memory budget and of the shared sketch, and the threshold to own sketches split
     /// too, since a partition sees its share of each tenant's events.
     pub fn partition_heat_config(&self) -> HeatConfig {
         split_heat(&self.template.heat, self.partition_count)
@@ -205,6 +207,11 @@ impl Partitions {
     pub fn set_snapshots(&mut self, partition_count: i32, snapshots: HashMap<i32, Snapshot>) {
         self.snapshots = snapshots;
         self.snapshots_of = partition_count;
+    }
+
+    /// The offset of `partition`'s snapshot, if the checkpoint had one.
+    pub fn snapshot_offset(&self, partition: i32) -> Option<i64> {
+        self.snapshots.get(&partition).map(|s| s.next_offset)
     }
 
     /// Takes the snapshot of `partition`, if the checkpoint had one taken with the
@@ -234,6 +241,16 @@ impl Partitions {
         live_from: i64,
     ) -> &PartitionState {
         let config = self.partition_heat_config();
+        let share = self.template.heat.memory_budget_bytes / self.partition_count.max(1) as u64;
+        if config.memory_budget_bytes > share {
+            tracing::warn!(
+                partition,
+                budget = self.template.heat.memory_budget_bytes,
+                partitions = self.partition_count,
+                floor = config.memory_budget_bytes,
+                "memory budget below one shared sketch and one tenant per partition; the partition gets that floor"
+            );
+        }
         let mut heat = match heat {
             Some(mut h) => {
                 if h.adopt_limits(&config) {
@@ -300,6 +317,36 @@ impl Partitions {
         partitions.shared()
     }
 
+    /// Parks a partition whose assignment was lost (the group could not be reached:
+    /// another member may own it by now): it is no longer served, but its heat map
+    /// and offset wait as a snapshot, written by the next checkpoint, so if the
+    /// partition comes back here it resumes from them (replaying up to the committed
+    /// offset, or going on live when it is ahead of it).
+    pub fn park(&mut self, partition: i32) -> Option<i64> {
+        let state = self.states.remove(&partition)?;
+        if !self.snapshots.is_empty() && self.snapshots_of != self.partition_count {
+            self.snapshots.clear();
+        }
+        self.snapshots_of = self.partition_count;
+        self.snapshots.insert(
+            partition,
+            Snapshot {
+                next_offset: state.next_offset,
+                heat: state.heat,
+            },
+        );
+        Some(state.next_offset)
+    }
+
+    /// Snapshots waiting for their partition (from the checkpoint, or parked), with
+    /// the partition count they were taken with.
+    pub fn parked(&self) -> impl Iterator<Item = (i32, &Snapshot)> {
+        self.snapshots
+            .iter()
+            .filter(|_| self.snapshots_of == self.partition_count)
+            .map(|(&p, s)| (p, s))
+    }
+
     /// Drops a revoked partition's state.
     pub fn revoke(&mut self, partition: i32) -> Option<PartitionState> {
         self.states.remove(&partition)
@@ -334,19 +381,26 @@ impl Partitions {
     }
 }
 
-/// `heat` for one of `partitions` partitions.
+/// `heat` for one of `partitions` partitions: the memory budget and the threshold
+/// to own sketches split evenly, and the shared sketch's error multiplied (never
+/// coarser than an own sketch's), so the shared sketches of all partitions together
+/// take the memory one took, and a key's estimate has the absolute bound it had: its
+/// partition's shared stream is about 1/P of the whole. A tenant's own sketches keep
+/// their width (a tenant big enough for them is big in every partition).
 pub(crate) fn split_heat(heat: &HeatConfig, partitions: i32) -> HeatConfig {
     let p = partitions.max(1) as u64;
-    let floor = (heat.shared_bytes() + heat.own_tenant_bytes()) as u64;
-    HeatConfig {
-        memory_budget_bytes: (heat.memory_budget_bytes / p).max(floor),
+    let mut split = HeatConfig {
         shared_sketch_below: if heat.shared_sketch_below == 0 {
             0
         } else {
             (heat.shared_sketch_below / p).max(1)
         },
+        shared_error: (heat.shared_error * p as f64).min(heat.error.max(heat.shared_error)),
         ..heat.clone()
-    }
+    };
+    let floor = (split.shared_bytes() + split.own_tenant_bytes()) as u64;
+    split.memory_budget_bytes = (heat.memory_budget_bytes / p).max(floor);
+    split
 }
 
 /// `policy` for one of `partitions` partitions: each tenant's rate and burst split
@@ -394,6 +448,11 @@ mod tests {
         let split = split_heat(&heat, 8);
         assert_eq!(split.memory_budget_bytes, heat.memory_budget_bytes / 8);
         assert_eq!(split.shared_sketch_below, heat.shared_sketch_below / 8);
+        // Eight shared sketches take the memory of one, each 1/8 as wide.
+        assert_eq!(8 * split.shared_bytes(), heat.shared_bytes());
+        assert_eq!(split.width(), heat.width());
+        assert!(split.validate().is_ok());
+        assert_eq!(split_heat(&heat, 1), heat);
         let tiny = HeatConfig {
             memory_budget_bytes: (heat.shared_bytes() + heat.own_tenant_bytes()) as u64,
             ..HeatConfig::default()
@@ -419,6 +478,25 @@ mod tests {
         }
         assert!(partitions.revoke(1).is_some());
         assert!(!partitions.complete());
+        assert!(
+            partitions.take_snapshot(1).is_none(),
+            "a revoked state is dropped"
+        );
+
+        // A lost partition waits as a snapshot and comes back from it.
+        partitions.assign(1, None, 0, 0);
+        partitions.states_mut().get_mut(&1).unwrap().next_offset = 42;
+        assert_eq!(partitions.park(1), Some(42));
+        assert_eq!(partitions.owned(), [0]);
+        assert_eq!(
+            partitions
+                .parked()
+                .map(|(p, s)| (p, s.next_offset))
+                .collect::<Vec<_>>(),
+            [(1, 42)]
+        );
+        assert_eq!(partitions.take_snapshot(1).map(|s| s.next_offset), Some(42));
+        assert!(partitions.revoke(1).is_none());
         assert_eq!(
             partitions.health(),
             [PartitionHealth {

@@ -580,8 +580,9 @@ fn restore(config: &PulseConfig) -> Result<Option<Snapshots>, StartError> {
         return Ok(None);
     }
     let mut snapshots = HashMap::new();
+    let split = crate::partition::split_heat(&config.heat, loaded.partition_count);
     for p in loaded.partitions {
-        if !p.heat.config().same_sketches(&config.heat) {
+        if !p.heat.config().same_sketches(&split) {
             tracing::warn!(path = %path.display(), partition = p.partition, "checkpoint has other sketch settings; starting empty");
             return Ok(None);
         }

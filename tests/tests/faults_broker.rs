@@ -1,10 +1,14 @@
 //! Broker faults: the broker stops and comes back while pulse and a prefetcher run.
 //!
-//! - pulse keeps serving its API during the outage; a pulse restarted *during* the
-//!   outage comes back with the heat map from its checkpoint, and once the broker is
-//!   back it resumes from the committed offsets: nothing is lost, and what is counted
-//!   twice is bounded by the events consumed after the last commit (the documented
-//!   at-least-once window);
+//! - pulse keeps serving its API during the outage; once the group session times out
+//!   its assignment is lost and it says so (`503 owner_unavailable` for a key, an
+//!   incomplete `coverage`), its partitions parked for the checkpoint; a pulse
+//!   restarted *during* the outage owns no partition until the group is back, and says
+//!   so too; once the broker is back
+//!   each partition is assigned and restored from its checkpoint snapshot, which is
+//!   ahead of the committed offset (its commit failed), so the partition goes on live
+//!   from the snapshot: nothing is lost, and nothing is counted twice (at most the
+//!   events consumed after the last commit, the documented at-least-once window);
 //! - a prefetcher keeps answering every request at once and counts the events it
 //!   could not deliver as dropped, then publishes again;
 //! - nothing crashes and every shutdown finishes in bounded time.
@@ -300,22 +304,24 @@ async fn wait_for(limit: Duration, what: &str, mut done: impl FnMut() -> bool) {
     }
 }
 
-/// The key's count in the 60 s window, read through pulse's dashboard API.
-async fn api_count(pulse: &PulseHandle) -> u64 {
+/// `GET uri` on pulse's dashboard API: the status and the JSON body.
+async fn api_get(pulse: &PulseHandle, uri: &str) -> (StatusCode, Value) {
     let response = pulse
         .router()
-        .oneshot(
-            Request::get(format!("/api/keys/{TENANT}/live/score.json"))
-                .body(Body::empty())
-                .unwrap(),
-        )
+        .oneshot(Request::get(uri).body(Body::empty()).unwrap())
         .await
         .unwrap();
-    assert_eq!(response.status(), StatusCode::OK);
+    let status = response.status();
     let body = axum::body::to_bytes(response.into_body(), 1 << 20)
         .await
         .unwrap();
-    let stats: Value = serde_json::from_slice(&body).unwrap();
+    (status, serde_json::from_slice(&body).unwrap())
+}
+
+/// The key's count in the 60 s window, read through pulse's dashboard API.
+async fn api_count(pulse: &PulseHandle) -> u64 {
+    let (status, stats) = api_get(pulse, &format!("/api/keys/{TENANT}/live/score.json")).await;
+    assert_eq!(status, StatusCode::OK, "{stats}");
     assert_eq!(stats["windows"][3]["window"], "60s");
     stats["windows"][3]["total"].as_u64().unwrap()
 }
@@ -451,7 +457,9 @@ async fn broker_stop_and_restart_loses_nothing_and_double_counts_within_the_wind
     let outage = Instant::now();
 
     // 3. During the outage: the prefetcher serves every request at once and counts
-    //    the events it cannot deliver; pulse serves its API.
+    //    the events it cannot deliver; pulse serves its API. Once the group session
+    //    times out, librdkafka declares the assignment lost: pulse parks its partitions
+    //    (not served, kept for the checkpoint) and says so.
     serve_requests(&edge, "during", 12).await;
     wait_for(
         Duration::from_secs(30),
@@ -459,21 +467,46 @@ async fn broker_stop_and_restart_loses_nothing_and_double_counts_within_the_wind
         || m.events_dropped.get() >= 1,
     )
     .await;
-    assert_eq!(api_count(&pulse1).await, 100 + WINDOW);
+    wait_for(Duration::from_secs(60), "the assignment lost", || {
+        pulse1.partitions().read().unwrap().states().is_empty()
+    })
+    .await;
+    let (status, body) = api_get(&pulse1, &format!("/api/keys/{TENANT}/live/score.json")).await;
+    assert_eq!(
+        (status, body["error"].as_str()),
+        (StatusCode::SERVICE_UNAVAILABLE, Some("owner_unavailable")),
+        "{body}"
+    );
+    let (status, body) = api_get(&pulse1, "/healthz").await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(body["partitions"], serde_json::json!([]), "{body}");
 
     // 4. Pulse restarts during the outage: the final checkpoint is written (its commit
-    //    fails), and the new pulse starts with the heat map from that checkpoint.
+    //    fails). The new pulse owns no partition until the group is back, and its API
+    //    says so rather than answering with nothing.
     stop_pulse(pulse1, Duration::from_secs(60)).await;
     let pulse2 = pulse::start(pulse_config.clone()).await.unwrap();
     let metrics2 = pulse2.metrics().clone();
-    assert_eq!(api_count(&pulse2).await, 100 + WINDOW);
     tokio::time::sleep(Duration::from_millis(500)).await;
-    assert_eq!(api_count(&pulse2).await, 100 + WINDOW);
+    let (status, body) = api_get(&pulse2, &format!("/api/keys/{TENANT}/live/score.json")).await;
+    assert_eq!(
+        (status, body["error"].as_str()),
+        (StatusCode::SERVICE_UNAVAILABLE, Some("owner_unavailable")),
+        "{body}"
+    );
+    let (status, body) = api_get(&pulse2, "/api/tenants").await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(body["coverage"]["complete"], false, "{body}");
 
-    // 5. The broker comes back: pulse resumes from the committed offsets, new events
-    //    arrive, the prefetcher publishes again.
+    // 5. The broker comes back: each partition is assigned and restored from its
+    //    snapshot, new events arrive, the prefetcher publishes again.
     broker.up();
     eprintln!("broker was down for {:?}", outage.elapsed());
+    wait_for(Duration::from_secs(90), "every partition assigned", || {
+        pulse2.partitions().read().unwrap().complete()
+    })
+    .await;
+    assert_eq!(api_count(&pulse2).await, 100 + WINDOW, "restored on assign");
     const AFTER: u64 = 20;
     produce(&producer, &topic, 100 + WINDOW..100 + WINDOW + AFTER).await;
     let total = 100 + WINDOW + AFTER;

@@ -6,7 +6,8 @@
 //! Why the merges are exact: producers key events by `tenant/key`, so a key's counts
 //! live in one partition; a key's row from its partition is its row in the union, and
 //! the top `n` of the union is the top `n` of the per-partition top `n` lists. Counts
-//! of a tenant (events, rates, outcomes, totals) add over partitions.
+//! of a tenant (events, rates, outcomes, totals) add over partitions; an error bound
+//! is the largest partition's, since each estimate comes from one partition.
 //!
 //! Two fields are not additive and are documented as such in the API: an edge kind's
 //! `nodes` (a node sends to many partitions: the merge keeps the largest count, a
@@ -97,18 +98,20 @@ fn add_tenant(into: &mut TenantSummary, t: TenantSummary) {
             into.regions.push(r);
         }
     }
-    // A tenant has its own sketches where it is big enough; the bound reported is
-    // the larger, and the bound in events adds.
+    // A tenant has its own sketches where it is big enough; a key's estimate comes
+    // from its one partition, so the bound of any estimate is the largest
+    // partition's bound.
     if t.sketch == SketchKind::Own {
         into.sketch = SketchKind::Own;
     }
     into.error_bound = into.error_bound.max(t.error_bound);
     into.events_60s += t.events_60s;
-    into.error_bound_events_60s += t.error_bound_events_60s;
+    into.error_bound_events_60s = into.error_bound_events_60s.max(t.error_bound_events_60s);
 }
 
-/// `GET /api/heatmap`: the `n` hottest keys of the union (count, then key), the error
-/// bounds in events added.
+/// `GET /api/heatmap`: the `n` hottest keys of the union (count, then key); the error
+/// bound in events is the largest partition's (each key's estimate is its
+/// partition's).
 pub(crate) fn heatmap(parts: Vec<HeatmapResponse>, n: usize) -> Option<HeatmapResponse> {
     let coverage = coverage(parts.iter().map(|p| &p.coverage));
     let mut parts = parts.into_iter();
@@ -119,7 +122,7 @@ pub(crate) fn heatmap(parts: Vec<HeatmapResponse>, n: usize) -> Option<HeatmapRe
         if part.sketch == SketchKind::Own {
             out.sketch = SketchKind::Own;
         }
-        out.error_bound_events += part.error_bound_events;
+        out.error_bound_events = out.error_bound_events.max(part.error_bound_events);
         out.keys.extend(part.keys);
     }
     out.keys

@@ -134,7 +134,12 @@ impl Predictor {
 
     fn run_tick(&mut self, heat: &HeatMap, now_ms: u64, decide: bool) -> Vec<PrewarmCommand> {
         let mut commands = Vec::new();
-        let tenants: Vec<TenantId> = heat.tenants().into_iter().map(|t| t.tenant).collect();
+        // Ids only: the summaries (`HeatMap::tenants`) compute error bounds, and a tick
+        // runs per partition after every batch.
+        let tenants: Vec<TenantId> = heat
+            .tenant_ids()
+            .filter_map(|t| TenantId::new(t).ok())
+            .collect();
         for tenant in &tenants {
             if let Ok(candidates) = heat.candidates(tenant, now_ms) {
                 self.tracker.track(tenant, &candidates, now_ms);
