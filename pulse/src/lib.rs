@@ -68,7 +68,7 @@ pub use checkpoint::{
 };
 pub use fleet::{
     Coverage, DEFAULT_MAX_PEER_BODY, DEFAULT_PEER_TIMEOUT, MAX_MODEL_BYTES, MODEL_KEY,
-    MODEL_REJECT_REASONS, MODEL_TOPIC, ModelPublisher, ModelTopic, ModelTopicError, ModelWatcher,
+    MODEL_REJECT_REASONS, ModelPublisher, ModelTopic, ModelTopicError, ModelWatcher,
     ModelWatcherCounts, PeerAnswer, PeerFailure, PeerUrl, Peers, PeersConfig, PeersError, Scope,
     ScopeQuery, TopicState, crc32, partition_for_key,
 };

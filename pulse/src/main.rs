@@ -262,10 +262,11 @@ struct ServeArgs {
     /// How long a peer may take to answer its part, in milliseconds.
     #[arg(long, env = "PULSE_PEER_TIMEOUT_MS", default_value_t = pulse::DEFAULT_PEER_TIMEOUT.as_millis() as u64)]
     peer_timeout_ms: u64,
-    /// The compacted topic the fleet's one model goes through: the instance that owns
-    /// partition 0 retrains and publishes, every instance uses the newest model on it.
-    #[arg(long, env = "PULSE_MODEL_TOPIC", default_value = pulse::MODEL_TOPIC)]
-    model_topic: String,
+    /// The compacted topic the fleet's one model goes through (default
+    /// TOPIC.GROUP.model): the instance that owns partition 0 retrains and publishes,
+    /// every instance uses the newest model on it.
+    #[arg(long, env = "PULSE_MODEL_TOPIC")]
+    model_topic: Option<String>,
     /// Keep and retrain this instance's own model (no model topic).
     #[arg(long, env = "PULSE_NO_MODEL_TOPIC")]
     no_model_topic: bool,
@@ -310,7 +311,8 @@ impl ServeArgs {
             api_token: self.api_token,
             peers: self.peers,
             peer_timeout_ms: self.peer_timeout_ms,
-            model_topic: (!self.no_model_topic).then_some(self.model_topic),
+            fleet_model: !self.no_model_topic,
+            model_topic: self.model_topic,
             ..PulseConfig::default()
         };
         config.validate().map_err(|e| {

@@ -50,8 +50,7 @@ use crate::api::{AppState, app, require_api_token};
 use crate::broker::{BrokerError, EmbeddedBroker};
 use crate::checkpoint::{self, CheckpointError};
 use crate::fleet::{
-    DEFAULT_PEER_TIMEOUT, MODEL_TOPIC, ModelPublisher, ModelTopic, ModelWatcher, Peers,
-    PeersConfig, PeersError,
+    DEFAULT_PEER_TIMEOUT, ModelPublisher, ModelTopic, ModelWatcher, Peers, PeersConfig, PeersError,
 };
 use crate::heat::{HeatConfig, Window};
 use crate::ingest::{BatchObserver, Ingest, IngestConfig, IngestError, WallClock};
@@ -124,8 +123,11 @@ pub struct PulseConfig {
     pub peers: Vec<String>,
     /// How long a peer may take to answer, in milliseconds.
     pub peer_timeout_ms: u64,
-    /// The compacted topic the fleet's model is published on and read from; `None`:
-    /// each instance keeps and retrains its own model.
+    /// One model for the fleet: published on a compacted topic by the instance that
+    /// owns partition 0 and read by every instance. Off: each instance keeps and
+    /// retrains its own model.
+    pub fleet_model: bool,
+    /// The fleet model's topic; `None`: `{topic}.{group}.model` (one per fleet).
     pub model_topic: Option<String>,
 }
 
@@ -159,7 +161,8 @@ impl Default for PulseConfig {
             embedded_partitions: 4,
             peers: Vec::new(),
             peer_timeout_ms: DEFAULT_PEER_TIMEOUT.as_millis() as u64,
-            model_topic: Some(MODEL_TOPIC.to_owned()),
+            fleet_model: true,
+            model_topic: None,
         }
     }
 }
@@ -260,15 +263,27 @@ impl PulseConfig {
         if let Err(e) = self.peers() {
             return refuse("peers", e.to_string());
         }
-        if let Some(topic) = &self.model_topic {
-            if topic.trim().is_empty() || [&self.topic, &self.prewarm_topic].contains(&topic) {
-                return refuse(
-                    "model_topic",
-                    "must be non-empty and differ from topic and prewarm_topic",
-                );
-            }
+        let model_topic = self.model_topic();
+        if !valid_topic_name(&model_topic)
+            || [&self.topic, &self.prewarm_topic].contains(&&model_topic)
+        {
+            return refuse(
+                "model_topic",
+                format!(
+                    "{model_topic:?}: a topic name (letters, digits, '.', '_', '-'; at most \
+                     249) that differs from topic and prewarm_topic"
+                ),
+            );
         }
         Ok(())
+    }
+
+    /// The fleet model's topic: `model_topic`, or one named after the events topic and
+    /// the group, so each fleet has its own.
+    pub fn model_topic(&self) -> String {
+        self.model_topic
+            .clone()
+            .unwrap_or_else(|| format!("{}.{}.model", self.topic, self.group))
     }
 
     /// The peers these settings name, `None` without any.
@@ -417,11 +432,11 @@ pub async fn start(config: PulseConfig) -> Result<PulseHandle, StartError> {
     let partitions = partitions.shared();
     // One model for the fleet: whatever is newest on the model topic is put in use on
     // every partition, here and on every other instance.
-    let fleet_model = match (&config.model_topic, config.prewarm) {
-        (Some(topic), true) => {
-            follow_model_topic(&brokers, topic, embedded.as_ref(), &partitions, &metrics).await
-        }
-        _ => None,
+    let fleet_model = if config.prewarm && config.fleet_model {
+        let topic = config.model_topic();
+        follow_model_topic(&brokers, &topic, embedded.as_ref(), &partitions, &metrics).await
+    } else {
+        None
     };
     let (model_publisher, model_watcher) = fleet_model.unzip();
     // Prediction runs on the ingest thread after each batch; the retrainer beside it.
@@ -552,6 +567,16 @@ async fn follow_model_topic(
             None
         }
     }
+}
+
+/// What Kafka accepts as a topic name.
+fn valid_topic_name(name: &str) -> bool {
+    (1..=249).contains(&name.len())
+        && name != "."
+        && name != ".."
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"._-".contains(&b))
 }
 
 /// A checkpoint's snapshots by partition, with the partition count they were taken with.

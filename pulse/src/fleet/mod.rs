@@ -19,8 +19,8 @@ use serde::{Deserialize, Serialize};
 use utoipa::{IntoParams, ToSchema};
 
 pub use model_topic::{
-    MAX_MODEL_BYTES, MODEL_KEY, MODEL_REJECT_REASONS, MODEL_TOPIC, ModelPublisher, ModelTopic,
-    ModelTopicError, ModelWatcher, ModelWatcherCounts, TopicState,
+    MAX_MODEL_BYTES, MODEL_KEY, MODEL_REJECT_REASONS, ModelPublisher, ModelTopic, ModelTopicError,
+    ModelWatcher, ModelWatcherCounts, TopicState,
 };
 pub use partitioner::{crc32, partition_for_key};
 pub use peers::{

@@ -33,9 +33,6 @@ use crate::metrics::ReasonLabel;
 use crate::predict::ScoringModel;
 use crate::stoppable::StoppableThread;
 
-/// The topic the fleet's model travels on, unless configured otherwise.
-pub const MODEL_TOPIC: &str = "pulse-model";
-
 /// The key of every model message: one key, so compaction keeps only the newest.
 pub const MODEL_KEY: &str = "model";
 
