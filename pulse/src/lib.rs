@@ -13,8 +13,9 @@
 //! - `ingest`: [`Ingest`], the consumer-group member (cooperative rebalances, commit on
 //!   revoke, replay on assign) that feeds the partitions and commits; the [`Clock`] it
 //!   reads.
-//! - `fleet`: [`Coverage`] of an answer, the merges of answers over partitions, and
-//!   [`partition_for_key`], the producers' partitioner.
+//! - `fleet`: the API's answers ([`TenantsResponse`], …) and the [`Coverage`] each
+//!   carries, their merges over partitions, and [`partition_for_key`], the producers'
+//!   partitioner.
 //! - `heat`: [`HeatMap`], Count-Min sketches (own or shared) and Top-K per tenant on event
 //!   time, idle tenants evicted, the clock-skew bound; counters per kind of edge
 //!   ([`EdgeSummary`]).
@@ -49,10 +50,10 @@ mod stoppable;
 mod trace;
 
 pub use api::{
-    ApiError, AppState, ContributionView, DecisionTotals, DecisionView, ErrorBody, EvaluationView,
-    Health, HeatmapQuery, HeatmapResponse, KeyResponse, LeadTime, MAX_HEATMAP_ROWS,
-    MAX_PREDICTIONS, ModelFeature, ModelResponse, PredictionsQuery, PredictionsResponse,
-    ReliabilityView, TenantsResponse, app, openapi, require_api_token,
+    ApiError, AppState, ContributionView, DecisionTotals, DecisionView, EdgesResponse, ErrorBody,
+    EvaluationView, Health, HeatmapQuery, HeatmapResponse, KeyResponse, LeadTime, MAX_HEATMAP_ROWS,
+    MAX_PREDICTIONS, ModelFeature, ModelResponse, PredictionsQuery, PredictionsResponse, RatePoint,
+    RatesResponse, ReliabilityView, TenantsResponse, app, openapi, require_api_token,
 };
 pub use backtest::{
     BacktestRow, CommandScore, EventFile, HonestOptions, HonestScore, Replay, ReplayOptions,

@@ -3,17 +3,25 @@
 //! partition owns a key.
 //!
 //! # Layout
+//! - `answers`: the API's answers ([`TenantsResponse`], [`HeatmapResponse`], …), each
+//!   with how one partition gives it; below both the handlers and the merges.
 //! - `merge`: one exact merge per API response (tenants, heat map, rates, edges,
 //!   predictions, model); keys are partition-local, so the union of per-partition
 //!   top-K lists is the top-K of the union, and counts add.
 //! - `partitioner`: [`partition_for_key`], librdkafka's default partitioner.
 
+mod answers;
 pub(crate) mod merge;
 mod partitioner;
 
 use serde::{Deserialize, Serialize};
 use utoipa::{IntoParams, ToSchema};
 
+pub use answers::{
+    ContributionView, DecisionTotals, DecisionView, EdgesResponse, EvaluationView, HeatmapResponse,
+    KeyResponse, LeadTime, ModelFeature, ModelResponse, PredictionsResponse, RatePoint,
+    RatesResponse, ReliabilityView, TenantsResponse,
+};
 pub use partitioner::{crc32, partition_for_key};
 
 /// Which partitions an answer covers, and whether that is all of them.
