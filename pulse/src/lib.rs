@@ -13,10 +13,11 @@
 //! - `ingest`: [`Ingest`], the consumer-group member (cooperative rebalances, commit on
 //!   revoke, replay on assign) that feeds the partitions and commits; the [`Clock`] it
 //!   reads.
-//! - `fleet`: [`Coverage`] of an answer, the merges of answers over partitions and
-//!   instances, [`partition_for_key`] (the producers' partitioner), [`Peers`] (the
-//!   fan-out of a `scope=local` question to the other instances) and the model topic
-//!   ([`ModelPublisher`], [`ModelWatcher`]: one model for the fleet).
+//! - `fleet`: the API's answers ([`TenantsResponse`], …) and the [`Coverage`] each
+//!   carries, their merges over partitions and instances, [`partition_for_key`] (the
+//!   producers' partitioner), [`Peers`] (the fan-out of a `scope=local` question to the
+//!   other instances) and the model topic ([`ModelPublisher`], [`ModelWatcher`]: one
+//!   model for the fleet).
 //! - `heat`: [`HeatMap`], Count-Min sketches (own or shared) and Top-K per tenant on event
 //!   time, idle tenants evicted, the clock-skew bound; counters per kind of edge
 //!   ([`EdgeSummary`]).
@@ -51,10 +52,11 @@ mod stoppable;
 mod trace;
 
 pub use api::{
-    ApiError, AppState, ContributionView, DecisionTotals, DecisionView, ErrorBody, EvaluationView,
-    Health, HeatmapQuery, HeatmapResponse, KeyQuery, KeyResponse, LeadTime, MAX_HEATMAP_ROWS,
-    MAX_PREDICTIONS, ModelFeature, ModelResponse, PredictionsQuery, PredictionsResponse,
-    ReliabilityView, TenantsResponse, app, openapi, require_api_token,
+    ApiError, AppState, ContributionView, DecisionTotals, DecisionView, EdgesResponse, ErrorBody,
+    EvaluationView, Health, HeatmapQuery, HeatmapResponse, KeyQuery, KeyResponse, LeadTime,
+    MAX_HEATMAP_ROWS, MAX_PREDICTIONS, ModelFeature, ModelResponse, PredictionsQuery,
+    PredictionsResponse, RatePoint, RatesResponse, ReliabilityView, TenantsResponse, app, openapi,
+    require_api_token,
 };
 pub use backtest::{
     BacktestRow, CommandScore, EventFile, HonestOptions, HonestScore, Replay, ReplayOptions,
@@ -68,9 +70,9 @@ pub use checkpoint::{
 };
 pub use fleet::{
     Coverage, DEFAULT_MAX_PEER_BODY, DEFAULT_PEER_TIMEOUT, MAX_MODEL_BYTES, MODEL_KEY,
-    MODEL_REJECT_REASONS, ModelPublisher, ModelTopic, ModelTopicError, ModelWatcher,
-    ModelWatcherCounts, PeerAnswer, PeerFailure, PeerUrl, Peers, PeersConfig, PeersError, Scope,
-    ScopeQuery, TopicState, crc32, partition_for_key,
+    MODEL_REJECT_REASONS, ModelPublisher, ModelTopic, ModelTopicError, ModelWatcher, PeerAnswer,
+    PeerFailure, PeerUrl, Peers, PeersConfig, PeersError, Scope, ScopeQuery, TopicState, crc32,
+    partition_for_key,
 };
 pub use heat::{
     ApplyError, COARSE_BUCKETS, COARSE_MS, ConfigError, EdgeSummary, EvictedTenant, FINE_BUCKETS,
@@ -79,7 +81,7 @@ pub use heat::{
     RegionCount, SketchKind, TenantHeat, TenantSummary, Trend, Velocities, Window, WindowStats,
 };
 pub use ingest::{BatchObserver, Clock, Ingest, IngestConfig, IngestError, WallClock};
-pub use metrics::{Metrics, ReasonLabel, RouteLabel};
+pub use metrics::{Metrics, ModelWatcherCounts, PeerLabel, ReasonLabel, RouteLabel};
 pub use offline::{
     EventSource, FamilyRow, OfflineError, backtest_commands, backtest_table, family_rows,
     family_table, load_events, train_model, train_on_families, train_summary, training_samples,

@@ -1,6 +1,7 @@
 //! Prometheus metrics, served as text at `/metrics`.
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
@@ -9,7 +10,6 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 
-use crate::fleet::{ModelWatcherCounts, PeerAnswer};
 use crate::predict::Skip;
 use crate::reject::RejectReason;
 
@@ -38,6 +38,32 @@ pub struct PeerLabel {
     pub peer: String,
     /// `ok`, or why it is not an answer ([`PeerFailure::as_str`]).
     pub outcome: &'static str,
+}
+
+/// What a model-topic watcher has done, as Prometheus counters the service can register.
+#[derive(Debug)]
+pub struct ModelWatcherCounts {
+    /// Models handed to the callback.
+    pub applied: Counter,
+    /// Valid models skipped because they equal the one in use.
+    pub unchanged: Counter,
+    /// Messages skipped, by reason (`too_large`, `wrong_key`, `no_payload`, `not_utf8`, `invalid`; `invalid` is not JSON
+    /// for a model this build reads).
+    pub rejected: Family<ReasonLabel, Counter>,
+    pub(crate) caught_up: AtomicBool,
+}
+
+impl ModelWatcherCounts {
+    /// Messages rejected for `reason`.
+    pub fn rejected(&self, reason: &'static str) -> u64 {
+        self.rejected.get_or_create(&ReasonLabel { reason }).get()
+    }
+
+    /// Whether the watcher has read the whole topic once (the newest model at start
+    /// has been applied, if there was one).
+    pub fn caught_up(&self) -> bool {
+        self.caught_up.load(Ordering::Acquire)
+    }
 }
 
 /// Every metric pulse exports. Cheap to update from any thread.
@@ -288,21 +314,6 @@ impl Metrics {
                 reason: skip.as_str(),
             })
             .inc_by(n);
-    }
-
-    /// Counts one peer's part of a fleet answer.
-    pub fn peer_answer<T>(&self, answer: &PeerAnswer<T>) {
-        let outcome = match &answer.result {
-            Ok(_) => "ok",
-            Err(failure) => failure.as_str(),
-        };
-        self.peer_answers
-            .get_or_create(&PeerLabel {
-                peer: answer.peer.to_string(),
-                outcome,
-            })
-            .inc();
-        self.peer_seconds.observe(answer.elapsed.as_secs_f64());
     }
 
     /// The Prometheus text exposition.

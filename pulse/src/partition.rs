@@ -195,7 +195,7 @@ impl Partitions {
         self.model = Some(model);
     }
 
-    /// The heat-map settings of one partition ([`split_heat`]): its share of the
+    /// The heat-map settings of one partition (`split_heat`): its share of the
     /// memory budget and of the shared sketch, and the threshold to own sketches split
     /// too, since a partition sees its share of each tenant's events.
     pub fn partition_heat_config(&self) -> HeatConfig {

@@ -2,44 +2,15 @@
 //! per kind of edge (prefetcher, nginx, Varnish), for the dashboard's panel that shows
 //! them side by side. Counted as events apply (`heat::edges`); this only reads them.
 
+use super::{ApiError, AppState, ErrorBody, fleet, one, owned};
+use crate::fleet::{EdgesResponse, ScopeQuery, merge};
+use crate::heat::{MAX_NODES_PER_EDGE, NODE_WINDOW_S, RATE_WINDOW_S};
 use axum::Json;
 use axum::extract::rejection::QueryRejection;
 use axum::extract::{Query, State};
 use axum::http::Uri;
-use serde::{Deserialize, Serialize};
-use utoipa::ToSchema;
-
-use super::{ApiError, AppState, ErrorBody, fleet, one, owned};
-use crate::fleet::{Coverage, ScopeQuery, merge};
-use crate::heat::{EdgeSummary, HeatMap, MAX_NODES_PER_EDGE, NODE_WINDOW_S, RATE_WINDOW_S};
 
 /// `GET /api/edges`.
-#[derive(Debug, Serialize, Deserialize, ToSchema)]
-pub(crate) struct EdgesResponse {
-    pub(crate) now_ms: u64,
-    pub(crate) rate_window_s: u64,
-    pub(crate) node_window_s: u64,
-    pub(crate) max_nodes: u64,
-    /// Counters added over the partitions; `nodes` is the largest partition's count
-    /// (a node sends to every partition), a lower bound of the distinct nodes.
-    pub(crate) edges: Vec<EdgeSummary>,
-    pub(crate) coverage: Coverage,
-}
-
-impl EdgesResponse {
-    /// One heat map's counters.
-    pub(crate) fn of(heat: &HeatMap, coverage: Coverage) -> Self {
-        EdgesResponse {
-            now_ms: heat.now_ms(),
-            rate_window_s: RATE_WINDOW_S,
-            node_window_s: NODE_WINDOW_S,
-            max_nodes: MAX_NODES_PER_EDGE as u64,
-            edges: heat.edges(),
-            coverage,
-        }
-    }
-}
-
 #[utoipa::path(
     get,
     path = "/api/edges",

@@ -15,11 +15,12 @@
 use axum::http::{StatusCode, Uri};
 use serde::de::DeserializeOwned;
 
-use super::{
-    ApiError, AppState, EdgesResponse, HeatmapResponse, KeyResponse, ModelResponse,
-    PredictionsResponse, RatesResponse, TenantsResponse,
+use super::{ApiError, AppState};
+use crate::fleet::{
+    Coverage, EdgesResponse, HeatmapResponse, KeyResponse, ModelResponse, PeerAnswer, PeerFailure,
+    PredictionsResponse, RatesResponse, Scope, TenantsResponse,
 };
-use crate::fleet::{Coverage, PeerFailure, Scope};
+use crate::metrics::{Metrics, PeerLabel};
 
 /// An API answer that says which partitions it covers.
 pub(super) trait Covered: DeserializeOwned + Send + 'static {
@@ -64,6 +65,22 @@ fn not_here(code: &str) -> bool {
     )
 }
 
+/// Counts one peer's part of a fleet answer, by outcome, and its time.
+fn count<T>(metrics: &Metrics, answer: &PeerAnswer<T>) {
+    let outcome = match &answer.result {
+        Ok(_) => "ok",
+        Err(failure) => failure.as_str(),
+    };
+    metrics
+        .peer_answers
+        .get_or_create(&PeerLabel {
+            peer: answer.peer.to_string(),
+            outcome,
+        })
+        .inc();
+    metrics.peer_seconds.observe(answer.elapsed.as_secs_f64());
+}
+
 /// `local`, merged with the peers' answers to the same request when `scope` is the
 /// fleet (the default) and there are peers.
 pub(super) async fn answer<T: Covered>(
@@ -91,7 +108,7 @@ pub(super) async fn answer<T: Covered>(
     let path = uri.path_and_query().map_or(uri.path(), |p| p.as_str());
     let mut missing = Vec::new();
     for peer in peers.gather::<T>(path).await {
-        state.metrics.peer_answer(&peer);
+        count(&state.metrics, &peer);
         match peer.result {
             Ok(part) => parts.push(part),
             Err(PeerFailure::Status {

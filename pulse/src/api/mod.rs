@@ -13,10 +13,7 @@ mod rates;
 use auth::BearerTokenDoc;
 pub use auth::require_api_token;
 
-pub use predictions::{
-    ContributionView, DecisionTotals, DecisionView, EvaluationView, LeadTime, MAX_PREDICTIONS,
-    ModelFeature, ModelResponse, PredictionsQuery, PredictionsResponse, ReliabilityView,
-};
+pub use predictions::{MAX_PREDICTIONS, PredictionsQuery};
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -40,8 +37,11 @@ use crate::heat::{
 use crate::metrics::{Metrics, RouteLabel};
 use crate::partition::{PartitionHealth, Partitions, SharedPartitions};
 
-pub(crate) use edges::EdgesResponse;
-pub(crate) use rates::{RatePoint, RatesResponse};
+pub use crate::fleet::{
+    ContributionView, DecisionTotals, DecisionView, EdgesResponse, ErrorBody, EvaluationView,
+    HeatmapResponse, KeyResponse, LeadTime, ModelFeature, ModelResponse, PredictionsResponse,
+    RatePoint, RatesResponse, ReliabilityView, TenantsResponse,
+};
 
 /// Most rows one heat-map request may ask for.
 pub const MAX_HEATMAP_ROWS: usize = 1_000;
@@ -97,21 +97,6 @@ fn per_partition<T>(
         }
     }
     Ok((parts, owned(partitions)))
-}
-
-/// The error body of every 4xx.
-#[derive(Debug, Serialize, Deserialize, ToSchema)]
-pub struct ErrorBody {
-    /// A stable code: `unknown_tenant`, `unknown_region`, `bad_window`,
-    /// `key_too_long`, `invalid_key`, `invalid_tenant`, `invalid_region`,
-    /// `bad_parameter`, `prediction_off`, `owner_unavailable`.
-    pub error: String,
-    /// What is wrong, naming the parameter.
-    pub message: String,
-    /// For "not here" answers (`unknown_tenant`, `unknown_region`, `owner_unavailable`):
-    /// the partitions that were asked, so a fleet answer can say what it covers.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub coverage: Option<Coverage>,
 }
 
 /// An error a handler returns; it becomes a JSON [`ErrorBody`].
@@ -226,50 +211,6 @@ fn count_param(
     Ok(n)
 }
 
-/// `GET /api/tenants`.
-#[derive(Debug, Serialize, Deserialize, ToSchema)]
-pub struct TenantsResponse {
-    /// The watermark: newest event time applied, ms since the Unix epoch.
-    pub now_ms: u64,
-    /// Additive error of an estimate from a tenant's own sketches, as a fraction of
-    /// the tenant's events in the window.
-    pub error_bound: f64,
-    /// Additive error of an estimate from the shared sketch, as a fraction of the
-    /// events of *every* tenant in it in the window.
-    pub shared_error_bound: f64,
-    /// Probability that an estimate exceeds the error bound.
-    pub failure_probability: f64,
-    /// Approximate bytes held by the sketches, trackers and keys.
-    pub memory_bytes: u64,
-    /// The limit on `memory_bytes`: a new tenant past it is rejected.
-    pub memory_budget_bytes: u64,
-    /// Tenants, by name, each with its own error bound; counts added over the
-    /// partitions, regions sorted by name.
-    pub tenants: Vec<TenantSummary>,
-    /// Tenants evicted after a minute without events, newest first (at most
-    /// 10 000 summaries are kept).
-    pub evicted: Vec<EvictedTenant>,
-    /// The partitions the answer covers.
-    pub coverage: Coverage,
-}
-
-impl TenantsResponse {
-    /// One heat map's tenants.
-    pub(crate) fn of(heat: &HeatMap, coverage: Coverage) -> Self {
-        TenantsResponse {
-            now_ms: heat.now_ms(),
-            error_bound: heat.config().error_bound(),
-            shared_error_bound: heat.config().shared_error_bound(),
-            failure_probability: heat.config().failure_probability(),
-            memory_bytes: heat.memory_bytes() as u64,
-            memory_budget_bytes: heat.config().memory_budget_bytes,
-            tenants: heat.tenants(),
-            evicted: heat.evicted(),
-            coverage,
-        }
-    }
-}
-
 /// Query of `GET /api/heatmap`.
 #[derive(Debug, Deserialize, IntoParams)]
 #[into_params(parameter_in = Query)]
@@ -287,69 +228,6 @@ pub struct HeatmapQuery {
     pub now_ms: Option<u64>,
     /// `local` or `fleet` (default).
     pub scope: Option<Scope>,
-}
-
-/// `GET /api/heatmap`.
-#[derive(Debug, Serialize, Deserialize, ToSchema)]
-pub struct HeatmapResponse {
-    /// The tenant.
-    pub tenant: String,
-    /// The region, when the query named one.
-    pub region: Option<String>,
-    /// The window.
-    pub window: Window,
-    /// Event time the window ends at.
-    pub now_ms: u64,
-    /// Where the tenant's counts are now: its own sketches or the shared one.
-    pub sketch: SketchKind,
-    /// The additive error bound of each whole-tenant count in the window, in events
-    /// (see `TenantSummary::error_bound_events_60s`).
-    pub error_bound_events: u64,
-    /// Hottest first (count, then key).
-    pub keys: Vec<HotKey>,
-    /// The partitions the answer covers.
-    pub coverage: Coverage,
-}
-
-impl HeatmapResponse {
-    /// One heat map's answer.
-    pub(crate) fn of(
-        heat: &HeatMap,
-        tenant: &TenantId,
-        region: Option<&RegionId>,
-        window: Window,
-        n: usize,
-        now_ms: u64,
-        coverage: Coverage,
-    ) -> Result<Self, QueryError> {
-        let keys = heat.hot_keys(tenant, region, window, n, now_ms)?;
-        let error_bound_events = heat.error_bound_events(tenant, window, now_ms)?;
-        let sketch = match heat.tenant(tenant) {
-            Some(t) if t.has_own_sketch() => SketchKind::Own,
-            _ => SketchKind::Shared,
-        };
-        Ok(HeatmapResponse {
-            tenant: tenant.to_string(),
-            region: region.map(|r| r.to_string()),
-            window,
-            now_ms,
-            sketch,
-            error_bound_events,
-            keys,
-            coverage,
-        })
-    }
-}
-
-/// `GET /api/keys/{tenant}/{key}`: the key's estimates, from the partition that owns
-/// it.
-#[derive(Debug, Serialize, Deserialize, ToSchema)]
-pub struct KeyResponse {
-    /// The estimates.
-    #[serde(flatten)]
-    pub stats: KeyStats,
-    /// The partition the answer comes from.
-    pub coverage: Coverage,
 }
 
 /// Query of `GET /api/keys/{tenant}/{key}`.
@@ -406,9 +284,9 @@ pub struct Health {
         ModelFeature,
         EvaluationView,
         ReliabilityView,
-        rates::RatesResponse,
-        rates::RatePoint,
-        edges::EdgesResponse,
+        RatesResponse,
+        RatePoint,
+        EdgesResponse,
         EdgeSummary,
         ErrorBody,
         TenantsResponse,

@@ -21,14 +21,12 @@ use axum::Json;
 use axum::extract::rejection::QueryRejection;
 use axum::extract::{Query, State};
 use axum::http::Uri;
-use serde::{Deserialize, Serialize};
-use utoipa::{IntoParams, ToSchema};
-
-use models::TenantId;
+use serde::Deserialize;
+use utoipa::IntoParams;
 
 use super::{ApiError, AppState, ErrorBody, count_param, fleet, per_partition, required_tenant};
-use crate::fleet::{Coverage, Scope, merge};
-use crate::heat::{COARSE_BUCKETS, COARSE_MS, HeatMap, QueryError, Window};
+use crate::fleet::{RatesResponse, Scope, merge};
+use crate::heat::QueryError;
 
 /// Most keys one rates request may sum over.
 const MAX_RATE_KEYS: usize = 100;
@@ -45,79 +43,6 @@ pub(crate) struct RatesQuery {
     now_ms: Option<u64>,
     /// `local` or `fleet` (default).
     scope: Option<Scope>,
-}
-
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
-pub(crate) struct RatePoint {
-    pub(crate) start_ms: u64,
-    pub(crate) events: u64,
-    pub(crate) misses: u64,
-}
-
-#[derive(Debug, Serialize, Deserialize, ToSchema)]
-pub(crate) struct RatesResponse {
-    pub(crate) tenant: String,
-    pub(crate) now_ms: u64,
-    /// Keys summed: each partition's hottest `keys`, added over the partitions.
-    pub(crate) keys: usize,
-    pub(crate) seconds: Vec<RatePoint>,
-    pub(crate) coverage: Coverage,
-}
-
-impl RatesResponse {
-    /// One heat map's series over its `n` hottest keys, ending at `now_ms`.
-    pub(crate) fn of(
-        heat: &HeatMap,
-        tenant: &TenantId,
-        n: usize,
-        now_ms: u64,
-        coverage: Coverage,
-    ) -> Result<Self, ApiError> {
-        let hot = heat.hot_keys(tenant, None, Window::S60, n, now_ms)?;
-        let last = now_ms / COARSE_MS;
-        let buckets = COARSE_BUCKETS as u64;
-        // Second `i` of the series is `last + 1 - buckets + i`; `ends[j]` is the end of
-        // second `last - buckets + j`, one more than the series so each has a predecessor.
-        let ends: Vec<Option<u64>> = (0..=buckets)
-            .map(|j| {
-                (last + j)
-                    .checked_sub(buckets)
-                    .map(|s| s * COARSE_MS + COARSE_MS - 1)
-            })
-            .collect();
-        let mut events = vec![0u64; COARSE_BUCKETS];
-        let mut misses = vec![0u64; COARSE_BUCKETS];
-        for row in &hot {
-            let window = |end: Option<u64>| -> Result<(u64, u64), ApiError> {
-                let Some(end) = end else { return Ok((0, 0)) };
-                let w = &heat.key_windows(tenant, &row.key, end)?[3];
-                Ok((w.demand, w.misses))
-            };
-            let mut before = window(ends[0])?;
-            for i in 0..COARSE_BUCKETS {
-                let now = window(ends[i + 1])?;
-                // A ring slot that kept an older bucket (a second with no event) can make
-                // the older window the larger one; such a second had no event of the key.
-                events[i] += now.0.saturating_sub(before.0);
-                misses[i] += now.1.saturating_sub(before.1);
-                before = now;
-            }
-        }
-        let first = (last + 1).saturating_sub(buckets);
-        Ok(RatesResponse {
-            tenant: tenant.to_string(),
-            now_ms,
-            keys: hot.len(),
-            seconds: (0..COARSE_BUCKETS)
-                .map(|i| RatePoint {
-                    start_ms: (first + i as u64) * COARSE_MS,
-                    events: events[i],
-                    misses: misses[i],
-                })
-                .collect(),
-            coverage,
-        })
-    }
 }
 
 #[utoipa::path(
@@ -142,7 +67,7 @@ pub(super) async fn rates(
         let partitions = state.read();
         let now_ms = q.now_ms.unwrap_or_else(|| partitions.now_ms());
         per_partition(&partitions, |heat, coverage| {
-            RatesResponse::of(heat, &tenant, n, now_ms, coverage)
+            Ok(RatesResponse::of(heat, &tenant, n, now_ms, coverage)?)
         })
         .and_then(|(parts, coverage)| {
             let merged = merge::rates(parts).ok_or_else(|| {

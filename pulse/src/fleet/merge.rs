@@ -18,7 +18,7 @@
 use std::collections::BTreeMap;
 
 use super::Coverage;
-use crate::api::{
+use super::answers::{
     DecisionTotals, EdgesResponse, HeatmapResponse, KeyResponse, ModelResponse,
     PredictionsResponse, RatePoint, RatesResponse, TenantsResponse,
 };
@@ -264,7 +264,7 @@ mod tests {
     use models::{AccessEvent, CacheKey, EdgeKind, NodeId, Outcome, RegionId, TenantId};
 
     use super::*;
-    use crate::api::{DecisionView, PredictionsResponse};
+    use crate::fleet::answers::{DecisionView, PredictionsResponse};
     use crate::fleet::partition_for_key;
     use crate::heat::{HeatConfig, HeatMap, Window};
 

@@ -3,6 +3,8 @@
 //! partition owns a key.
 //!
 //! # Layout
+//! - `answers`: the API's answers ([`TenantsResponse`], [`HeatmapResponse`], …), each
+//!   with how one partition gives it; below both the handlers and the merges.
 //! - `merge`: one exact merge per API response (tenants, heat map, rates, edges,
 //!   predictions, model); keys are partition-local, so the union of per-partition
 //!   top-K lists is the top-K of the union, and counts add.
@@ -10,6 +12,7 @@
 //! - `peers`: [`Peers`], a `scope=local` question asked of every other instance.
 //! - `model_topic`: one model for the fleet through a compacted topic.
 
+mod answers;
 pub(crate) mod merge;
 mod model_topic;
 mod partitioner;
@@ -18,9 +21,14 @@ mod peers;
 use serde::{Deserialize, Serialize};
 use utoipa::{IntoParams, ToSchema};
 
+pub use answers::{
+    ContributionView, DecisionTotals, DecisionView, EdgesResponse, ErrorBody, EvaluationView,
+    HeatmapResponse, KeyResponse, LeadTime, ModelFeature, ModelResponse, PredictionsResponse,
+    RatePoint, RatesResponse, ReliabilityView, TenantsResponse,
+};
 pub use model_topic::{
     MAX_MODEL_BYTES, MODEL_KEY, MODEL_REJECT_REASONS, ModelPublisher, ModelTopic, ModelTopicError,
-    ModelWatcher, ModelWatcherCounts, TopicState,
+    ModelWatcher, TopicState,
 };
 pub use partitioner::{crc32, partition_for_key};
 pub use peers::{

@@ -29,7 +29,7 @@ use rdkafka::producer::future_producer::{DeliveryFuture, OwnedDeliveryResult};
 use rdkafka::producer::{FutureProducer, FutureRecord};
 use rdkafka::{ClientConfig, Offset, TopicPartitionList};
 
-use crate::metrics::ReasonLabel;
+use crate::metrics::{ModelWatcherCounts, ReasonLabel};
 use crate::predict::ScoringModel;
 use crate::stoppable::StoppableThread;
 
@@ -316,19 +316,6 @@ pub const MODEL_REJECT_REASONS: [&str; 5] = [
     "invalid",
 ];
 
-/// What a [`ModelWatcher`] has done, as Prometheus counters the service can register.
-#[derive(Debug)]
-pub struct ModelWatcherCounts {
-    /// Models handed to the callback.
-    pub applied: Counter,
-    /// Valid models skipped because they equal the one in use.
-    pub unchanged: Counter,
-    /// Messages skipped, by reason ([`MODEL_REJECT_REASONS`]; `invalid` is not JSON
-    /// for a model this build reads).
-    pub rejected: Family<ReasonLabel, Counter>,
-    caught_up: AtomicBool,
-}
-
 impl Default for ModelWatcherCounts {
     /// Every reason exported from the start, at 0.
     fn default() -> Self {
@@ -342,19 +329,6 @@ impl Default for ModelWatcherCounts {
             rejected,
             caught_up: AtomicBool::new(false),
         }
-    }
-}
-
-impl ModelWatcherCounts {
-    /// Messages rejected for `reason`.
-    pub fn rejected(&self, reason: &'static str) -> u64 {
-        self.rejected.get_or_create(&ReasonLabel { reason }).get()
-    }
-
-    /// Whether the watcher has read the whole topic once (the newest model at start
-    /// has been applied, if there was one).
-    pub fn caught_up(&self) -> bool {
-        self.caught_up.load(Ordering::Acquire)
     }
 }
 

@@ -30,7 +30,7 @@ use hyper_util::rt::TokioExecutor;
 use serde::de::DeserializeOwned;
 use tokio::task::JoinSet;
 
-use crate::ErrorBody;
+use super::ErrorBody;
 
 /// How long a peer may take to answer, connection and body included.
 pub const DEFAULT_PEER_TIMEOUT: Duration = Duration::from_secs(2);
