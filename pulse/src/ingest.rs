@@ -179,12 +179,18 @@ impl ClientContext for IngestContext {
             return;
         };
         let mut lag = 0i64;
+        let mut ends = Vec::new();
         for topic in v["topics"].as_object().into_iter().flat_map(|t| t.values()) {
             for (id, p) in topic["partitions"].as_object().into_iter().flatten() {
                 if id == "-1" {
                     continue;
                 }
                 let hi = p["hi_offset"].as_i64().unwrap_or(-1);
+                if let (Ok(partition), true) = (id.parse::<i32>(), hi >= 0) {
+                    if topic["topic"].as_str() == Some(self.topic.as_str()) {
+                        ends.push((partition, hi));
+                    }
+                }
                 let at = p["app_offset"]
                     .as_i64()
                     .filter(|o| *o >= 0)
@@ -195,6 +201,11 @@ impl ClientContext for IngestContext {
             }
         }
         self.metrics.consumer_lag.set(lag);
+        // Each owned partition's end, for its lag in /healthz.
+        let mut partitions = self.partitions.write().unwrap_or_else(|e| e.into_inner());
+        for (partition, high) in ends {
+            partitions.set_high_watermark(partition, high);
+        }
     }
 }
 

@@ -54,6 +54,9 @@ pub struct PartitionState {
     pub applied: u64,
     /// Events applied while replaying.
     pub replayed: u64,
+    /// The partition's end on the broker (next offset to be written), from the
+    /// consumer's statistics once a second; -1 until known.
+    pub high_watermark: i64,
 }
 
 impl PartitionState {
@@ -112,6 +115,9 @@ pub struct PartitionHealth {
     pub live_from: i64,
     /// Still rebuilding its windows (`next_offset < live_from`).
     pub replaying: bool,
+    /// Messages on the broker not applied yet (`None` until the partition's end is
+    /// known, once a second).
+    pub lag: Option<i64>,
 }
 
 impl Partitions {
@@ -280,6 +286,7 @@ impl Partitions {
             replay_from,
             applied: 0,
             replayed: 0,
+            high_watermark: -1,
         };
         self.states.insert(partition, state);
         &self.states[&partition]
@@ -312,6 +319,7 @@ impl Partitions {
                 replay_from: 0,
                 applied: 0,
                 replayed: 0,
+                high_watermark: -1,
             },
         );
         partitions.shared()
@@ -361,8 +369,16 @@ impl Partitions {
                 next_offset: s.next_offset,
                 live_from: s.live_from,
                 replaying: s.replaying(),
+                lag: (s.high_watermark >= 0).then(|| (s.high_watermark - s.next_offset).max(0)),
             })
             .collect()
+    }
+
+    /// Records where an owned partition ends on the broker (statistics).
+    pub fn set_high_watermark(&mut self, partition: i32, high: i64) {
+        if let Some(state) = self.states.get_mut(&partition) {
+            state.high_watermark = high;
+        }
     }
 
     /// The newest watermark of the owned partitions: where merged answers end by
@@ -503,8 +519,15 @@ mod tests {
                 partition: 0,
                 next_offset: 0,
                 live_from: 0,
-                replaying: false
+                replaying: false,
+                lag: None,
             }]
         );
+        // The lag is the partition's end on the broker less what was applied; a
+        // partition not owned (here the parked one) is not recorded.
+        partitions.set_high_watermark(0, 7);
+        partitions.set_high_watermark(1, 99);
+        assert_eq!(partitions.health()[0].lag, Some(7));
+        assert_eq!(partitions.health().len(), 1);
     }
 }

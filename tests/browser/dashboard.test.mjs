@@ -206,6 +206,22 @@ test('the edges panel shows each kind side by side with the counts of the events
   assert.equal(api.edges.find((e) => e.edge === 'other').events, 0);
 });
 
+test('the fleet panel shows complete coverage and each owned partition applied to its end', async () => {
+  // One pulse on its embedded broker owns every partition: the answer is complete,
+  // and once the events are applied each partition's lag is 0.
+  const health = await getJson('/healthz');
+  assert.ok(health.partition_count > 0, JSON.stringify(health));
+  await until('the coverage note to say complete', async () =>
+    (await page.$eval('#coverage', (p) => p.dataset.complete)) === 'true');
+  const note = await page.textContent('#coverage');
+  assert.match(note, new RegExp(`${health.partition_count} of ${health.partition_count} partitions`));
+  await until('every partition row to show lag 0', async () => {
+    const rows = await page.$$eval('#fleet-table tbody tr', (trs) =>
+      trs.map((tr) => [...tr.cells].map((td) => td.textContent)));
+    return rows.length === health.partition_count && rows.every((r) => r[3] === '0' && r[4] === 'live');
+  });
+});
+
 test('the page loads nothing from another host and logs no error; screenshot', async () => {
   mkdirSync(dirname(SCREENSHOT), { recursive: true });
   await page.screenshot({ path: SCREENSHOT, fullPage: true });

@@ -330,7 +330,7 @@
       const tr = el('tr');
       tr.dataset.partition = String(p.partition);
       tr.append(el('td', p.partition), el('td', p.next_offset), el('td', p.live_from),
-        el('td', p.replaying ? 'replaying' : 'live'));
+        el('td', p.lag ?? '–'), el('td', p.replaying ? 'replaying' : 'live'));
       return tr;
     });
     $('fleet-table').tBodies[0].replaceChildren(...rows);
