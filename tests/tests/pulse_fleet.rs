@@ -32,6 +32,11 @@
 //!   time (the budget runs on event time). The burst equals the partition count, so
 //!   the per-partition split (burst / 8 = 1) rounds nothing up.
 //!
+//! An answer is complete when it covers every partition once: a peer that is down but
+//! owns nothing (B and C before they start, C after it left) is named in
+//! `missing_peers` and does not make it incomplete, so the test requires
+//! `complete: true` whenever all 8 partitions are covered.
+//!
 //! A partition that moves is rebuilt by replaying the topic from its event-time
 //! watermark minus the longest window: the events here are a minute or more old by
 //! then, so a replay started from the wall clock instead would come back empty and the
