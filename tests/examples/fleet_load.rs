@@ -1,5 +1,6 @@
 //! The event load of `scripts/bench-fleet`: creates a fresh topic with the given
-//! partitions and fills it with a seeded trace (`pulse::generate_trace`, the default
+//! partitions (alone with `--create-only`, so consumers can join it first), and fills
+//! it (a topic that exists already with `--existing`) with a seeded trace (`pulse::generate_trace`, the default
 //! mix of tenants, regions and bursts, its background rate sized to about `--events`),
 //! moved so that it ends now. Each event is keyed `tenant/key` (librdkafka's default
 //! partitioner, as edges key them) and stamped with its event time, as an edge would.
@@ -44,6 +45,12 @@ struct Args {
     /// The trace's seed.
     #[arg(long, default_value_t = 4242)]
     seed: u64,
+    /// Create the topic and exit.
+    #[arg(long, conflicts_with = "existing")]
+    create_only: bool,
+    /// The topic exists already: only produce.
+    #[arg(long)]
+    existing: bool,
 }
 
 /// Counts failed deliveries; librdkafka calls it from `poll`/`flush`.
@@ -68,17 +75,11 @@ impl ProducerContext for Deliveries {
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let args = Args::parse();
-    let admin: AdminClient<DefaultClientContext> = ClientConfig::new()
-        .set("bootstrap.servers", &args.brokers)
-        .create()
-        .context("creating an admin client")?;
-    let topic = NewTopic::new(&args.topic, args.partitions, TopicReplication::Fixed(1));
-    for result in admin
-        .create_topics([&topic], &AdminOptions::new())
-        .await
-        .context("CreateTopics")?
-    {
-        result.map_err(|(topic, e)| anyhow::anyhow!("creating {topic}: {e}"))?;
+    if !args.existing {
+        create_topic(&args).await?;
+    }
+    if args.create_only {
+        return Ok(());
     }
 
     let duration_ms = args.minutes.max(1) * 60_000;
@@ -138,5 +139,21 @@ async fn main() -> anyhow::Result<()> {
         events.len(),
         started.elapsed().as_secs_f64()
     );
+    Ok(())
+}
+
+async fn create_topic(args: &Args) -> anyhow::Result<()> {
+    let admin: AdminClient<DefaultClientContext> = ClientConfig::new()
+        .set("bootstrap.servers", &args.brokers)
+        .create()
+        .context("creating an admin client")?;
+    let topic = NewTopic::new(&args.topic, args.partitions, TopicReplication::Fixed(1));
+    for result in admin
+        .create_topics([&topic], &AdminOptions::new())
+        .await
+        .context("CreateTopics")?
+    {
+        result.map_err(|(topic, e)| anyhow::anyhow!("creating {topic}: {e}"))?;
+    }
     Ok(())
 }
