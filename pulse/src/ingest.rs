@@ -236,6 +236,27 @@ impl ConsumerContext for IngestContext {
     }
 }
 
+/// The offset-commit metadata of a partition: its watermark (newest event time
+/// applied), so the next owner replays from the partition's own event time.
+const WATERMARK_METADATA: &str = "watermark_ms=";
+
+/// Adds `partition`'s applied offset to `tpl`, with its watermark as the commit's
+/// metadata.
+fn add_commit(tpl: &mut TopicPartitionList, topic: &str, state: &PartitionState) {
+    let mut entry = tpl.add_partition(topic, state.partition);
+    let _ = entry.set_offset(Offset::Offset(state.next_offset));
+    entry.set_metadata(format!("{WATERMARK_METADATA}{}", state.heat.now_ms()));
+}
+
+/// The watermark a commit's metadata carries, if it is one of ours.
+fn committed_watermark(metadata: &str) -> Option<u64> {
+    metadata
+        .strip_prefix(WATERMARK_METADATA)?
+        .parse()
+        .ok()
+        .filter(|&ms| ms > 0)
+}
+
 /// Where a newly assigned partition starts.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 struct Start {
@@ -323,6 +344,7 @@ impl IngestContext {
         for &p in &ours {
             query.add_partition(&self.topic, p);
         }
+        let mut watermarks = HashMap::new();
         let committed: HashMap<i32, i64> = match consumer
             .committed_offsets(query.clone(), Duration::from_secs(10))
         {
@@ -330,7 +352,12 @@ impl IngestContext {
                 .elements()
                 .iter()
                 .filter_map(|e| match e.offset() {
-                    Offset::Offset(o) if o >= 0 => Some((e.partition(), o)),
+                    Offset::Offset(o) if o >= 0 => {
+                        if let Some(w) = committed_watermark(e.metadata()) {
+                            watermarks.insert(e.partition(), w);
+                        }
+                        Some((e.partition(), o))
+                    }
                     _ => None,
                 })
                 .collect(),
@@ -339,11 +366,17 @@ impl IngestContext {
                 HashMap::new()
             }
         };
-        let since = self
-            .clock
-            .now_ms()
-            .saturating_sub(self.replay.as_millis() as u64) as i64;
-        let window = self.window_offsets(consumer, &ours, since);
+        // The replay window ends at the partition's watermark as its last owner
+        // committed it (its own event time), else at the wall clock.
+        let now = self.clock.now_ms();
+        let since: HashMap<i32, i64> = ours
+            .iter()
+            .map(|&p| {
+                let end = watermarks.get(&p).copied().unwrap_or(now);
+                (p, end.saturating_sub(self.replay.as_millis() as u64) as i64)
+            })
+            .collect();
+        let window = self.window_offsets(consumer, &since);
         let behind = self.snapshots_past_the_end(consumer, &ours);
         let mut partitions = self.partitions.write().unwrap_or_else(|e| e.into_inner());
         if partitions.partition_count() == 0 {
@@ -434,12 +467,11 @@ impl IngestContext {
     fn window_offsets(
         &self,
         consumer: &BaseConsumer<Self>,
-        partitions: &[i32],
-        since: i64,
+        since: &HashMap<i32, i64>,
     ) -> HashMap<i32, i64> {
         let mut query = TopicPartitionList::new();
-        for &p in partitions {
-            let _ = query.add_partition_offset(&self.topic, p, Offset::Offset(since));
+        for (&p, &ms) in since {
+            let _ = query.add_partition_offset(&self.topic, p, Offset::Offset(ms));
         }
         match consumer.offsets_for_times(query, Duration::from_secs(10)) {
             Ok(list) => list
@@ -473,11 +505,7 @@ impl IngestContext {
             for &p in &ours {
                 if let Some(s) = partitions.get(p) {
                     if !s.replaying() && s.next_offset > 0 {
-                        let _ = commit.add_partition_offset(
-                            &self.topic,
-                            p,
-                            Offset::Offset(s.next_offset),
-                        );
+                        add_commit(&mut commit, &self.topic, s);
                     }
                 }
             }
@@ -961,8 +989,7 @@ impl Worker {
                 {
                     continue;
                 }
-                let _ =
-                    tpl.add_partition_offset(&self.config.topic, p, Offset::Offset(s.next_offset));
+                add_commit(&mut tpl, &self.config.topic, s);
             }
         }
         if tpl.count() == 0 {
@@ -987,6 +1014,52 @@ impl Worker {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A commit carries the partition's watermark; the next owner reads it back, and
+    /// anything else (another client's metadata, none) is no watermark.
+    #[test]
+    fn a_commit_carries_the_partition_watermark() {
+        let mut heat = crate::heat::HeatMap::new(crate::heat::HeatConfig::default());
+        heat.set_clock(u64::MAX);
+        let mut partitions = crate::partition::Partitions::new(
+            crate::partition::PartitionTemplate {
+                heat: crate::heat::HeatConfig::default(),
+                allowed_tenants: None,
+                predictor: None,
+            },
+            None,
+        );
+        partitions.set_partition_count(2);
+        partitions.assign(1, Some(heat), 0, 0);
+        let state = partitions.states_mut().get_mut(&1).unwrap();
+        state.next_offset = 42;
+        let event = models::AccessEvent::new(
+            1_764_470_000_123,
+            models::TenantId::new("acme").unwrap(),
+            models::CacheKey::new("/a").unwrap(),
+            models::RegionId::new("eu-west").unwrap(),
+            models::NodeId::new("edge-1").unwrap(),
+            models::Outcome::Hit,
+        );
+        state.heat.apply(&event).unwrap();
+        let mut tpl = TopicPartitionList::new();
+        add_commit(&mut tpl, "events", &partitions.states()[&1]);
+        let entry = tpl.find_partition("events", 1).unwrap();
+        assert_eq!(entry.offset(), Offset::Offset(42));
+        assert_eq!(
+            committed_watermark(entry.metadata()),
+            Some(1_764_470_000_123)
+        );
+        for other in [
+            "",
+            "watermark_ms=",
+            "watermark_ms=soon",
+            "owner=a",
+            "watermark_ms=0",
+        ] {
+            assert_eq!(committed_watermark(other), None, "{other:?}");
+        }
+    }
 
     /// Where an assigned partition starts, for each combination of committed offset,
     /// snapshot and replay window.

@@ -39,9 +39,10 @@
 //! accepted; a live peer missing never is.
 //!
 //! A partition that moves is rebuilt by replaying the topic from the longest window
-//! before its committed offset. The events here are a minute or more old by then, so
-//! every instance gets a 10-minute clock-skew allowance (`--max-clock-skew-ms`), which
-//! widens a replay that starts from the wall clock to take them all in.
+//! before its committed watermark (the event time its last owner committed with its
+//! offset) up to its committed offset. The events here are a minute or more old by
+//! then: a replay that started from the wall clock would miss them, and the answers
+//! would differ.
 //!
 //! Needs a real broker (`KAFKA_BOOTSTRAP_SERVERS`, `scripts/kafka start`): the
 //! instances are other processes. It fails, loudly, without one.
@@ -1030,14 +1031,6 @@ async fn a_fleet_answers_like_one_pulse_through_join_crash_and_leave() {
             group,
             "--commit-interval-secs",
             "1",
-            // A moved partition replays the window before its committed offset, found
-            // by message timestamp: from its event-time watermark, or from the wall
-            // clock minus the window and this allowance. The test's events are a
-            // minute or two old when partitions move (a fixed `now_ms` needs them
-            // fixed), so a 10-minute allowance keeps every one of them in any replay,
-            // whichever clock it starts from. No event here is ahead of the clock.
-            "--max-clock-skew-ms",
-            "600000",
         ]
         .map(str::to_owned)
         .to_vec()

@@ -7,8 +7,10 @@
 //! - "not here" (`unknown_tenant`, `unknown_region`, `owner_unavailable`, with the
 //!   partitions that were asked): nothing to merge, but those partitions are covered;
 //! - anything else from a peer (unreachable, timeout, 5xx, a body that is not the
-//!   answer): the peer is named in `coverage.missing_peers` and the answer is not
-//!   complete. A missing peer is never silently left out.
+//!   answer): the peer is named in `coverage.missing_peers`, never silently left out.
+//!   Its partitions are then not covered, unless they have moved to the others (a dead
+//!   instance's do, within the group's session timeout); the answer is complete when
+//!   every partition is covered exactly once.
 //!
 //! A bad request is refused by this instance before any peer is asked.
 
@@ -137,12 +139,12 @@ pub(super) async fn answer<T: Covered>(
         }
         // Nobody had it: the refusal, now for every partition that was asked.
         None => match refusal {
-            Some(e) if coverage.missing_peers.is_empty() => Err(e.covering(coverage)),
+            Some(e) if coverage.complete => Err(e.covering(coverage)),
             _ => Err(ApiError {
                 status: StatusCode::SERVICE_UNAVAILABLE,
                 code: "incomplete",
                 message: format!(
-                    "no answer from the partitions that have it; peers not answering: {}",
+                    "no answer, and not every partition was asked; peers not answering: {}",
                     coverage.missing_peers.join(", ")
                 ),
                 coverage: Some(coverage),

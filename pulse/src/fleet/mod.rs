@@ -43,9 +43,10 @@ pub struct Coverage {
     pub partitions: Vec<i32>,
     /// The topic's partition count.
     pub partition_count: i32,
-    /// Every partition of the topic is covered.
+    /// Every partition of the topic is covered, exactly once.
     pub complete: bool,
-    /// Peers that were asked and did not answer.
+    /// Peers that were asked and did not answer (named even when the others cover
+    /// their partitions).
     pub missing_peers: Vec<String>,
 }
 
@@ -65,7 +66,11 @@ impl Coverage {
     }
 
     /// The coverage of answers merged together: the union of their partitions, and
-    /// every missing peer named.
+    /// every missing peer named. Complete when every partition is covered exactly
+    /// once: a missing peer whose partitions have moved to the others (Kafka gives each
+    /// partition to one member) takes nothing away, while a partition seen twice (parts
+    /// gathered on either side of a rebalance) would be counted twice, so that answer is
+    /// not complete.
     pub fn merge<'a>(parts: impl IntoIterator<Item = &'a Coverage>) -> Self {
         let mut partitions = Vec::new();
         let mut count = 0;
@@ -75,10 +80,11 @@ impl Coverage {
             count = count.max(c.partition_count);
             missing.extend(c.missing_peers.iter().cloned());
         }
+        let seen = partitions.len();
         let mut merged = Coverage::of(partitions, count);
         missing.sort();
         missing.dedup();
-        merged.complete &= missing.is_empty();
+        merged.complete &= merged.partitions.len() == seen;
         merged.missing_peers = missing;
         merged
     }
@@ -120,9 +126,18 @@ mod tests {
             missing_peers: vec!["http://10.0.0.2:8080".into()],
             ..Coverage::of(vec![], 4)
         };
+        // A peer that did not answer is named; its partitions are covered by the
+        // others, so the answer is complete all the same.
         let merged = Coverage::merge([&a, &b, &lost]);
-        assert!(!merged.complete);
+        assert!(merged.complete);
         assert_eq!(merged.missing_peers, ["http://10.0.0.2:8080"]);
+        // Without the others, it is not.
+        assert!(!Coverage::merge([&a, &lost]).complete);
+        // A partition in two parts (a rebalance between the two answers) is counted
+        // twice: not complete.
+        let twice = Coverage::merge([&a, &b, &Coverage::of(vec![1], 4)]);
+        assert_eq!(twice.partitions, [0, 1, 2, 3]);
+        assert!(!twice.complete);
         assert!(!Coverage::of(vec![], 0).complete);
     }
 }
