@@ -199,8 +199,7 @@ mod tests {
     use models::{AccessEvent, CacheKey, NodeId, Outcome, RegionId, TenantId};
 
     use super::*;
-    use crate::heat::{HeatConfig, Window};
-    use crate::partition::PartitionTemplate;
+    use crate::heat::Window;
 
     /// Each owned partition's heat map comes back with its offset.
     #[test]
@@ -209,15 +208,7 @@ mod tests {
         let path = dir.path().join("pulse.ckpt");
         assert!(load(&path).unwrap().is_none());
 
-        let mut partitions = Partitions::new(
-            PartitionTemplate {
-                heat: HeatConfig::default(),
-                allowed_tenants: None,
-                predictor: None,
-            },
-            None,
-        );
-        partitions.set_partition_count(4);
+        let mut partitions = Partitions::heat_only(4);
         partitions.assign(1, None, 0, 0);
         partitions.assign(3, None, 0, 0);
         let tenant = TenantId::new("acme").unwrap();

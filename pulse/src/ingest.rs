@@ -332,14 +332,18 @@ impl IngestContext {
         )
     }
 
-    fn assign(&self, consumer: &BaseConsumer<Self>, tpl: &mut TopicPartitionList) {
-        let count = self.partition_count(consumer, tpl);
-        let ours: Vec<i32> = tpl
-            .elements()
+    /// The partitions of the events topic in a rebalance's list.
+    fn ours(&self, tpl: &TopicPartitionList) -> Vec<i32> {
+        tpl.elements()
             .iter()
             .filter(|e| e.topic() == self.topic)
             .map(|e| e.partition())
-            .collect();
+            .collect()
+    }
+
+    fn assign(&self, consumer: &BaseConsumer<Self>, tpl: &mut TopicPartitionList) {
+        let count = self.partition_count(consumer, tpl);
+        let ours = self.ours(tpl);
         let mut query = TopicPartitionList::new();
         for &p in &ours {
             query.add_partition(&self.topic, p);
@@ -493,12 +497,7 @@ impl IngestContext {
 
     fn revoke(&self, consumer: &BaseConsumer<Self>, tpl: &mut TopicPartitionList) {
         let lost = consumer.assignment_lost();
-        let ours: Vec<i32> = tpl
-            .elements()
-            .iter()
-            .filter(|e| e.topic() == self.topic)
-            .map(|e| e.partition())
-            .collect();
+        let ours = self.ours(tpl);
         let mut commit = TopicPartitionList::new();
         {
             let partitions = self.partitions.read().unwrap_or_else(|e| e.into_inner());
@@ -1021,15 +1020,7 @@ mod tests {
     fn a_commit_carries_the_partition_watermark() {
         let mut heat = crate::heat::HeatMap::new(crate::heat::HeatConfig::default());
         heat.set_clock(u64::MAX);
-        let mut partitions = crate::partition::Partitions::new(
-            crate::partition::PartitionTemplate {
-                heat: crate::heat::HeatConfig::default(),
-                allowed_tenants: None,
-                predictor: None,
-            },
-            None,
-        );
-        partitions.set_partition_count(2);
+        let mut partitions = crate::partition::Partitions::heat_only(2);
         partitions.assign(1, Some(heat), 0, 0);
         let state = partitions.states_mut().get_mut(&1).unwrap();
         state.next_offset = 42;

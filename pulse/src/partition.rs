@@ -292,6 +292,22 @@ impl Partitions {
         &self.states[&partition]
     }
 
+    /// A topic of `partition_count` partitions, none owned yet, with default sketches
+    /// and no prediction (tests).
+    #[cfg(test)]
+    pub(crate) fn heat_only(partition_count: i32) -> Self {
+        let mut partitions = Partitions::new(
+            PartitionTemplate {
+                heat: HeatConfig::default(),
+                allowed_tenants: None,
+                predictor: None,
+            },
+            None,
+        );
+        partitions.set_partition_count(partition_count);
+        partitions
+    }
+
     /// A topic of one partition whose state is `heat` and `predictor` (API tests).
     #[cfg(test)]
     pub(crate) fn single(heat: HeatMap, predictor: Option<Predictor>) -> SharedPartitions {

@@ -6,6 +6,8 @@
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
+use futures::future::join_all;
+use models::{AccessEvent, encode};
 use pulse::EmbeddedBroker;
 use rdkafka::ClientConfig;
 use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
@@ -153,4 +155,38 @@ pub async fn produce(producer: &FutureProducer, topic: &str, key: &str, payload:
         )
         .await
         .unwrap_or_else(|(e, _)| panic!("producing to {topic}: {e}"));
+}
+
+/// Produces `events` as edges do: keyed `tenant/key` (librdkafka's default
+/// partitioner), the event time as the message timestamp, 2 000 in flight at a time;
+/// waits for the broker to take each. The partition each one went to, in order.
+pub async fn produce_events(
+    producer: &FutureProducer,
+    topic: &str,
+    events: &[AccessEvent],
+) -> Vec<i32> {
+    let mut partitions = Vec::with_capacity(events.len());
+    for chunk in events.chunks(2_000) {
+        let sends = chunk.iter().map(|e| {
+            let key = e.partition_key();
+            let payload = encode(e);
+            async move {
+                producer
+                    .send(
+                        FutureRecord::to(topic)
+                            .key(&key)
+                            .payload(&payload)
+                            .timestamp(e.ts_ms as i64),
+                        Duration::from_secs(30),
+                    )
+                    .await
+                    .map(|delivery| delivery.partition)
+                    .map_err(|(e, _)| e)
+            }
+        });
+        for sent in join_all(sends).await {
+            partitions.push(sent.unwrap_or_else(|e| panic!("producing to {topic}: {e}")));
+        }
+    }
+    partitions
 }

@@ -11,4 +11,4 @@ pub mod api;
 mod kafka;
 pub mod scenario;
 
-pub use kafka::{BOOTSTRAP_ENV, TestKafka, produce};
+pub use kafka::{BOOTSTRAP_ENV, TestKafka, produce, produce_events};

@@ -56,8 +56,7 @@ use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use futures::future::join_all;
-use models::{AccessEvent, CacheKey, PrewarmCommand, TenantId, decode, encode};
+use models::{AccessEvent, CacheKey, PrewarmCommand, TenantId, decode};
 use prefetcher::testing::TestClient;
 use pulse::{
     DecisionPolicy, PredictorConfig, ReplayOptions, TraceSpec, default_model, generate_trace,
@@ -66,7 +65,7 @@ use pulse::{
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use rdkafka::consumer::{BaseConsumer, Consumer};
-use rdkafka::producer::{FutureProducer, FutureRecord};
+use rdkafka::producer::FutureProducer;
 use rdkafka::{Message, Offset, TopicPartitionList};
 use serde_json::Value;
 use tests::TestKafka;
@@ -625,36 +624,15 @@ fn demand_without_budget(events: &[AccessEvent]) -> BTreeMap<TenantId, usize> {
     demand
 }
 
-/// Produces `events` keyed `tenant/key` (the default partitioner) with their event time
-/// as the message timestamp; returns how many went to each partition.
+/// [`tests::produce_events`], counted per partition.
 async fn produce_events(
     producer: &FutureProducer,
     topic: &str,
     events: &[AccessEvent],
 ) -> Vec<i64> {
     let mut per_partition = vec![0i64; PARTITIONS as usize];
-    for chunk in events.chunks(2_000) {
-        let sends = chunk.iter().map(|e| {
-            let key = e.partition_key();
-            let payload = encode(e);
-            async move {
-                producer
-                    .send(
-                        FutureRecord::to(topic)
-                            .key(&key)
-                            .payload(&payload)
-                            .timestamp(e.ts_ms as i64),
-                        Duration::from_secs(30),
-                    )
-                    .await
-                    .map(|delivery| delivery.partition)
-                    .map_err(|(e, _)| e)
-            }
-        });
-        for partition in join_all(sends).await {
-            let partition = partition.unwrap_or_else(|e| panic!("producing to {topic}: {e}"));
-            per_partition[partition as usize] += 1;
-        }
+    for p in tests::produce_events(producer, topic, events).await {
+        per_partition[p as usize] += 1;
     }
     per_partition
 }

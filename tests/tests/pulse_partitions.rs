@@ -13,13 +13,13 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 use futures::future::join_all;
-use models::{AccessEvent, CacheKey, NodeId, Outcome, RegionId, TenantId, encode};
+use models::{AccessEvent, CacheKey, NodeId, Outcome, RegionId, TenantId};
 use pulse::{PulseConfig, PulseHandle, TraceSpec, generate_trace, partition_for_key};
 use rdkafka::consumer::{Consumer, StreamConsumer};
-use rdkafka::producer::{FutureProducer, FutureRecord};
+use rdkafka::producer::FutureRecord;
 use serde_json::Value;
-use tests::TestKafka;
 use tests::api::get_json as get;
+use tests::{TestKafka, produce_events};
 
 const PARTITIONS: i32 = 8;
 
@@ -59,29 +59,6 @@ async fn keyed_messages_land_where_the_partitioner_says() {
         used.insert(partition);
     }
     assert_eq!(used.len(), PARTITIONS as usize, "every partition got keys");
-}
-
-async fn produce_all(producer: &FutureProducer, topic: &str, events: &[AccessEvent]) {
-    for chunk in events.chunks(2_000) {
-        let sends = chunk.iter().map(|e| {
-            let key = e.partition_key();
-            let payload = encode(e);
-            let producer = producer.clone();
-            let topic = topic.to_owned();
-            async move {
-                producer
-                    .send(
-                        FutureRecord::to(&topic).key(&key).payload(&payload),
-                        Duration::from_secs(30),
-                    )
-                    .await
-                    .map_err(|(e, _)| e)
-            }
-        });
-        for result in join_all(sends).await {
-            result.expect("producing an event");
-        }
-    }
 }
 
 fn high_watermarks(consumer: &StreamConsumer, topic: &str) -> BTreeMap<i32, i64> {
@@ -217,7 +194,7 @@ async fn a_join_and_a_leave_lose_nothing_and_apply_nothing_twice() {
         ..TraceSpec::default()
     });
     let producer = kafka.producer();
-    produce_all(&producer, &topic, &trace.events).await;
+    produce_events(&producer, &topic, &trace.events).await;
     let mut produced: BTreeMap<String, u64> = BTreeMap::new();
     for e in &trace.events {
         *produced.entry(e.tenant.to_string()).or_default() += 1;
@@ -327,7 +304,7 @@ async fn a_join_and_a_leave_lose_nothing_and_apply_nothing_twice() {
             )
         })
         .collect();
-    produce_all(&producer, &topic, &more).await;
+    produce_events(&producer, &topic, &more).await;
     for e in &more {
         *produced.get_mut(e.tenant.as_str()).unwrap() += 1;
     }

@@ -6,12 +6,10 @@
 
 use std::time::Duration;
 
-use futures::future::join_all;
-use models::{PrewarmCommand, RegionTargets, decode, encode};
+use models::{PrewarmCommand, RegionTargets, decode};
 use pulse::{BurstKind, FEATURE_COUNT, PulseConfig, TraceSpec, generate_trace};
 use rdkafka::Message;
 use rdkafka::consumer::Consumer;
-use rdkafka::producer::FutureRecord;
 use tests::TestKafka;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -41,27 +39,7 @@ async fn a_spreading_key_gets_a_prewarm_command_for_the_regions_it_has_not_reach
         .clone();
 
     let producer = kafka.producer();
-    for chunk in trace.events.chunks(2_000) {
-        let sends = chunk.iter().map(|e| {
-            let key = e.partition_key();
-            let payload = encode(e);
-            let producer = producer.clone();
-            let topic = events_topic.clone();
-            async move {
-                producer
-                    .send(
-                        FutureRecord::to(&topic).key(&key).payload(&payload),
-                        Duration::from_secs(30),
-                    )
-                    .await
-                    .map(|_| ())
-                    .map_err(|(e, _)| e)
-            }
-        });
-        for result in join_all(sends).await {
-            result.expect("producing an event");
-        }
-    }
+    tests::produce_events(&producer, &events_topic, &trace.events).await;
 
     let pulse = pulse::start(PulseConfig {
         brokers: Some(kafka.bootstrap_servers().to_owned()),

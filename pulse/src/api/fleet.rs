@@ -164,9 +164,9 @@ mod tests {
     use super::super::tests::get;
     use crate::api::{AppState, app};
     use crate::fleet::{PeersConfig, partition_for_key};
-    use crate::heat::HeatConfig;
+
     use crate::metrics::Metrics;
-    use crate::partition::{PartitionTemplate, Partitions};
+    use crate::partition::Partitions;
     use crate::{Peers, SharedPartitions};
 
     const T0: u64 = 1_764_470_000_000;
@@ -198,15 +198,7 @@ mod tests {
     /// The partitions of `owned`, each holding the events the producers'
     /// partitioner sends it.
     fn owning(owned: &[i32]) -> SharedPartitions {
-        let mut partitions = Partitions::new(
-            PartitionTemplate {
-                heat: HeatConfig::default(),
-                allowed_tenants: None,
-                predictor: None,
-            },
-            None,
-        );
-        partitions.set_partition_count(PARTITIONS);
+        let mut partitions = Partitions::heat_only(PARTITIONS);
         for &p in owned {
             partitions.assign(p, None, 0, 0);
         }
