@@ -112,7 +112,9 @@ pub struct Metrics {
     pub prewarm_skipped: Family<ReasonLabel, Counter>,
     /// From the end of a batch's apply to its commands handed to the producer.
     pub decision_seconds: Histogram,
-    /// Background retrains, by outcome (`replaced`, `kept`, `not_enough_data`).
+    /// Background retrains, by outcome (`replaced`, `kept`, `not_enough_data`; with the
+    /// fleet model topic `published`, `publish_failed`, and `elsewhere` on instances
+    /// that do not own partition 0).
     pub retrains: Family<ReasonLabel, Counter>,
     /// Peers' answers to fleet questions, by peer and outcome.
     pub peer_answers: Family<PeerLabel, Counter>,
