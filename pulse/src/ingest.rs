@@ -897,8 +897,8 @@ impl Worker {
         }
     }
 
-    /// The distinct tenants of the owned partitions, for the gauge. A tenant is in
-    /// every partition it has keys in: counting the distinct ones visits them all, so
+    /// The distinct tenants of the owned partitions and the sketches' memory, for the
+    /// gauges. A tenant is in every partition it has keys in: both visit them all, so
     /// once a second (idle rounds included) rather than per batch.
     fn count_tenants(&self) {
         if self.last_tenant_count.get().elapsed() < Duration::from_secs(1) {
@@ -912,6 +912,10 @@ impl Worker {
             .flat_map(|s| s.heat.tenant_ids())
             .collect();
         self.metrics.tenants.set(tenants.len() as i64);
+        // Memory walks every tenant of every partition: once a second too.
+        self.metrics
+            .sketch_bytes
+            .set(partitions.memory_bytes() as i64);
     }
 
     fn gauges(&self, partitions: &crate::partition::Partitions) {
@@ -919,10 +923,6 @@ impl Worker {
         for s in partitions.states().values() {
             evicted += s.heat.evictions();
         }
-        self.metrics
-            .sketch_bytes
-            .set(partitions.memory_bytes() as i64);
-
         let counted = self.metrics.tenants_evicted.get();
         if evicted > counted {
             self.metrics.tenants_evicted.inc_by(evicted - counted);

@@ -428,11 +428,21 @@ pub(crate) fn split_heat(heat: &HeatConfig, partitions: i32) -> HeatConfig {
             (heat.shared_sketch_below / p).max(1)
         },
         shared_error: (heat.shared_error * p as f64).min(heat.error.max(heat.shared_error)),
+        top_k: split_top(heat.top_k, p),
+        region_top_k: split_top(heat.region_top_k, p),
         ..heat.clone()
     };
     let floor = (split.shared_bytes() + split.own_tenant_bytes()) as u64;
     split.memory_budget_bytes = (heat.memory_budget_bytes / p).max(floor);
     split
+}
+
+/// A partition's share of a top-K size: twice its even share (keys are spread unevenly
+/// over partitions), never more than `k`. The top-K lists are the candidates the
+/// predictor tracks and scores: a full-size list in every partition would track and
+/// score `partitions` times the keys one heat map does, for the same events.
+fn split_top(k: usize, partitions: u64) -> usize {
+    (k.div_ceil(partitions as usize) * 2).clamp(1, k.max(1))
 }
 
 /// `policy` for one of `partitions` partitions: each tenant's rate and burst split
@@ -483,8 +493,12 @@ mod tests {
         // Eight shared sketches take the memory of one, each 1/8 as wide.
         assert_eq!(8 * split.shared_bytes(), heat.shared_bytes());
         assert_eq!(split.width(), heat.width());
+        // Top-K lists: twice the even share, so all partitions together track about
+        // twice the keys one heat map does, not eight times.
+        assert_eq!((split.top_k, split.region_top_k), (16, 4));
         assert!(split.validate().is_ok());
         assert_eq!(split_heat(&heat, 1), heat);
+        assert_eq!(split_heat(&heat, 1000).top_k, 2);
         let tiny = HeatConfig {
             memory_budget_bytes: (heat.shared_bytes() + heat.own_tenant_bytes()) as u64,
             ..HeatConfig::default()
