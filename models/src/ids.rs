@@ -427,6 +427,18 @@ validated_str_ref!(
     check_domain
 );
 
+/// Whether `name` is a legal Kafka topic name: 1 to 249 of `A-Z a-z 0-9 . _ -`, and
+/// neither `.` nor `..`. Pulse, the prefetcher and the edge agent check their
+/// configured topics with it, so a bad one fails at start, not at the first send.
+pub fn is_topic_name(name: &str) -> bool {
+    (1..=249).contains(&name.len())
+        && name != "."
+        && name != ".."
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -536,6 +548,16 @@ mod tests {
         assert!(Domain::new("news.example.com").is_ok());
         for bad in ["", "a/b", "a b", &"d".repeat(MAX_DOMAIN_LEN + 1)] {
             assert_eq!(Domain::new(bad).unwrap_err().kind, "domain");
+        }
+    }
+
+    #[test]
+    fn topic_names_are_kafkas() {
+        for good in ["edge-events", "a", "a.b_c-9", &"x".repeat(249)] {
+            assert!(is_topic_name(good), "{good:?}");
+        }
+        for bad in ["", ".", "..", "a b", "a/b", "é", &"x".repeat(250)] {
+            assert!(!is_topic_name(bad), "{bad:?}");
         }
     }
 }

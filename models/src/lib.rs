@@ -42,7 +42,7 @@ pub use command::{FeatureContribution, PrewarmCommand, Priority, Reason, RegionT
 pub use event::{AccessEvent, AccessEventRef, EdgeKind, Outcome};
 pub use ids::{
     CacheKey, CacheKeyRef, Domain, DomainRef, IdError, MAX_DOMAIN_LEN, MAX_ID_LEN, MAX_KEY_LEN,
-    NodeId, NodeRef, RegionId, RegionRef, TenantId, TenantRef,
+    NodeId, NodeRef, RegionId, RegionRef, TenantId, TenantRef, is_topic_name,
 };
 
 /// The schema version this build writes and accepts.

@@ -666,17 +666,6 @@ impl KafkaConfig {
     }
 }
 
-/// Whether `name` is a legal Kafka topic name.
-fn valid_topic(name: &str) -> bool {
-    !name.is_empty()
-        && name.len() <= 249
-        && name != "."
-        && name != ".."
-        && name
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'))
-}
-
 /// Origin client timeouts and pool.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
@@ -910,7 +899,7 @@ impl Config {
             ("kafka.events_topic", &k.events_topic),
             ("kafka.prewarm_topic", &k.prewarm_topic),
         ] {
-            if !valid_topic(topic) {
+            if !models::is_topic_name(topic) {
                 return Err(invalid(
                     name,
                     "must be 1-249 characters of A-Z a-z 0-9 . _ -",

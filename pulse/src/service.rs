@@ -264,7 +264,7 @@ impl PulseConfig {
             return refuse("peers", e.to_string());
         }
         let model_topic = self.model_topic();
-        if !valid_topic_name(&model_topic)
+        if !models::is_topic_name(&model_topic)
             || [&self.topic, &self.prewarm_topic].contains(&&model_topic)
         {
             return refuse(
@@ -567,16 +567,6 @@ async fn follow_model_topic(
             None
         }
     }
-}
-
-/// What Kafka accepts as a topic name.
-fn valid_topic_name(name: &str) -> bool {
-    (1..=249).contains(&name.len())
-        && name != "."
-        && name != ".."
-        && name
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b"._-".contains(&b))
 }
 
 /// A checkpoint's snapshots by partition, with the partition count they were taken with.

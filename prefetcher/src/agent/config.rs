@@ -223,12 +223,7 @@ impl AgentConfig {
             ("kafka.events_topic", &kafka.events_topic),
             ("kafka.prewarm_topic", &kafka.prewarm_topic),
         ] {
-            if topic.is_empty()
-                || topic.len() > 249
-                || !topic
-                    .bytes()
-                    .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'))
-            {
+            if !models::is_topic_name(topic) {
                 return Err(invalid(field, "not a legal Kafka topic name"));
             }
         }
