@@ -48,7 +48,7 @@ impl Default for ReplayOptions {
                 sample_capacity: 10_000_000,
                 ..PredictorConfig::default()
             },
-            tick_ms: 50,
+            tick_ms: crate::ticks::TICK_MS,
         }
     }
 }

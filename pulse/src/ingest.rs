@@ -42,7 +42,7 @@ use rdkafka::config::ClientConfig;
 use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer, ConsumerContext, RebalanceProtocol};
 use rdkafka::error::{KafkaError, KafkaResult};
 use rdkafka::message::{BorrowedMessage, Header, Message, OwnedHeaders};
-use rdkafka::producer::{BaseRecord, DefaultProducerContext, ThreadedProducer};
+use rdkafka::producer::{BaseProducer, BaseRecord};
 use rdkafka::types::RDKafkaRespErr;
 use rdkafka::{ClientContext, Offset, TopicPartitionList};
 
@@ -52,22 +52,26 @@ use crate::metrics::Metrics;
 use crate::partition::{PartitionState, SharedPartitions};
 use crate::reject::RejectReason;
 use crate::stoppable::StoppableThread;
+use crate::ticks::Ticks;
 
 /// What runs on the ingest thread after each poll round, per owned partition that is
 /// live (not replaying), with the partitions locked for reading: the predictor. It
 /// sees the partition's live events just applied, still borrowed from the polled
-/// messages (none when the round was idle, so time-driven work such as expiring
-/// decisions still runs).
+/// messages, and ticks when the partition's schedule says ([`Ticks`]: with new events,
+/// every 50 ms of event time or of wall time, whichever comes first).
 pub trait BatchObserver: Send + 'static {
     /// Called after `events` were applied to `partition`'s heat map.
-    fn on_batch(&mut self, partition: &PartitionState, events: &[AccessEventRef<'_>]);
+    fn observe(&mut self, partition: &PartitionState, events: &[AccessEventRef<'_>]);
+    /// Time for `partition` to decide; `since` is when its oldest event not yet
+    /// decided on was applied.
+    fn tick(&mut self, partition: &PartitionState, since: Instant);
 }
 
 /// Most messages applied under one write lock.
 const BATCH: usize = 4_096;
 
-/// A live partition without events is still ticked this often (decisions expire).
-const IDLE_TICK: Duration = Duration::from_millis(200);
+/// The longest a poll round waits for messages.
+const POLL_WAIT: Duration = Duration::from_millis(100);
 
 /// Where ingest reads "now" from: the bound on how far ahead of it an event may be
 /// stamped ([`HeatMap::set_clock`](crate::HeatMap::set_clock)), and where replay
@@ -627,7 +631,7 @@ impl Ingest {
         consumer.subscribe(&[&config.topic])?;
         let dead_letter = match &config.dead_letter_topic {
             Some(topic) => {
-                let producer: ThreadedProducer<DefaultProducerContext> = ClientConfig::new()
+                let producer: BaseProducer = ClientConfig::new()
                     .set("bootstrap.servers", &config.brokers)
                     .set("linger.ms", "20")
                     .create()?;
@@ -643,7 +647,7 @@ impl Ingest {
             metrics,
             committed: HashMap::new(),
             observer,
-            last_full_tick: std::cell::Cell::new(Instant::now()),
+            ticks: std::cell::RefCell::default(),
             last_tenant_count: std::cell::Cell::new(
                 Instant::now()
                     .checked_sub(Duration::from_secs(1))
@@ -664,16 +668,18 @@ impl Ingest {
 
 struct Worker {
     consumer: BaseConsumer<IngestContext>,
-    dead_letter: Option<(ThreadedProducer<DefaultProducerContext>, String)>,
+    /// Served by this thread after each round (no polling thread: see
+    /// [`PrewarmPublisher`](crate::PrewarmPublisher)).
+    dead_letter: Option<(BaseProducer, String)>,
     config: IngestConfig,
     partitions: SharedPartitions,
     metrics: Arc<Metrics>,
     /// The offset last committed per partition, so an unchanged one is not sent again.
     committed: HashMap<i32, i64>,
     observer: Option<Box<dyn BatchObserver>>,
-    /// When every live partition was last ticked (a `Cell`: `apply` borrows `self`
-    /// shared while the polled messages borrow the consumer).
-    last_full_tick: std::cell::Cell<Instant>,
+    /// When each live partition ticks (a `RefCell`: `apply` borrows `self` shared
+    /// while the polled messages borrow the consumer).
+    ticks: std::cell::RefCell<Ticks>,
     /// When the distinct tenants were last counted for the gauge.
     last_tenant_count: std::cell::Cell<Instant>,
 }
@@ -694,7 +700,16 @@ impl Worker {
             // Poll a batch. The messages stay in librdkafka's buffers: the events are
             // decoded from them in place (`AccessEventRef` borrows the payload).
             let mut messages: Vec<BorrowedMessage<'_>> = Vec::with_capacity(BATCH);
-            let mut timeout = Duration::from_millis(100);
+            // Wait for messages, but not past a partition's tick with events waiting.
+            // Whole milliseconds: rdkafka waits in those, and spins through a
+            // fraction left over.
+            let mut timeout = self
+                .ticks
+                .borrow()
+                .next_due(Instant::now())
+                .map_or(POLL_WAIT, |due| {
+                    Duration::from_millis(due.as_micros().div_ceil(1_000) as u64).min(POLL_WAIT)
+                });
             while messages.len() < BATCH {
                 let polled = self.consumer.poll(timeout);
                 let revoked = self.consumer.context().take_revoked();
@@ -751,6 +766,9 @@ impl Worker {
             self.apply(&items, observer.as_deref_mut());
             drop(items);
             drop(messages);
+            if let Some((producer, _)) = &self.dead_letter {
+                producer.poll(Duration::ZERO);
+            }
             match &self.config.checkpoint {
                 Some(_) if last_checkpoint.elapsed() >= self.config.checkpoint_interval => {
                     last_checkpoint = Instant::now();
@@ -876,23 +894,24 @@ impl Worker {
                 predictor.warm(&state.heat, state.heat.now_ms());
             }
         }
-        let full = live.is_empty() || self.last_full_tick.get().elapsed() >= IDLE_TICK;
-        if full {
-            self.last_full_tick.set(Instant::now());
-        }
         let mut events_of: HashMap<i32, &[AccessEventRef<'_>]> = HashMap::new();
         for (p, events) in &live {
             events_of.insert(*p, events);
         }
+        let now = Instant::now();
+        let mut ticks = self.ticks.borrow_mut();
+        ticks.retain(|p| partitions.get(p).is_some_and(|s| !s.replaying()));
         for (p, state) in partitions.states() {
             // A replaying partition sends nothing: its previous owner acted already.
             if state.replaying() {
                 continue;
             }
-            match events_of.get(p) {
-                Some(events) => observer.on_batch(state, events),
-                None if full => observer.on_batch(state, &[]),
-                None => {}
+            if let Some(events) = events_of.get(p) {
+                observer.observe(state, events);
+                ticks.events(*p, now);
+            }
+            if let Some(since) = ticks.take_due(*p, state.heat.now_ms(), now) {
+                observer.tick(state, since);
             }
         }
     }

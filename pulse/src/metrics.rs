@@ -110,7 +110,8 @@ pub struct Metrics {
     /// Scored keys that got no command, by reason ([`Skip`]; every one is exported
     /// from the start, at 0).
     pub prewarm_skipped: Family<ReasonLabel, Counter>,
-    /// From the end of a batch's apply to its commands handed to the producer.
+    /// From the oldest event a tick decided on being applied to its commands handed to
+    /// the producer (the wait for the tick included).
     pub decision_seconds: Histogram,
     /// Background retrains, by outcome (`replaced`, `kept`, `not_enough_data`; with the
     /// fleet model topic `published`, `publish_failed`, and `elsewhere` on instances
@@ -252,7 +253,7 @@ impl Metrics {
         );
         registry.register(
             "decision_duration_seconds",
-            "From a batch applied to its pre-warm commands handed to the producer",
+            "From the oldest event a tick decided on being applied to its pre-warm commands handed to the producer",
             m.decision_seconds.clone(),
         );
         registry.register(

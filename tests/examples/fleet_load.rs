@@ -45,6 +45,12 @@ struct Args {
     /// The trace's seed.
     #[arg(long, default_value_t = 4242)]
     seed: u64,
+    /// Produce live at about this many events per second (0: the trace ends now, and
+    /// is produced as fast as the broker takes it). The trace then starts now, spans
+    /// `--events` / `--rate` seconds instead of `--minutes`, and each event is sent at
+    /// its event time.
+    #[arg(long, default_value_t = 0)]
+    rate: u64,
     /// Create the topic and exit.
     #[arg(long, conflicts_with = "existing")]
     create_only: bool,
@@ -82,7 +88,10 @@ async fn main() -> anyhow::Result<()> {
         return Ok(());
     }
 
-    let duration_ms = args.minutes.max(1) * 60_000;
+    let duration_ms = match args.rate {
+        0 => args.minutes.max(1) * 60_000,
+        rate => (args.events * 1_000 / rate).max(1_000),
+    };
     let spec = TraceSpec {
         seed: args.seed,
         duration_ms,
@@ -90,12 +99,15 @@ async fn main() -> anyhow::Result<()> {
         ..TraceSpec::default()
     };
     let mut events = generate_trace(&spec).events;
-    // Ends now: inside every consumer's clock-skew bound, and young enough that the
-    // broker's retention keeps it.
+    // Ends now, inside every consumer's clock-skew bound and young enough that the
+    // broker's retention keeps it; or, paced, starts now.
     let now_ms = SystemTime::now().duration_since(UNIX_EPOCH)?.as_millis() as u64;
-    let shift = now_ms - (spec.start_ms + duration_ms);
+    let start_ms = match args.rate {
+        0 => now_ms - duration_ms,
+        _ => now_ms,
+    };
     for event in &mut events {
-        event.ts_ms += shift;
+        event.ts_ms = event.ts_ms - spec.start_ms + start_ms;
     }
 
     let producer: BaseProducer<Deliveries> = ClientConfig::new()
@@ -106,7 +118,17 @@ async fn main() -> anyhow::Result<()> {
         .create_with_context(Deliveries::default())
         .context("creating a producer")?;
     let started = Instant::now();
-    for event in &events {
+    for (sent, event) in events.iter().enumerate() {
+        // Paced in steps of a hundred events: a sleep per event would be longer than
+        // the gap between two.
+        if args.rate > 0 && sent % 100 == 0 {
+            // A sleep, not `poll(early)`: rdkafka's poll spins through the last
+            // millisecond of a wait, and this process shares the cores it measures.
+            let due = Duration::from_millis(event.ts_ms.saturating_sub(start_ms));
+            if let Some(early) = due.checked_sub(started.elapsed()) {
+                std::thread::sleep(early);
+            }
+        }
         let key = event.partition_key();
         let payload = encode(event);
         let mut record = Some(

@@ -732,6 +732,20 @@ impl HeatMap {
         Ok(self.get(tenant)?.candidates(now_ms))
     }
 
+    /// A key's demand per second over `window` ending at `now_ms`: one window of
+    /// [`HeatMap::key_windows`] (the same `velocity`), for a tick's first look at a key.
+    pub fn key_velocity(
+        &self,
+        tenant: &TenantId,
+        key: &CacheKey,
+        window: Window,
+        now_ms: u64,
+    ) -> Result<f64, QueryError> {
+        let heat = self.get(tenant)?;
+        let demand = heat.demand(&self.shared, key_hash(key.as_str()), window, now_ms);
+        Ok(demand as f64 / window.seconds())
+    }
+
     /// The per-window estimates of one key, shortest window first: [`HeatMap::key_stats`]
     /// without the per-region breakdown, cheap enough to call per candidate per tick.
     pub fn key_windows(

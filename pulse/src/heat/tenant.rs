@@ -402,7 +402,13 @@ impl TenantHeat {
     }
 
     /// Demand in `window` ending at `end_ms`.
-    fn demand(&self, shared: &SharedSketch, hash: u64, window: Window, end_ms: u64) -> u64 {
+    pub(super) fn demand(
+        &self,
+        shared: &SharedSketch,
+        hash: u64,
+        window: Window,
+        end_ms: u64,
+    ) -> u64 {
         OutcomeCounts::from_array(self.window_sum(shared, hash, window, end_ms).0).demand()
     }
 

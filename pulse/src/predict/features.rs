@@ -112,6 +112,13 @@ const PHASE_TOLERANCE_S: u64 = 2;
 /// A key's own referrer baseline needs this many older requests; else the tenant's.
 const MIN_BASELINE_REQUESTS: u32 = 20;
 
+/// Whether a key whose last second ran `v1` requests per second is bursting, given its
+/// minute's rate `v60`, asked for only when the last second is busy enough to matter
+/// (most keys a tick looks at are not: it spares their minute's sixty buckets).
+pub(crate) fn is_bursting(v1: f64, v60: impl FnOnce() -> f64) -> bool {
+    v1 >= BURST_MIN_RPS && v1 >= BURST_FACTOR * v60().max(0.1)
+}
+
 /// The features of one key and what the decision needs besides them.
 pub(crate) struct Extracted {
     pub(crate) features: Features,
@@ -136,7 +143,7 @@ pub(crate) fn extract(
     let k = t.keys.get(key)?;
     let [w200, w1, w10, w60] = windows;
     let (v200, v1, v10, v60) = (w200.velocity, w1.velocity, w10.velocity, w60.velocity);
-    let bursting = v1 >= BURST_MIN_RPS && v1 >= BURST_FACTOR * v60.max(0.1);
+    let bursting = is_bursting(v1, || v60);
 
     // Exact region presence from the tracker (the sketch's region bits collide under
     // load), over the tenant's own regions (the fleet may be larger than the tenant's).

@@ -43,8 +43,8 @@ pub use model::{
 };
 pub use retrain::{RetrainOutcome, retrain};
 
-use crate::heat::HeatMap;
-use features::extract;
+use crate::heat::{HeatMap, Window};
+use features::{extract, is_bursting};
 use labels::Labeler;
 use tracker::Tracker;
 
@@ -157,18 +157,30 @@ impl Predictor {
                 None => continue,
             };
             for key in touched {
-                let Ok(windows) = heat.key_windows(tenant, &key, now_ms) else {
+                // First whether the key bursts, from its last second (and, only when
+                // that is busy, its minute): every touched key needs that, and few
+                // need more.
+                let velocity = |window| heat.key_velocity(tenant, &key, window, now_ms);
+                let Ok(v1) = velocity(Window::S1) else {
                     continue;
                 };
-                let Some(x) = extract(&windows, &self.tracker, tenant, &key, now_ms) else {
-                    continue;
-                };
-                let burst_start = self.tracker.note_burst(tenant, &key, x.bursting, now_ms);
+                let bursting = is_bursting(v1, || velocity(Window::S60).unwrap_or(0.0));
+                let burst_start = self.tracker.burst_start(tenant, &key, bursting, now_ms);
                 // Only the first seconds of a burst, with regions left to warm, can
                 // become a command: only those moments are scored, and only those teach
                 // the model (a long burst would otherwise outweigh many short ones).
                 let early = burst_start.is_some_and(|start| now_ms < start + EARLY_BURST_MS);
-                if !decide || !early || x.unseen.is_empty() {
+                // Features as of before this tick's burst is noted.
+                let extracted = (decide && early)
+                    .then(|| heat.key_windows(tenant, &key, now_ms).ok())
+                    .flatten()
+                    .and_then(|windows| extract(&windows, &self.tracker, tenant, &key, now_ms));
+                self.tracker.note_burst(tenant, &key, bursting, now_ms);
+                let Some(x) = extracted else {
+                    continue;
+                };
+                debug_assert_eq!(x.bursting, bursting);
+                if x.unseen.is_empty() {
                     continue;
                 }
                 self.labeler

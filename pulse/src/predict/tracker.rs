@@ -391,6 +391,24 @@ impl Tracker {
         }
     }
 
+    /// When the current burst of a tracked key started, if it is `bursting` at
+    /// `now_ms` (now, for a new one): what [`Tracker::note_burst`] will return, before
+    /// it changes the key's burst history, which the key's features read.
+    pub(crate) fn burst_start(
+        &self,
+        tenant: &TenantId,
+        key: &CacheKey,
+        bursting: bool,
+        now_ms: u64,
+    ) -> Option<u64> {
+        let k = self.tenants.get(tenant)?.keys.get(key)?;
+        match (bursting, k.in_burst) {
+            (false, _) => None,
+            (true, false) => Some(now_ms),
+            (true, true) => k.bursts.back().copied(),
+        }
+    }
+
     /// Records that a tracked key is (or is not) bursting; a new burst is remembered
     /// for the key's phase history and the tenant's hour-of-week baseline. Returns when
     /// the current burst started, while it lasts.
@@ -401,21 +419,21 @@ impl Tracker {
         bursting: bool,
         now_ms: u64,
     ) -> Option<u64> {
+        let start = self.burst_start(tenant, key, bursting, now_ms);
         let t = self.tenants.get_mut(tenant)?;
         let k = t.keys.get_mut(key)?;
-        if bursting && !k.in_burst {
+        let new_burst = bursting && !k.in_burst;
+        if new_burst {
             k.bursts.push_back(now_ms);
             if k.bursts.len() > BURSTS_KEPT {
                 k.bursts.pop_front();
             }
-            k.in_burst = true;
+        }
+        k.in_burst = bursting;
+        if new_burst {
             t.record_burst(now_ms);
-            return Some(now_ms);
         }
-        if !bursting {
-            k.in_burst = false;
-        }
-        k.in_burst.then(|| k.bursts.back().copied()).flatten()
+        start
     }
 }
 
