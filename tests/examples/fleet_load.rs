@@ -54,6 +54,13 @@ struct Args {
     /// Create the topic and exit.
     #[arg(long, conflicts_with = "existing")]
     create_only: bool,
+    /// Delete the topic (and any more named by `--also`) and exit: a bench's topics
+    /// hold gigabytes.
+    #[arg(long, conflicts_with_all = ["existing", "create_only"])]
+    delete: bool,
+    /// More topics for `--delete`.
+    #[arg(long, requires = "delete")]
+    also: Vec<String>,
     /// The topic exists already: only produce.
     #[arg(long)]
     existing: bool,
@@ -81,6 +88,9 @@ impl ProducerContext for Deliveries {
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let args = Args::parse();
+    if args.delete {
+        return delete_topics(&args).await;
+    }
     if !args.existing {
         create_topic(&args).await?;
     }
@@ -176,6 +186,27 @@ async fn create_topic(args: &Args) -> anyhow::Result<()> {
         .context("CreateTopics")?
     {
         result.map_err(|(topic, e)| anyhow::anyhow!("creating {topic}: {e}"))?;
+    }
+    Ok(())
+}
+
+async fn delete_topics(args: &Args) -> anyhow::Result<()> {
+    let admin: AdminClient<DefaultClientContext> = ClientConfig::new()
+        .set("bootstrap.servers", &args.brokers)
+        .create()
+        .context("creating an admin client")?;
+    let topics: Vec<&str> = std::iter::once(args.topic.as_str())
+        .chain(args.also.iter().map(String::as_str))
+        .collect();
+    for result in admin
+        .delete_topics(&topics, &AdminOptions::new())
+        .await
+        .context("DeleteTopics")?
+    {
+        match result {
+            Ok(_) | Err((_, RDKafkaErrorCode::UnknownTopicOrPartition)) => {}
+            Err((topic, e)) => bail!("deleting {topic}: {e}"),
+        }
     }
     Ok(())
 }
