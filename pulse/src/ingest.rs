@@ -58,7 +58,7 @@ use crate::ticks::Ticks;
 /// live (not replaying), with the partitions locked for reading: the predictor. It
 /// sees the partition's live events just applied, still borrowed from the polled
 /// messages, and ticks when the partition's schedule says ([`Ticks`]: with new events,
-/// every 50 ms of event time or of wall time, whichever comes first).
+/// every 10 ms of event time or of wall time, whichever comes first).
 pub trait BatchObserver: Send + 'static {
     /// Called after `events` were applied to `partition`'s heat map.
     fn observe(&mut self, partition: &PartitionState, events: &[AccessEventRef<'_>]);

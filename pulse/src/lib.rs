@@ -33,7 +33,7 @@
 //! - `backtest`: [`replay`] and [`backtest`] on event time; [`read_events`], [`read_topic`].
 //! - `offline`: `pulse train`/`backtest`/`trace` as calls ([`train_model`], [`backtest_table`]).
 //! - `stoppable`: the stoppable background thread behind ingest and the retrainer.
-//! - `ticks`: when each partition's predictor ticks (every 50 ms of event time, as the
+//! - `ticks`: when each partition's predictor ticks (every 10 ms of event time, as the
 //!   backtest does, however its events were batched).
 
 mod api;

@@ -26,7 +26,7 @@ use std::time::{Duration, Instant};
 
 /// Milliseconds between two ticks of a partition with events: the backtest's tick, so
 /// live pulse decides at the moments the published precision and lead were measured.
-pub(crate) const TICK_MS: u64 = 50;
+pub(crate) const TICK_MS: u64 = 10;
 
 const TICK: Duration = Duration::from_millis(TICK_MS);
 
