@@ -55,7 +55,8 @@ fn admin(brokers: &str) -> AdminClient<DefaultClientContext> {
 }
 
 /// One of the topic's configs, read from the broker, not from the code under test
-/// (a topic created a moment ago may be unknown to the broker for a moment).
+/// (a topic created a moment ago may be unknown to the broker for a moment, or
+/// described without its configs).
 async fn topic_config(brokers: &str, topic: &str, name: &str) -> String {
     let admin = admin(brokers);
     let deadline = tokio::time::Instant::now() + PATIENCE;
@@ -64,20 +65,20 @@ async fn topic_config(brokers: &str, topic: &str, name: &str) -> String {
             .describe_configs([&ResourceSpecifier::Topic(topic)], &AdminOptions::new())
             .await
             .expect("DescribeConfigs request");
+        let early = tokio::time::Instant::now() < deadline;
         match &described[0] {
             Ok(resource) => {
-                return resource
-                    .get(name)
-                    .and_then(|e| e.value.clone())
-                    .unwrap_or_else(|| panic!("{name} is set"));
+                if resource.get(name).is_some() || !early {
+                    return resource
+                        .get(name)
+                        .and_then(|e| e.value.clone())
+                        .unwrap_or_else(|| panic!("{name} is set"));
+                }
             }
-            Err(RDKafkaErrorCode::UnknownTopicOrPartition)
-                if tokio::time::Instant::now() < deadline =>
-            {
-                tokio::time::sleep(Duration::from_millis(100)).await;
-            }
+            Err(RDKafkaErrorCode::UnknownTopicOrPartition) if early => {}
             Err(code) => panic!("describing {topic}: {code}"),
         }
+        tokio::time::sleep(Duration::from_millis(100)).await;
     }
 }
 

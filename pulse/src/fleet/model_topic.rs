@@ -155,8 +155,9 @@ impl ModelTopic {
 }
 
 /// Whether `topic`'s `cleanup.policy` includes `compact`. A topic created a moment ago
-/// (by another instance racing this one) can be unknown to the broker for a moment,
-/// so that answer is retried within [`KAFKA_TIMEOUT`].
+/// (by another instance racing this one) can be unknown to the broker for a moment, or
+/// described without its configs (every topic has a `cleanup.policy`), so those
+/// answers are retried within [`KAFKA_TIMEOUT`].
 async fn is_compacted(
     admin: &AdminClient<DefaultClientContext>,
     topic: &str,
@@ -172,11 +173,14 @@ async fn is_compacted(
             .describe_configs([&ResourceSpecifier::Topic(topic)], options)
             .await
             .map_err(kafka)?;
+        let early = Instant::now() < deadline;
         match described.into_iter().next() {
-            Some(Ok(resource)) => break resource,
-            Some(Err(RDKafkaErrorCode::UnknownTopicOrPartition)) if Instant::now() < deadline => {
-                tokio::time::sleep(Duration::from_millis(100)).await;
+            Some(Ok(resource)) => {
+                if resource.get("cleanup.policy").is_some() || !early {
+                    break resource;
+                }
             }
+            Some(Err(RDKafkaErrorCode::UnknownTopicOrPartition)) if early => {}
             Some(Err(code)) => return Err(kafka(KafkaError::AdminOp(code))),
             None => {
                 return Err(kafka(KafkaError::AdminOpCreation(
@@ -184,6 +188,7 @@ async fn is_compacted(
                 )));
             }
         }
+        tokio::time::sleep(Duration::from_millis(100)).await;
     };
     Ok(resource
         .get("cleanup.policy")
