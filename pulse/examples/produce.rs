@@ -100,10 +100,10 @@ fn main() -> anyhow::Result<()> {
     for mut event in events.iter().cloned() {
         if let Some((first_ts, start_ms)) = shift {
             let offset = event.ts_ms.saturating_sub(first_ts);
+            // A sleep, not `poll(wait)`: rdkafka's poll spins through the last
+            // millisecond of a wait. Delivery reports are served after each send.
             let due = started + Duration::from_millis(offset);
-            while Instant::now() < due {
-                producer.poll(due.saturating_duration_since(Instant::now()));
-            }
+            std::thread::sleep(due.saturating_duration_since(Instant::now()));
             event.ts_ms = start_ms + offset;
         }
         let key = event.partition_key();

@@ -174,11 +174,15 @@ async fn main() -> anyhow::Result<()> {
     Ok(())
 }
 
-async fn create_topic(args: &Args) -> anyhow::Result<()> {
-    let admin: AdminClient<DefaultClientContext> = ClientConfig::new()
-        .set("bootstrap.servers", &args.brokers)
+fn admin(brokers: &str) -> anyhow::Result<AdminClient<DefaultClientContext>> {
+    ClientConfig::new()
+        .set("bootstrap.servers", brokers)
         .create()
-        .context("creating an admin client")?;
+        .context("creating an admin client")
+}
+
+async fn create_topic(args: &Args) -> anyhow::Result<()> {
+    let admin = admin(&args.brokers)?;
     let topic = NewTopic::new(&args.topic, args.partitions, TopicReplication::Fixed(1));
     for result in admin
         .create_topics([&topic], &AdminOptions::new())
@@ -191,10 +195,7 @@ async fn create_topic(args: &Args) -> anyhow::Result<()> {
 }
 
 async fn delete_topics(args: &Args) -> anyhow::Result<()> {
-    let admin: AdminClient<DefaultClientContext> = ClientConfig::new()
-        .set("bootstrap.servers", &args.brokers)
-        .create()
-        .context("creating an admin client")?;
+    let admin = admin(&args.brokers)?;
     let topics: Vec<&str> = std::iter::once(args.topic.as_str())
         .chain(args.also.iter().map(String::as_str))
         .collect();

@@ -13,7 +13,9 @@ use rdkafka::ClientConfig;
 use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
 use rdkafka::client::DefaultClientContext;
 use rdkafka::consumer::{BaseConsumer, Consumer, StreamConsumer};
+use rdkafka::error::KafkaResult;
 use rdkafka::producer::{FutureProducer, FutureRecord};
+use rdkafka::{Offset, TopicPartitionList};
 
 /// The environment variable naming a real broker.
 pub const BOOTSTRAP_ENV: &str = "KAFKA_BOOTSTRAP_SERVERS";
@@ -189,4 +191,35 @@ pub async fn produce_events(
         }
     }
     partitions
+}
+
+/// `group`'s committed offset of each of `topic`'s first `partitions` partitions
+/// (`None`: nothing committed), asked of the group coordinator on the broker `config`
+/// names, without joining the group; an error while the broker cannot say.
+pub fn committed_offsets(
+    config: &ClientConfig,
+    group: &str,
+    topic: &str,
+    partitions: i32,
+    timeout: Duration,
+) -> KafkaResult<Vec<Option<i64>>> {
+    let client: BaseConsumer = config
+        .clone()
+        .set("group.id", group)
+        .set("enable.auto.commit", "false")
+        .create()
+        .expect("creating an offsets client");
+    let mut tpl = TopicPartitionList::new();
+    for p in 0..partitions {
+        tpl.add_partition(topic, p);
+    }
+    let committed = client.committed_offsets(tpl, timeout)?;
+    Ok((0..partitions)
+        .map(
+            |p| match committed.find_partition(topic, p).map(|e| e.offset()) {
+                Some(Offset::Offset(o)) => Some(o),
+                _ => None,
+            },
+        )
+        .collect())
 }

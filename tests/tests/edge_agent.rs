@@ -13,7 +13,7 @@
 //! killed when the test ends.
 
 use std::collections::BTreeMap;
-use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::net::{SocketAddr, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -29,7 +29,7 @@ use prefetcher::{AgentConfig, AgentHandle, AgentTenant, LogFormat, SkipReason, s
 use pulse::PulseConfig;
 use rdkafka::Message;
 use rdkafka::consumer::Consumer;
-use tests::{TestKafka, produce};
+use tests::{TestKafka, free_port, produce};
 
 const TENANT: &str = "acme";
 const HOST: &str = "acme.example";
@@ -62,14 +62,6 @@ fn require(program: &str, version_flag: &str) {
              install the Debian packages nginx and varnish (scripts/install-deps)"
         ),
     }
-}
-
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
 }
 
 /// `text` with every `from` replaced, failing if `from` is absent (the shipped

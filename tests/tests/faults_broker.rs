@@ -40,11 +40,10 @@ use pulse::{PulseConfig, PulseHandle};
 use rdkafka::ClientConfig;
 use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
 use rdkafka::client::DefaultClientContext;
-use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::mocking::MockCluster;
 use rdkafka::producer::{FutureProducer, FutureRecord};
-use rdkafka::{Offset, TopicPartitionList};
 use serde_json::Value;
+use tests::committed_offsets;
 use tower::ServiceExt;
 
 const T0: u64 = 1_764_470_000_000;
@@ -225,28 +224,15 @@ impl Broker {
     /// The sum of `group`'s committed offsets on `topic`, or `None` while the broker
     /// cannot say.
     fn committed(&self, group: &str, topic: &str, partitions: i32) -> Option<i64> {
-        let consumer: BaseConsumer = self
-            .config()
-            .set("group.id", group)
-            .create()
-            .expect("a consumer");
-        let mut tpl = TopicPartitionList::new();
-        for p in 0..partitions {
-            tpl.add_partition(topic, p);
-        }
-        let committed = consumer
-            .committed_offsets(tpl, Duration::from_secs(5))
-            .ok()?;
-        Some(
-            committed
-                .elements()
-                .iter()
-                .map(|e| match e.offset() {
-                    Offset::Offset(o) => o,
-                    _ => 0,
-                })
-                .sum(),
+        let committed = committed_offsets(
+            &self.config(),
+            group,
+            topic,
+            partitions,
+            Duration::from_secs(5),
         )
+        .ok()?;
+        Some(committed.into_iter().map(|o| o.unwrap_or(0)).sum())
     }
 }
 

@@ -50,7 +50,7 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::fs::File;
 use std::io::Write;
-use std::net::{SocketAddr, TcpListener};
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::{Arc, OnceLock};
@@ -68,7 +68,7 @@ use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::producer::FutureProducer;
 use rdkafka::{Message, Offset, TopicPartitionList};
 use serde_json::Value;
-use tests::TestKafka;
+use tests::{TestKafka, committed_offsets, free_port};
 
 /// Partitions of the events topic.
 const PARTITIONS: i32 = 8;
@@ -93,14 +93,6 @@ fn wall_ms() -> u64 {
         .duration_since(UNIX_EPOCH)
         .unwrap()
         .as_millis() as u64
-}
-
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
 }
 
 /// The `pulse` binary, built once per test run.
@@ -678,32 +670,6 @@ fn high_watermarks(kafka: &TestKafka, topic: &str, partitions: i32) -> Vec<i64> 
         .collect()
 }
 
-/// The group's committed offset per partition (-1: none). Asks the group coordinator
-/// without joining the group.
-fn committed_offsets(kafka: &TestKafka, group: &str, topic: &str) -> Vec<i64> {
-    let client: BaseConsumer = kafka
-        .config()
-        .set("group.id", group)
-        .set("enable.auto.commit", "false")
-        .create()
-        .expect("creating an offsets client");
-    let mut tpl = TopicPartitionList::new();
-    for p in 0..PARTITIONS {
-        tpl.add_partition(topic, p);
-    }
-    let committed = client
-        .committed_offsets(tpl, Duration::from_secs(10))
-        .unwrap_or_else(|e| panic!("committed offsets of {group}: {e}"));
-    (0..PARTITIONS)
-        .map(
-            |p| match committed.find_partition(topic, p).map(|e| e.offset()) {
-                Some(Offset::Offset(o)) => o,
-                _ => -1,
-            },
-        )
-        .collect()
-}
-
 /// Every command on `topic` (one partition), from its beginning to its end.
 fn read_commands(kafka: &TestKafka, topic: &str) -> Vec<PrewarmCommand> {
     let end = high_watermarks(kafka, topic, 1)[0];
@@ -1248,7 +1214,18 @@ async fn a_fleet_answers_like_one_pulse_through_join_crash_and_leave() {
             process.log_tail()
         );
     }
-    let committed = committed_offsets(&kafka, &group, &events_topic);
+    // -1: none committed.
+    let committed: Vec<i64> = committed_offsets(
+        &kafka.config(),
+        &group,
+        &events_topic,
+        PARTITIONS,
+        Duration::from_secs(10),
+    )
+    .unwrap_or_else(|e| panic!("committed offsets of {group}: {e}"))
+    .into_iter()
+    .map(|o| o.unwrap_or(-1))
+    .collect();
     assert_eq!(
         committed, hwm,
         "the fleet group's committed offsets per partition (left) against the high watermarks"

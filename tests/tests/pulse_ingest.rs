@@ -8,9 +8,7 @@ use std::time::Duration;
 use axum::http::StatusCode;
 use models::{AccessEvent, CacheKey, NodeId, Outcome, RegionId, TenantId, encode};
 use pulse::PulseConfig;
-use rdkafka::consumer::Consumer;
-use rdkafka::{Offset, TopicPartitionList};
-use tests::{TestKafka, api::get_json as get, produce};
+use tests::{TestKafka, api::get_json as get, committed_offsets, produce};
 
 const T0: u64 = 1_764_470_000_000;
 const REGIONS: [&str; 3] = ["eu-west", "us-east", "ap-south"];
@@ -149,22 +147,9 @@ async fn events_reach_the_heat_map_api_and_offsets_follow_the_checkpoint() {
     let at_now = format!("/api/heatmap?tenant=acme&window=60s&now_ms={now}");
     let (_, before) = get(&app, &at_now).await;
 
-    let consumer = kafka.consumer(&group);
-    let mut tpl = TopicPartitionList::new();
-    for p in 0..3 {
-        tpl.add_partition(&topic, p);
-    }
-    let committed = consumer
-        .committed_offsets(tpl, Duration::from_secs(10))
+    let committed = committed_offsets(&kafka.config(), &group, &topic, 3, Duration::from_secs(10))
         .expect("reading committed offsets");
-    let sum: i64 = committed
-        .elements()
-        .iter()
-        .map(|e| match e.offset() {
-            Offset::Offset(o) => o,
-            _ => 0,
-        })
-        .sum();
+    let sum: i64 = committed.iter().map(|o| o.unwrap_or(0)).sum();
     assert_eq!(sum, total_messages, "committed: {committed:?}");
 
     // A restarted pulse starts from that checkpoint: every offset is committed, so it
