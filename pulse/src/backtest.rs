@@ -423,6 +423,65 @@ mod tests {
         assert!(row.median_lead_ms.unwrap() >= 1_000, "{row:?}");
     }
 
+    /// Online retraining (`retrain`, as `pulse serve` runs it, on the same labels)
+    /// learns a family the model never saw: a model trained without one-region flash
+    /// crowds warms the whole fleet for them; retrained on moments that include a
+    /// crowd trace, it stops, and does no worse on the traffic it knew.
+    #[test]
+    fn a_model_retrained_on_a_new_family_improves_on_it_and_not_on_the_others() {
+        use crate::predict::{RetrainOutcome, retrain};
+        let known = |seed| TraceSpec {
+            flash_crowds: 0,
+            ..spec(seed)
+        };
+        let crowds = |seed| TraceSpec {
+            flash_crowds: 8,
+            virals: 3,
+            ..spec(seed)
+        };
+        let samples = |spec: &TraceSpec| {
+            let trace = generate_trace(spec);
+            replay(&trace.events, None, &ReplayOptions::default()).samples
+        };
+        let fit = |samples: &[crate::predict::Sample]| {
+            let pairs: Vec<_> = samples.iter().map(|s| (s.features, s.viral)).collect();
+            ScoringModel::train(&pairs, &[], &TrainOptions::default()).unwrap()
+        };
+        let before = samples(&known(41));
+        let base = fit(&before);
+        // What pulse serve would hold at its next retrain: older moments first, the
+        // crowds' moments the newest (part of them held out to judge the candidate).
+        let mut seen = before;
+        seen.extend(samples(&crowds(42)));
+        let retrained = match retrain(&base, &seen, 0.2, &TrainOptions::default()) {
+            RetrainOutcome::Replace { model, .. } => *model,
+            other => panic!("the retrain kept the old model: {other:?}"),
+        };
+        let row = |model: &ScoringModel, spec: &TraceSpec| {
+            let trace = generate_trace(spec);
+            let run = replay(
+                &trace.events,
+                Some(Arc::new(model.clone())),
+                &ReplayOptions::default(),
+            );
+            score(&run, &trace.events, 0.85, Some(&trace.bursts))
+        };
+        // Seeds neither model trained on.
+        let (new_before, new_after) = (row(&base, &crowds(43)), row(&retrained, &crowds(43)));
+        assert!(
+            new_after.precision > new_before.precision + 0.2 && new_after.precision >= 0.9,
+            "on the new family: {new_before:?} -> {new_after:?}"
+        );
+        assert!(new_after.recall >= Some(0.9), "{new_after:?}");
+        let (old_before, old_after) = (row(&base, &known(44)), row(&retrained, &known(44)));
+        assert!(
+            old_after.precision >= old_before.precision
+                && old_after.recall >= old_before.recall
+                && old_after.wasted_share <= old_before.wasted_share,
+            "on the known family: {old_before:?} -> {old_after:?}"
+        );
+    }
+
     /// `--commands` writes the wire format: every line decodes back to the command,
     /// and the honest scorer gives the same figures from the file as from the replay.
     #[test]

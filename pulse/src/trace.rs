@@ -53,7 +53,8 @@ pub struct TraceSpec {
     pub ramp_ms: u64,
     /// Share of the fleet a viral reaches (at least two regions).
     pub spread_share: f64,
-    /// One-region flash crowds to inject: many nodes, social referrers, never spread.
+    /// One-region flash crowds to inject: many nodes, referred by the region's local
+    /// news site, never spread.
     pub flash_crowds: usize,
     /// Single-node hammers to inject: one node asks for one key, fast, for seconds.
     pub hammers: usize,
@@ -102,7 +103,7 @@ impl Default for TraceSpec {
             spread_ms: (2_000, 4_000),
             ramp_ms: 1_000,
             spread_share: 1.0,
-            flash_crowds: 0,
+            flash_crowds: 3,
             hammers: 0,
             crawlers: 0,
             cron_second: None,
@@ -255,7 +256,7 @@ pub const FAMILIES: [Family; 17] = [
     },
     Family {
         name: "flash-crowds",
-        about: "12 one-region crowds (many nodes, social referrers, 20 s) beside 6 virals",
+        about: "12 one-region crowds (many nodes, local news referrers, 20 s) beside 6 virals",
         train: false,
         tweak: |s| {
             s.virals = 6;
@@ -398,24 +399,44 @@ const ORDINARY: [&str; 4] = [
 /// A newsletter's link domain: not social, one domain for the whole wave.
 const NEWSLETTER: &str = "newsletter.example";
 
+/// Region `r`'s local news site: its readers live in that region.
+fn local_news(region: &RegionId) -> String {
+    format!("news.{region}.example")
+}
+
+/// The referrer of a background request in a region whose local news site is
+/// `local`: 30 % have one, mostly search engines, also social networks, the
+/// newsletter and the local news site, as any site's logs show all day long.
+fn background_referrer<'a>(rng: &mut StdRng, local: &'a str) -> Option<&'a str> {
+    if !rng.random_bool(0.3) {
+        return None;
+    }
+    Some(match rng.random_range(0..20) {
+        0..12 => ORDINARY[rng.random_range(0..ORDINARY.len())],
+        12..17 => SOCIAL[rng.random_range(0..SOCIAL.len())],
+        17 => NEWSLETTER,
+        _ => local,
+    })
+}
+
 /// The referrers of a burst's requests.
 #[derive(Debug, Clone, Copy)]
-enum Referrers {
+enum Referrers<'a> {
     /// This domain for 60 % of them (if any), ordinary search referrers for 30 % of
     /// the rest.
-    Ordinary(Option<&'static str>),
+    Ordinary(Option<&'a str>),
     /// None at all.
     Nothing,
 }
 
 /// One stream of requests before outcomes are assigned.
-struct Request {
+struct Request<'a> {
     ts_ms: u64,
     tenant: usize,
     key: CacheKey,
     region: usize,
     node: usize,
-    referrer: Option<&'static str>,
+    referrer: Option<&'a str>,
 }
 
 fn id<T: std::str::FromStr>(s: String) -> T
@@ -434,6 +455,7 @@ pub fn generate(spec: &TraceSpec) -> Trace {
     let regions: Vec<RegionId> = (0..spec.regions)
         .map(|r| id(format!("region-{r}")))
         .collect();
+    let news: Vec<String> = regions.iter().map(local_news).collect();
     let end_ms = spec.start_ms + spec.duration_ms;
     let mut requests = Vec::new();
 
@@ -473,15 +495,14 @@ pub fn generate(spec: &TraceSpec) -> Trace {
                 })
                 .unwrap_or(spec.tenants - 1)
         };
+        let region = rng.random_range(0..spec.regions);
         requests.push(Request {
             ts_ms: t as u64,
             tenant,
             key: id(format!("/assets/{rank}.js")),
-            region: rng.random_range(0..spec.regions),
+            region,
             node: rng.random_range(0..spec.nodes_per_region),
-            referrer: rng
-                .random_bool(0.3)
-                .then(|| ORDINARY[rng.random_range(0..ORDINARY.len())]),
+            referrer: background_referrer(&mut rng, &news[region]),
         });
     }
 
@@ -550,10 +571,11 @@ pub fn generate(spec: &TraceSpec) -> Trace {
                 (reached, region_start + 20_000)
             }
             BurstKind::Flash => {
-                // One region's crowd, on every node, with a social referrer, 10-20 s.
+                // One region's crowd, on every node, sent by its local news site
+                // (a story about the region), 20 s.
                 let region = order[0];
                 let peak_rps = rng.random_range(60.0..200.0);
-                let referrer = Referrers::Ordinary(Some(SOCIAL[rng.random_range(0..SOCIAL.len())]));
+                let referrer = Referrers::Ordinary(Some(news[region].as_str()));
                 viral_requests(
                     &mut rng,
                     &mut requests,
@@ -695,16 +717,16 @@ pub fn generate(spec: &TraceSpec) -> Trace {
 }
 
 #[allow(clippy::too_many_arguments)]
-fn viral_requests(
+fn viral_requests<'a>(
     rng: &mut StdRng,
-    requests: &mut Vec<Request>,
+    requests: &mut Vec<Request<'a>>,
     spec: &TraceSpec,
     tenant: usize,
     key: &CacheKey,
     (region, node): (usize, Option<usize>),
     region_start: u64,
     peak_rps: f64,
-    referrer: Referrers,
+    referrer: Referrers<'a>,
 ) {
     let ramp_ms = spec.ramp_ms as f64;
     let last = region_start as f64 + 20_000.0;
@@ -736,7 +758,7 @@ fn assign_outcomes(
     spec: &TraceSpec,
     tenants: &[TenantId],
     regions: &[RegionId],
-    requests: Vec<Request>,
+    requests: Vec<Request<'_>>,
 ) -> Vec<AccessEvent> {
     let nodes: Vec<Vec<NodeId>> = (0..spec.regions)
         .map(|r| {
@@ -771,7 +793,7 @@ fn assign_outcomes(
             );
             event.referrer = r
                 .referrer
-                .map(|d| Domain::new(d).expect("static domains are valid"));
+                .map(|d| Domain::new(d).expect("generated domains are valid"));
             event.fill_ms = fill_ms;
             event.bytes = 4_096;
             event
@@ -883,6 +905,34 @@ mod tests {
         for b in partial.bursts.iter().filter(|b| b.kind == BurstKind::Viral) {
             assert!((2..=4).contains(&b.regions.len()), "{b:?}");
         }
+        // A crowd's referred visitors come from its own region's local news site,
+        // which refers visitors in no other region.
+        let crowds = short("flash-crowds");
+        let crowd = crowds
+            .bursts
+            .iter()
+            .find(|b| b.kind == BurstKind::Flash)
+            .unwrap();
+        let local = local_news(&crowd.regions[0].0);
+        let referred: Vec<_> = crowds
+            .events
+            .iter()
+            .filter(|e| e.key == crowd.key)
+            .filter_map(|e| e.referrer.as_ref())
+            .collect();
+        let from_local = referred.iter().filter(|d| d.as_str() == local).count();
+        assert!(
+            from_local * 2 > referred.len(),
+            "{from_local} of {}",
+            referred.len()
+        );
+        assert!(
+            crowds
+                .events
+                .iter()
+                .filter(|e| e.referrer.as_ref().is_some_and(|d| d.as_str() == local))
+                .all(|e| e.region == crowd.regions[0].0)
+        );
         let fleet = short("fleet-12");
         assert_eq!(fleet.regions.len(), 12);
         let plain = short("referrerless");

@@ -36,7 +36,7 @@ macro_rules! features {
 }
 
 /// How many features the model reads.
-pub const FEATURE_COUNT: usize = 15;
+pub const FEATURE_COUNT: usize = 16;
 
 features! {
     /// Requests per second for the key over the last 200 ms, all outcomes.
@@ -74,6 +74,10 @@ features! {
     /// `referrer_top_share` minus that domain's share over the key's last 60 s (its
     /// baseline), or over the tenant's recent mix for a key without history.
     referrer_lift,
+    /// Share of the tenant's regions in which the key's top referrer domain (last 10 s)
+    /// referred any request lately (5-10 minutes, any tenant's keys): low for a local
+    /// site, whose readers never spread the key elsewhere; 1 without a referrer.
+    referrer_reach,
     /// The tenant's burstiness at this hour of the week: an EWMA of the bursts it had then.
     tenant_burstiness,
 }
@@ -149,10 +153,12 @@ pub(crate) fn extract(
     // load), over the tenant's own regions (the fleet may be larger than the tenant's).
     let minute_ago = now_ms.saturating_sub(60_000);
     let mut tenant_regions = 0usize;
+    let mut tenant_mask = 0u64;
     let mut unseen = Vec::new();
     let mut unseen_counts = Vec::new();
     for i in t.regions(now_ms) {
         tenant_regions += 1;
+        tenant_mask |= 1 << i;
         if !k.region_seen_since(i, minute_ago) {
             unseen.push(tracker.regions[i].clone());
             unseen_counts.push((i, k.region_count(i)));
@@ -166,7 +172,16 @@ pub(crate) fn extract(
         }
     };
 
-    let (referrer_top_share, referrer_social_share, referrer_lift) = referrers(k, t, now_ms);
+    let referrers = referrers(k, t, now_ms);
+    // Unknown (no referrer, or a domain past a cap) counts as everywhere: no evidence
+    // that the key's visitors are local.
+    let referrer_reach = referrers
+        .top
+        .and_then(|domain| tracker.reach.regions(domain))
+        .filter(|_| tenant_regions > 0)
+        .map_or(1.0, |mask| {
+            f64::from((mask & tenant_mask).count_ones()) / tenant_regions as f64
+        });
     let features = Features {
         velocity_200ms: v200,
         velocity_1s: v1,
@@ -187,9 +202,10 @@ pub(crate) fn extract(
         top_node_share: k.top_node_share(),
         nodes_asking: k.nodes.len() as f64,
         phase_bursts_before: phase_bursts_before(k, now_ms) as f64,
-        referrer_top_share,
-        referrer_social_share,
-        referrer_lift,
+        referrer_top_share: referrers.top_share,
+        referrer_social_share: referrers.social_share,
+        referrer_lift: referrers.lift,
+        referrer_reach,
         tenant_burstiness: t.burstiness(now_ms),
     };
     Some(Extracted {
@@ -222,17 +238,32 @@ fn phase_bursts_before(k: &TrackedKey, now_ms: u64) -> usize {
         .count()
 }
 
-/// (top domain's share of the last 10 s, social share of the last 10 s, top share
-/// minus that domain's baseline share).
-fn referrers(k: &TrackedKey, t: &super::tracker::TenantTracker, now_ms: u64) -> (f64, f64, f64) {
+/// A key's referrers over the last 10 s.
+#[derive(Default)]
+struct Referrers<'t> {
+    /// The most common domain.
+    top: Option<&'t str>,
+    /// Its share of the requests.
+    top_share: f64,
+    /// The share from social or news domains.
+    social_share: f64,
+    /// `top_share` minus that domain's baseline share.
+    lift: f64,
+}
+
+fn referrers<'t>(
+    k: &TrackedKey,
+    t: &'t super::tracker::TenantTracker,
+    now_ms: u64,
+) -> Referrers<'t> {
     let now_s = now_ms / 1_000;
     let (total, by_domain) = k.referrer_counts(now_s.saturating_sub(9), now_s);
     if total == 0 {
-        return (0.0, 0.0, 0.0);
+        return Referrers::default();
     }
     let Some((&top, &top_count)) = by_domain.iter().max_by_key(|(d, c)| (**c, u32::MAX - **d))
     else {
-        return (0.0, 0.0, 0.0);
+        return Referrers::default();
     };
     let top_share = top_count as f64 / total as f64;
     let social: u32 = by_domain
@@ -246,11 +277,12 @@ fn referrers(k: &TrackedKey, t: &super::tracker::TenantTracker, now_ms: u64) -> 
     } else {
         t.domain_share(top)
     };
-    (
+    Referrers {
+        top: t.domain_name(top),
         top_share,
-        social as f64 / total as f64,
-        top_share - baseline,
-    )
+        social_share: social as f64 / total as f64,
+        lift: top_share - baseline,
+    }
 }
 
 #[cfg(test)]
@@ -280,6 +312,66 @@ mod tests {
         assert!(is_social("old.reddit.com"));
         assert!(!is_social("notreddit.com"));
         assert!(!is_social("www.google.com"));
+    }
+
+    /// `referrer_reach`: the share of the tenant's regions the key's top referrer
+    /// sent anyone from lately; 1 for a key without referrers.
+    #[test]
+    fn a_local_referrers_reach_is_its_share_of_the_tenants_regions() {
+        use models::{AccessEvent, NodeId, Outcome};
+        let event = |ts: u64, key: &str, region: &str, referrer: Option<&str>| {
+            let mut e = AccessEvent::new(
+                ts,
+                "acme".parse().unwrap(),
+                key.parse().unwrap(),
+                region.parse().unwrap(),
+                "n1".parse::<NodeId>().unwrap(),
+                Outcome::Miss,
+            );
+            e.referrer = referrer.map(|d| models::Domain::new(d).unwrap());
+            e
+        };
+        let mut tracker = Tracker::new(10);
+        let tenant: TenantId = "acme".parse().unwrap();
+        // Four regions serve the tenant; t.co refers visitors in three of them, the
+        // local paper in one.
+        for (i, region) in ["r0", "r1", "r2", "r3"].iter().enumerate() {
+            let referrer = (i < 3).then_some("t.co");
+            tracker.observe(&event(1_000, "/bg", region, referrer).borrowed());
+        }
+        tracker.observe(&event(1_000, "/bg", "r0", Some("news.r0.example")).borrowed());
+        let keys: Vec<CacheKey> = ["/local", "/viral", "/plain"]
+            .iter()
+            .map(|k| k.parse().unwrap())
+            .collect();
+        tracker.track(&tenant, &keys, 1_000);
+        for i in 0..10 {
+            tracker.observe(&event(2_000 + i, "/local", "r0", Some("news.r0.example")).borrowed());
+            tracker.observe(&event(2_000 + i, "/viral", "r0", Some("t.co")).borrowed());
+            tracker.observe(&event(2_000 + i, "/plain", "r0", None).borrowed());
+        }
+        let quiet = |window| WindowStats {
+            window,
+            counts: Default::default(),
+            total: 0,
+            demand: 0,
+            misses: 0,
+            velocity: 0.0,
+            miss_velocity: 0.0,
+            miss_regions: Vec::new(),
+            regions: Vec::new(),
+        };
+        use crate::heat::Window;
+        let windows = [Window::Ms200, Window::S1, Window::S10, Window::S60].map(quiet);
+        let reach = |key: &CacheKey| {
+            extract(&windows, &tracker, &tenant, key, 2_500)
+                .unwrap()
+                .features
+                .referrer_reach
+        };
+        assert_eq!(reach(&keys[0]), 0.25);
+        assert_eq!(reach(&keys[1]), 0.75);
+        assert_eq!(reach(&keys[2]), 1.0);
     }
 
     #[test]

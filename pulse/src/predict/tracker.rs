@@ -238,11 +238,61 @@ fn hour_of_week(now_ms: u64) -> u64 {
     (now_ms / 3_600_000 + 3 * 24) % 168
 }
 
-/// All tenants' tracked keys, and the fleet's regions.
+/// How long one period of [`DomainReach`] lasts: a domain's regions are those of the
+/// current period and the one before, 5 to 10 minutes.
+const REACH_PERIOD_MS: u64 = 300_000;
+/// Referrer domains whose regions are kept; later ones are not known.
+const MAX_REACH_DOMAINS: usize = 4_096;
+
+/// Where each referrer domain sends visitors from: the regions it referred requests
+/// in lately, for every tenant's keys. A local news site's readers live in one
+/// region, a social network's everywhere, whoever's content they link to.
+#[derive(Debug, Default)]
+pub(crate) struct DomainReach {
+    period: u64,
+    /// Per domain: region bitmasks (tracker region ids) of this period and the last.
+    domains: HashMap<String, (u64, u64)>,
+}
+
+impl DomainReach {
+    fn note(&mut self, domain: &str, region: usize, ts_ms: u64) {
+        let period = ts_ms / REACH_PERIOD_MS;
+        if period > self.period {
+            let next = period == self.period + 1;
+            for (current, last) in self.domains.values_mut() {
+                *last = if next { *current } else { 0 };
+                *current = 0;
+            }
+            self.domains.retain(|_, (_, last)| *last != 0);
+            self.period = period;
+        }
+        let bit = 1u64 << region;
+        let full = self.domains.len() >= MAX_REACH_DOMAINS;
+        match self.domains.get_mut(domain) {
+            Some((current, _)) => *current |= bit,
+            None if !full => {
+                self.domains.insert(domain.to_owned(), (bit, 0));
+            }
+            None => {}
+        }
+    }
+
+    /// The regions (a bitmask of tracker region ids) `domain` referred requests in
+    /// over the last 5 to 10 minutes; `None` for a domain not kept.
+    pub(crate) fn regions(&self, domain: &str) -> Option<u64> {
+        self.domains
+            .get(domain)
+            .map(|(current, last)| current | last)
+    }
+}
+
+/// All tenants' tracked keys, the fleet's regions, and where referrers send
+/// visitors from.
 #[derive(Debug)]
 pub(crate) struct Tracker {
     pub(crate) tenants: HashMap<TenantId, TenantTracker>,
     pub(crate) regions: Vec<RegionId>,
+    pub(crate) reach: DomainReach,
     max_keys: usize,
 }
 
@@ -261,6 +311,7 @@ impl Tracker {
         Tracker {
             tenants: HashMap::new(),
             regions: Vec::new(),
+            reach: DomainReach::default(),
             max_keys,
         }
     }
@@ -291,6 +342,9 @@ impl Tracker {
                 note_region(key, r, event.ts_ms, false);
             }
             return false;
+        }
+        if let (Some(domain), Some(r)) = (&event.referrer, region) {
+            self.reach.note(domain.as_str(), r, event.ts_ms);
         }
         let domain = event
             .referrer
@@ -550,6 +604,42 @@ mod tests {
         assert_eq!(t.keys[&key].top_node_share(), 0.75);
         assert_eq!(t.regions(1_200).count(), 2, "eu (via /b) and us");
         assert_eq!(t.regions(1_000 + TENANT_REGION_MS + 200).count(), 0);
+    }
+
+    /// A domain's reach is every region it referred any tenant's request in, this
+    /// period or the last; older ones fall out; later domains past the cap are unknown.
+    #[test]
+    fn a_domains_reach_is_its_recent_regions_for_every_tenant() {
+        let mut tracker = Tracker::new(10);
+        let local = "news.eu.example";
+        tracker.observe(&event(1_000, "/a", "eu", Some(local)).borrowed());
+        let mut other_tenant = event(2_000, "/b", "us", Some("t.co"));
+        other_tenant.tenant = "other".parse().unwrap();
+        tracker.observe(&other_tenant.borrowed());
+        tracker.observe(&event(3_000, "/c", "ap", Some("t.co")).borrowed());
+        tracker.observe(&event(3_000, "/c", "ap", None).borrowed());
+        let reach = |t: &Tracker, d| t.reach.regions(d);
+        assert_eq!(reach(&tracker, local), Some(0b001), "eu only");
+        assert_eq!(
+            reach(&tracker, "t.co"),
+            Some(0b110),
+            "us and ap, both tenants"
+        );
+        // The next period still remembers them; the one after forgets.
+        tracker.observe(&event(REACH_PERIOD_MS + 1, "/a", "us", Some("t.co")).borrowed());
+        assert_eq!(reach(&tracker, local), Some(0b001));
+        tracker.observe(&event(2 * REACH_PERIOD_MS + 1, "/a", "us", Some("t.co")).borrowed());
+        assert_eq!(reach(&tracker, local), None);
+        assert_eq!(reach(&tracker, "t.co"), Some(0b010));
+        for i in 0..MAX_REACH_DOMAINS + 10 {
+            let domain = format!("d{i}.example");
+            tracker.observe(&event(2 * REACH_PERIOD_MS + 2, "/a", "eu", Some(&domain)).borrowed());
+        }
+        assert_eq!(tracker.reach.domains.len(), MAX_REACH_DOMAINS);
+        assert_eq!(
+            reach(&tracker, &format!("d{MAX_REACH_DOMAINS}.example")),
+            None
+        );
     }
 
     #[test]
