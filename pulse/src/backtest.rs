@@ -423,6 +423,41 @@ mod tests {
         assert!(row.median_lead_ms.unwrap() >= 1_000, "{row:?}");
     }
 
+    /// Just after start the heat map's minute holds a second or two: a key that was
+    /// always this busy must not look like it bursts (every popular key would be
+    /// scored, and warmed everywhere, at start); a key that jumps later still does.
+    #[test]
+    fn a_busy_key_does_not_burst_because_pulse_just_started() {
+        use models::{NodeId, Outcome};
+        let event = |ts_ms: u64, key: &str, region: &str| {
+            AccessEvent::new(
+                ts_ms,
+                "acme".parse().unwrap(),
+                key.parse().unwrap(),
+                region.parse().unwrap(),
+                "n1".parse::<NodeId>().unwrap(),
+                Outcome::Hit,
+            )
+        };
+        let mut events = Vec::new();
+        for ms in (0..120_000).step_by(25) {
+            // 40 requests/s from the first event on; and from 90 s another key.
+            events.push(event(ms, "/steady", "r0"));
+            if ms >= 90_000 {
+                events.push(event(ms, "/late", "r0"));
+            }
+            if ms % 1_000 == 0 {
+                for region in ["r1", "r2", "r3"] {
+                    events.push(event(ms, "/other", region));
+                }
+            }
+        }
+        let run = replay(&events, None, &ReplayOptions::default());
+        let scored = |key: &str| run.samples.iter().any(|s| s.key.as_str() == key);
+        assert!(scored("/late"), "a key that jumps is scored");
+        assert!(!scored("/steady"), "a key as busy as ever is not");
+    }
+
     /// Online retraining (`retrain`, as `pulse serve` runs it, on the same labels)
     /// learns a family the model never saw: a model trained without one-region flash
     /// crowds warms the whole fleet for them; retrained on moments that include a

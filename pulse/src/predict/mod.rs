@@ -86,6 +86,8 @@ pub struct Predictor {
     tracker: Tracker,
     labeler: Labeler,
     scored: u64,
+    /// The oldest event seen: the heat map's minute holds only what came since.
+    first_event_ms: Option<u64>,
 }
 
 impl Predictor {
@@ -102,11 +104,16 @@ impl Predictor {
                 config.sample_capacity,
             ),
             scored: 0,
+            first_event_ms: None,
         }
     }
 
     /// Feeds one applied event.
     pub fn observe(&mut self, event: &AccessEventRef<'_>) {
+        self.first_event_ms = Some(
+            self.first_event_ms
+                .map_or(event.ts_ms, |f| f.min(event.ts_ms)),
+        );
         if self.tracker.observe(event) {
             self.decider.observe(
                 event.ts_ms,
@@ -134,6 +141,10 @@ impl Predictor {
 
     fn run_tick(&mut self, heat: &HeatMap, now_ms: u64, decide: bool) -> Vec<PrewarmCommand> {
         let mut commands = Vec::new();
+        // A key's minute average over the part of the minute seen so far: at start
+        // every key's minute looks quiet, and every popular key would seem to burst.
+        let seen_ms = now_ms.saturating_sub(self.first_event_ms.unwrap_or(now_ms));
+        let minute_share = (seen_ms as f64 / 60_000.0).clamp(1.0 / 60.0, 1.0);
         // Ids only: the summaries (`HeatMap::tenants`) compute error bounds, and a tick
         // runs per partition after every batch.
         let tenants: Vec<TenantId> = heat
@@ -164,7 +175,8 @@ impl Predictor {
                 let Ok(v1) = velocity(Window::S1) else {
                     continue;
                 };
-                let bursting = is_bursting(v1, || velocity(Window::S60).unwrap_or(0.0));
+                let bursting =
+                    is_bursting(v1, || velocity(Window::S60).unwrap_or(0.0) / minute_share);
                 let burst_start = self.tracker.burst_start(tenant, &key, bursting, now_ms);
                 // Only the first seconds of a burst, with regions left to warm, can
                 // become a command: only those moments are scored, and only those teach
@@ -179,7 +191,6 @@ impl Predictor {
                 let Some(x) = extracted else {
                     continue;
                 };
-                debug_assert_eq!(x.bursting, bursting);
                 if x.unseen.is_empty() {
                     continue;
                 }
