@@ -51,8 +51,14 @@ pub struct TraceSpec {
     pub spread_ms: (u64, u64),
     /// How long a viral takes to reach its peak rate in a region, ms.
     pub ramp_ms: u64,
-    /// Share of the fleet a viral reaches (at least two regions).
+    /// Share of the fleet a viral reaches (at least two regions), in regions drawn at
+    /// random; with several audiences, a viral reaches its own audience instead.
     pub spread_share: f64,
+    /// Audiences the fleet's regions split into (consecutive regions, as a language
+    /// or a continent would group them). Each has its own taste (which background
+    /// keys are popular), and a viral spreads through every region of the audience it
+    /// starts in and to no other. 1: one audience, the whole fleet.
+    pub audiences: usize,
     /// One-region flash crowds to inject: many nodes, referred by the region's local
     /// news site, never spread.
     pub flash_crowds: usize,
@@ -103,6 +109,7 @@ impl Default for TraceSpec {
             spread_ms: (2_000, 4_000),
             ramp_ms: 1_000,
             spread_share: 1.0,
+            audiences: 1,
             flash_crowds: 3,
             hammers: 0,
             crawlers: 0,
@@ -149,6 +156,9 @@ impl TraceSpec {
         if self.regions < 2 {
             return Err("regions: at least 2 (a viral spreads)".into());
         }
+        if self.audiences == 0 || self.regions < 2 * self.audiences {
+            return Err("audiences: at least 1, and at least 2 regions each".into());
+        }
         if self.regions > 64 {
             return Err("regions: at most 64".into());
         }
@@ -174,7 +184,7 @@ pub struct Family {
 }
 
 /// Every family, training ones first.
-pub const FAMILIES: [Family; 17] = [
+pub const FAMILIES: [Family; 18] = [
     Family {
         name: "mixed-4",
         about: "the default mix on 4 regions",
@@ -247,7 +257,16 @@ pub const FAMILIES: [Family; 17] = [
     },
     Family {
         name: "partial-spread",
-        about: "virals reach 2 to half of 8 regions",
+        about: "8 regions in 2 audiences of their own taste; virals reach their audience only",
+        train: false,
+        tweak: |s| {
+            s.regions = 8;
+            s.audiences = 2;
+        },
+    },
+    Family {
+        name: "scattered-spread",
+        about: "virals reach 2 to 4 of 8 regions drawn at random, no audience",
         train: false,
         tweak: |s| {
             s.regions = 8;
@@ -468,6 +487,19 @@ pub fn generate(spec: &TraceSpec) -> Trace {
         .map(|i| 1.0 / ((i + 1) as f64).powf(spec.tenant_skew))
         .collect();
     let weight_total: f64 = tenant_weights.iter().sum();
+    let audience_of = |region: usize| region * spec.audiences / spec.regions;
+    // Each audience's popularity ranking of the keys: the first as drawn, the others
+    // shuffled (a stream of their own, so one audience leaves the trace as it was).
+    let mut taste_rng = StdRng::seed_from_u64(spec.seed ^ 0x7a57e);
+    let tastes: Vec<Vec<usize>> = (0..spec.audiences)
+        .map(|a| {
+            let mut ranking: Vec<usize> = (0..=spec.keys_per_tenant).collect();
+            if a > 0 {
+                ranking.shuffle(&mut taste_rng);
+            }
+            ranking
+        })
+        .collect();
     let mut t = spec.start_ms as f64;
     loop {
         t += gap.sample(&mut rng);
@@ -483,6 +515,8 @@ pub fn generate(spec: &TraceSpec) -> Trace {
             }
         }
         let rank = zipf.sample(&mut rng) as usize;
+        // The region is drawn after the tenant (as it always was); the key's rank is
+        // read in its audience's taste.
         let tenant = if spec.tenant_skew == 0.0 {
             rng.random_range(0..spec.tenants)
         } else {
@@ -496,6 +530,7 @@ pub fn generate(spec: &TraceSpec) -> Trace {
                 .unwrap_or(spec.tenants - 1)
         };
         let region = rng.random_range(0..spec.regions);
+        let rank = tastes[audience_of(region)][rank.min(spec.keys_per_tenant)];
         requests.push(Request {
             ts_ms: t as u64,
             tenant,
@@ -546,7 +581,14 @@ pub fn generate(spec: &TraceSpec) -> Trace {
                 let peak_rps = rng.random_range(60.0..200.0);
                 let most = ((spec.regions as f64 * spec.spread_share).round() as usize)
                     .clamp(2, spec.regions);
-                let reach = if most == spec.regions {
+                let reach = if spec.audiences > 1 {
+                    // Its own audience: the first region's, every region of it.
+                    let audience = audience_of(order[0]);
+                    order.sort_by_key(|r| audience_of(*r) != audience);
+                    (0..spec.regions)
+                        .filter(|r| audience_of(*r) == audience)
+                        .count()
+                } else if most == spec.regions {
                     most
                 } else {
                     rng.random_range(2..=most)
@@ -901,10 +943,36 @@ mod tests {
                 .collect();
             assert_eq!(nodes.len(), 1, "{b:?}");
         }
-        let partial = short("partial-spread");
-        for b in partial.bursts.iter().filter(|b| b.kind == BurstKind::Viral) {
+        let scattered = short("scattered-spread");
+        for b in scattered
+            .bursts
+            .iter()
+            .filter(|b| b.kind == BurstKind::Viral)
+        {
             assert!((2..=4).contains(&b.regions.len()), "{b:?}");
         }
+        // Two audiences of 4 regions (0-3, 4-7): a viral reaches all of its own.
+        let partial = short("partial-spread");
+        let audience = |r: &RegionId| partial.regions.iter().position(|x| x == r).unwrap() / 4;
+        for b in partial.bursts.iter().filter(|b| b.kind == BurstKind::Viral) {
+            assert_eq!(b.regions.len(), 4, "{b:?}");
+            assert!(
+                b.regions
+                    .iter()
+                    .all(|(r, _)| audience(r) == audience(&b.regions[0].0))
+            );
+        }
+        // ...and each audience has its own favourite background key.
+        let favourite = |a: usize| {
+            let mut counts: HashMap<&str, usize> = HashMap::new();
+            for e in partial.events.iter().filter(|e| audience(&e.region) == a) {
+                if e.key.as_str().starts_with("/assets/") {
+                    *counts.entry(e.key.as_str()).or_default() += 1;
+                }
+            }
+            counts.into_iter().max_by_key(|(_, c)| *c).unwrap().0
+        };
+        assert_ne!(favourite(0), favourite(1));
         // A crowd's referred visitors come from its own region's local news site,
         // which refers visitors in no other region.
         let crowds = short("flash-crowds");

@@ -236,6 +236,13 @@ impl Decider {
         &self.policy
     }
 
+    /// Whether the (tenant, key) had a command within the cooldown: it gets no other.
+    pub fn cooling_down(&self, flight: &(TenantId, CacheKey), now_ms: u64) -> bool {
+        self.last_command_ms
+            .get(flight)
+            .is_some_and(|last| now_ms < last + self.policy.cooldown_ms)
+    }
+
     /// Decides on one scored key ([`Candidate`]).
     ///
     /// The cost rule, per warmed region: with probability `confidence` the region asks
@@ -290,10 +297,8 @@ impl Decider {
         if unseen.is_empty() {
             return skip(&mut self.counts, Skip::NothingToWarm);
         }
-        if let Some(last) = self.last_command_ms.get(&flight) {
-            if now_ms < last + self.policy.cooldown_ms {
-                return skip(&mut self.counts, Skip::Cooldown);
-            }
+        if self.cooling_down(&flight, now_ms) {
+            return skip(&mut self.counts, Skip::Cooldown);
         }
         let bucket = self.budgets.entry(tenant.clone()).or_insert(TokenBucket {
             tokens: self.policy.tenant_burst,

@@ -133,8 +133,8 @@ pub(crate) struct Extracted {
     pub(crate) unseen: Vec<RegionId>,
     /// The same regions as tracker ids, with their request counts so far.
     pub(crate) unseen_counts: Vec<(usize, u32)>,
-    /// The tenant's regions that asked for the key in the last minute.
-    pub(crate) reached: usize,
+    /// The tenant's regions (tracker ids) that asked for the key in the last minute.
+    pub(crate) reached: Vec<usize>,
 }
 
 /// Computes the features of a tracked key at `now_ms`.
@@ -157,10 +157,13 @@ pub(crate) fn extract(
     let mut tenant_mask = 0u64;
     let mut unseen = Vec::new();
     let mut unseen_counts = Vec::new();
+    let mut reached = Vec::new();
     for i in t.regions(now_ms) {
         tenant_regions += 1;
         tenant_mask |= 1 << i;
-        if !k.region_seen_since(i, minute_ago) {
+        if k.region_seen_since(i, minute_ago) {
+            reached.push(i);
+        } else {
             unseen.push(tracker.regions[i].clone());
             unseen_counts.push((i, k.region_count(i)));
         }
@@ -193,7 +196,7 @@ pub(crate) fn extract(
         } else {
             w1.misses as f64 / w1.demand as f64
         },
-        reached_share: share(tenant_regions - unseen.len()),
+        reached_share: share(reached.len()),
         unseen_share: share(unseen.len()),
         new_regions_10s: k.regions_new_since(
             now_ms.saturating_sub(10_000),
@@ -211,7 +214,7 @@ pub(crate) fn extract(
     };
     Some(Extracted {
         features,
-        reached: tenant_regions - unseen.len(),
+        reached,
         unseen,
         unseen_counts,
     })

@@ -199,19 +199,30 @@ impl Predictor {
                 let Some(model) = &self.model else {
                     continue;
                 };
-                if x.reached < self.decider.policy().min_regions_reached {
+                if x.reached.len() < self.decider.policy().min_regions_reached {
                     continue;
                 }
                 self.scored += 1;
                 let score = model.score(&x.features);
+                let mut unseen = x.unseen;
+                let flight = (tenant.clone(), key.clone());
+                if score.confidence >= self.decider.policy().threshold
+                    && !self.decider.cooling_down(&flight, now_ms)
+                {
+                    // Only regions of the audiences it reached: the others rarely follow.
+                    let ids: Vec<usize> = x.unseen_counts.iter().map(|(i, _)| *i).collect();
+                    let keep = self.tracker.tenants[tenant].same_audience(&x.reached, &ids);
+                    let mut keep = keep.into_iter();
+                    unseen.retain(|_| keep.next().unwrap_or(true));
+                }
                 let candidate = Candidate {
                     tenant,
                     key: &key,
                     score: &score,
-                    unseen: x.unseen,
+                    unseen,
                     saved_misses: saved_misses(
                         &x.features,
-                        x.reached,
+                        x.reached.len(),
                         self.tracker.fill_seconds(tenant),
                     ),
                     burst_start_ms: burst_start.unwrap_or(now_ms),

@@ -19,6 +19,12 @@ pub(crate) const MAX_DOMAINS_PER_SECOND: usize = 8;
 pub(crate) const MAX_NODES_PER_KEY: usize = 64;
 /// A region serves a tenant while it asked for any of its keys this recently.
 pub(crate) const TENANT_REGION_MS: u64 = 600_000;
+/// Two regions whose request counts over the tenant's tracked keys have at least
+/// this cosine share an audience: alike tastes give 0.9 and more, different ones
+/// little more than what their shared popular keys and crons add.
+pub(crate) const SAME_AUDIENCE_COSINE: f64 = 0.5;
+/// A region's taste is known once it asked for the tenant's tracked keys this often.
+const MIN_AUDIENCE_REQUESTS: f64 = 200.0;
 /// Bursts remembered per key.
 const BURSTS_KEPT: usize = 8;
 /// Distinct referrer domains a tenant's baseline counts; the rest are "other".
@@ -204,6 +210,47 @@ impl TenantTracker {
             .enumerate()
             .filter(move |(_, last)| **last > 0 && **last >= since)
             .map(|(i, _)| i)
+    }
+
+    /// Which of `candidates` share an audience with some region of `reached`: the
+    /// regions whose demand looks alike, key by key, over the tenant's tracked keys
+    /// that never burst (the cosine of their request counts is at least
+    /// [`SAME_AUDIENCE_COSINE`]). A
+    /// viral spreads through an audience (a language, a continent), and regions of
+    /// another taste rarely follow. A region without enough requests to tell is kept.
+    pub(crate) fn same_audience(&self, reached: &[usize], candidates: &[usize]) -> Vec<bool> {
+        let count = |k: &TrackedKey, r: usize| f64::from(k.region_count(r));
+        let mut norms: HashMap<usize, (f64, f64)> = HashMap::new(); // (Σc², Σc)
+        let mut dots = vec![vec![0.0; reached.len()]; candidates.len()];
+        // Steady demand only: one burst's crowd in one region would outweigh a
+        // region's whole taste.
+        for k in self.keys.values().filter(|k| k.bursts.is_empty()) {
+            for &r in reached.iter().chain(candidates) {
+                let c = count(k, r);
+                let n = norms.entry(r).or_default();
+                n.0 += c * c;
+                n.1 += c;
+            }
+            for (u, row) in candidates.iter().zip(&mut dots) {
+                let cu = count(k, *u);
+                if cu > 0.0 {
+                    for (i, dot) in reached.iter().zip(row.iter_mut()) {
+                        *dot += cu * count(k, *i);
+                    }
+                }
+            }
+        }
+        let known = |r: &usize| norms.get(r).is_some_and(|n| n.1 >= MIN_AUDIENCE_REQUESTS);
+        candidates
+            .iter()
+            .zip(&dots)
+            .map(|(u, row)| {
+                !known(u)
+                    || reached.iter().zip(row).any(|(i, dot)| {
+                        !known(i) || *dot / (norms[u].0 * norms[i].0).sqrt() >= SAME_AUDIENCE_COSINE
+                    })
+            })
+            .collect()
     }
 
     /// The tenant's burstiness at the hour of the week of `now_ms`.
@@ -640,6 +687,53 @@ mod tests {
             reach(&tracker, &format!("d{MAX_REACH_DOMAINS}.example")),
             None
         );
+    }
+
+    /// Regions share an audience when their steady demand is alike key by key; a
+    /// burst does not make regions alike, and a region too quiet to tell is kept.
+    #[test]
+    fn regions_of_one_taste_share_an_audience() {
+        let mut tracker = Tracker::new(100);
+        let tenant: TenantId = "acme".parse().unwrap();
+        let keys: Vec<CacheKey> = (0..20).map(|i| format!("/k{i}").parse().unwrap()).collect();
+        tracker.track(&tenant, &keys, 0);
+        // us and ca like the even keys, eu and de the odd ones; ap asked little.
+        for (i, key) in keys.iter().enumerate() {
+            let liked_by = if i % 2 == 0 {
+                ["us", "ca"]
+            } else {
+                ["eu", "de"]
+            };
+            for region in liked_by {
+                for n in 0..30 {
+                    tracker.observe(&event(n, key.as_str(), region, None).borrowed());
+                }
+            }
+            tracker.observe(&event(40, key.as_str(), "ap", None).borrowed());
+        }
+        // A key that burst everywhere at once (a cron) says nothing of taste.
+        let cron: CacheKey = "/cron".parse().unwrap();
+        tracker.track(&tenant, std::slice::from_ref(&cron), 0);
+        for region in ["us", "ca", "eu", "de"] {
+            for n in 0..2_000 {
+                tracker.observe(&event(n, "/cron", region, None).borrowed());
+            }
+        }
+        tracker.note_burst(&tenant, &cron, true, 100);
+        let id = |name: &str| {
+            tracker
+                .regions
+                .iter()
+                .position(|r| r.as_str() == name)
+                .unwrap()
+        };
+        let [us, ca, eu, de, ap] = ["us", "ca", "eu", "de", "ap"].map(id);
+        let t = &tracker.tenants[&tenant];
+        assert_eq!(
+            t.same_audience(&[us], &[ca, eu, de, ap]),
+            [true, false, false, true]
+        );
+        assert_eq!(t.same_audience(&[us, de], &[ca, eu]), [true, true]);
     }
 
     #[test]
