@@ -19,10 +19,10 @@ pub(crate) const MAX_DOMAINS_PER_SECOND: usize = 8;
 pub(crate) const MAX_NODES_PER_KEY: usize = 64;
 /// A region serves a tenant while it asked for any of its keys this recently.
 pub(crate) const TENANT_REGION_MS: u64 = 600_000;
-/// Two regions whose request counts over the tenant's tracked keys have at least
-/// this cosine share an audience: alike tastes give 0.9 and more, different ones
-/// little more than what their shared popular keys and crons add.
-pub(crate) const SAME_AUDIENCE_COSINE: f64 = 0.5;
+/// A region whose taste is at least this share as alike a reached region's as the
+/// most alike region's is shares its audience (see [`TenantTracker::same_audience`]):
+/// regions of one taste come out within 0.85 of the best, of other tastes below 0.45.
+pub(crate) const SAME_AUDIENCE_SHARE: f64 = 0.6;
 /// A region's taste is known once it asked for the tenant's tracked keys this often.
 const MIN_AUDIENCE_REQUESTS: f64 = 200.0;
 /// Bursts remembered per key.
@@ -212,43 +212,50 @@ impl TenantTracker {
             .map(|(i, _)| i)
     }
 
-    /// Which of `candidates` share an audience with some region of `reached`: the
-    /// regions whose demand looks alike, key by key, over the tenant's tracked keys
-    /// that never burst (the cosine of their request counts is at least
-    /// [`SAME_AUDIENCE_COSINE`]). A
-    /// viral spreads through an audience (a language, a continent), and regions of
-    /// another taste rarely follow. A region without enough requests to tell is kept.
-    pub(crate) fn same_audience(&self, reached: &[usize], candidates: &[usize]) -> Vec<bool> {
-        let count = |k: &TrackedKey, r: usize| f64::from(k.region_count(r));
-        let mut norms: HashMap<usize, (f64, f64)> = HashMap::new(); // (Σc², Σc)
-        let mut dots = vec![vec![0.0; reached.len()]; candidates.len()];
-        // Steady demand only: one burst's crowd in one region would outweigh a
-        // region's whole taste.
+    /// Which of `unseen` share an audience with some region of `reached` (together,
+    /// the tenant's regions). Taste is a region's steady demand, key by key: the
+    /// log-damped request counts of the tenant's tracked keys that never burst (one
+    /// crowd would outweigh a region's whole taste, and so would a few shared keys
+    /// were counts not damped). A region shares an audience with a reached one when
+    /// their tastes' cosine is at least [`SAME_AUDIENCE_SHARE`] of the best any
+    /// region reaches with the reached ones: how alike two regions look depends on
+    /// how many keys were seen, what sets an audience apart is that others look
+    /// less alike. A region with too few requests to tell is kept.
+    pub(crate) fn same_audience(&self, reached: &[usize], unseen: &[usize]) -> Vec<bool> {
+        let regions: Vec<usize> = reached.iter().chain(unseen).copied().collect();
+        let taste = |k: &TrackedKey, r: usize| f64::from(k.region_count(r)).ln_1p();
+        // Per region: Σ taste², requests; per (reached, region): Σ of the products.
+        let mut norms = vec![(0.0, 0.0); regions.len()];
+        let mut dots = vec![vec![0.0; regions.len()]; reached.len()];
+        let mut row = vec![0.0; regions.len()];
         for k in self.keys.values().filter(|k| k.bursts.is_empty()) {
-            for &r in reached.iter().chain(candidates) {
-                let c = count(k, r);
-                let n = norms.entry(r).or_default();
-                n.0 += c * c;
-                n.1 += c;
+            for (x, (r, n)) in row.iter_mut().zip(regions.iter().zip(&mut norms)) {
+                *x = taste(k, *r);
+                n.0 += *x * *x;
+                n.1 += f64::from(k.region_count(*r));
             }
-            for (u, row) in candidates.iter().zip(&mut dots) {
-                let cu = count(k, *u);
-                if cu > 0.0 {
-                    for (i, dot) in reached.iter().zip(row.iter_mut()) {
-                        *dot += cu * count(k, *i);
+            for (i, dot) in dots.iter_mut().enumerate() {
+                if row[i] > 0.0 {
+                    for (d, x) in dot.iter_mut().zip(&row) {
+                        *d += row[i] * x;
                     }
                 }
             }
         }
-        let known = |r: &usize| norms.get(r).is_some_and(|n| n.1 >= MIN_AUDIENCE_REQUESTS);
-        candidates
-            .iter()
-            .zip(&dots)
-            .map(|(u, row)| {
-                !known(u)
-                    || reached.iter().zip(row).any(|(i, dot)| {
-                        !known(i) || *dot / (norms[u].0 * norms[i].0).sqrt() >= SAME_AUDIENCE_COSINE
-                    })
+        let known = |j: usize| norms[j].1 >= MIN_AUDIENCE_REQUESTS;
+        // Cosine between reached region i and region j (an index into `regions`).
+        let cosine = |i: usize, j: usize| dots[i][j] / (norms[i].0 * norms[j].0).sqrt();
+        let mut best = 0.0_f64;
+        for i in (0..reached.len()).filter(|i| known(*i)) {
+            for j in (0..regions.len()).filter(|j| *j != i && known(*j)) {
+                best = best.max(cosine(i, j));
+            }
+        }
+        (reached.len()..regions.len())
+            .map(|j| {
+                !known(j)
+                    || (0..reached.len())
+                        .any(|i| !known(i) || cosine(i, j) >= SAME_AUDIENCE_SHARE * best)
             })
             .collect()
     }
