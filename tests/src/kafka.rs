@@ -193,6 +193,30 @@ pub async fn produce_events(
     partitions
 }
 
+/// [`produce_events`] at the pace of event time, `speedup` times faster, a quarter
+/// second of event time at a time, as edges send them: a pulse reading the topic then
+/// polls small batches and scores bursts as they unfold, not one backlog at its end.
+/// The partition each one went to, in order.
+pub async fn produce_paced(
+    producer: &FutureProducer,
+    topic: &str,
+    events: &[AccessEvent],
+    speedup: u64,
+) -> Vec<i32> {
+    let mut partitions = Vec::with_capacity(events.len());
+    let Some(first) = events.first().map(|e| e.ts_ms) else {
+        return partitions;
+    };
+    let started = tokio::time::Instant::now();
+    let quarter = |e: &AccessEvent| (e.ts_ms - first) / 250;
+    for slice in events.chunk_by(|a, b| quarter(a) == quarter(b)) {
+        let due = Duration::from_millis(quarter(&slice[0]) * 250 / speedup.max(1));
+        tokio::time::sleep_until(started + due).await;
+        partitions.extend(produce_events(producer, topic, slice).await);
+    }
+    partitions
+}
+
 /// `group`'s committed offset of each of `topic`'s first `partitions` partitions
 /// (`None`: nothing committed), asked of the group coordinator on the broker `config`
 /// names, without joining the group; an error while the broker cannot say.

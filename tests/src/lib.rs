@@ -13,7 +13,9 @@ pub mod api;
 mod kafka;
 pub mod scenario;
 
-pub use kafka::{BOOTSTRAP_ENV, TestKafka, committed_offsets, produce, produce_events};
+pub use kafka::{
+    BOOTSTRAP_ENV, TestKafka, committed_offsets, produce, produce_events, produce_paced,
+};
 
 /// A local TCP port free a moment ago, for a process the test starts.
 pub fn free_port() -> u16 {

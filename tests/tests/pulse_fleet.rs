@@ -629,26 +629,15 @@ async fn produce_events(
     per_partition
 }
 
-/// [`produce_events`] at the pace of event time (a quarter second at a time), as edges
-/// would send them: live instances then read small batches and score as the bursts
-/// unfold, instead of one backlog scored once at its end.
+/// [`tests::produce_paced`] in real time, counted per partition.
 async fn produce_paced(
     producer: FutureProducer,
     topic: String,
     events: Vec<AccessEvent>,
 ) -> Vec<i64> {
     let mut per_partition = vec![0i64; PARTITIONS as usize];
-    let Some(first) = events.first().map(|e| e.ts_ms) else {
-        return per_partition;
-    };
-    let started = tokio::time::Instant::now();
-    for slice in events.chunk_by(|a, b| (a.ts_ms - first) / 250 == (b.ts_ms - first) / 250) {
-        let due = Duration::from_millis((slice[0].ts_ms - first) / 250 * 250);
-        tokio::time::sleep_until(started + due).await;
-        let sent = produce_events(&producer, &topic, slice).await;
-        for (total, n) in per_partition.iter_mut().zip(sent) {
-            *total += n;
-        }
+    for p in tests::produce_paced(&producer, &topic, &events, 1).await {
+        per_partition[p as usize] += 1;
     }
     per_partition
 }

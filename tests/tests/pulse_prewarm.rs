@@ -17,9 +17,6 @@ async fn a_spreading_key_gets_a_prewarm_command_for_the_regions_it_has_not_reach
     let kafka = TestKafka::start();
     let events_topic = kafka.unique_topic("pulse-prewarm-events");
     let prewarm_topic = kafka.unique_topic("pulse-prewarm-commands");
-    // One partition: the whole trace is produced before pulse starts, and pulse scores
-    // at the newest event time seen, so a backlog read across partitions would jump
-    // ahead of the viral key's own partition.
     kafka.create_topic(&events_topic, 1).await;
     kafka.create_topic(&prewarm_topic, 1).await;
 
@@ -38,9 +35,6 @@ async fn a_spreading_key_gets_a_prewarm_command_for_the_regions_it_has_not_reach
         .unwrap()
         .clone();
 
-    let producer = kafka.producer();
-    tests::produce_events(&producer, &events_topic, &trace.events).await;
-
     let pulse = pulse::start(PulseConfig {
         brokers: Some(kafka.bootstrap_servers().to_owned()),
         topic: events_topic.clone(),
@@ -57,6 +51,14 @@ async fn a_spreading_key_gets_a_prewarm_command_for_the_regions_it_has_not_reach
 
     let consumer = kafka.consumer(&format!("{prewarm_topic}-edge"));
     consumer.subscribe(&[&prewarm_topic]).unwrap();
+    // The events as edges send them, at four times the pace of event time, once pulse
+    // runs: it scores the bursts as they unfold. (A backlog read in big batches is
+    // scored once per batch, by when a burst is history.)
+    let producer = kafka.producer();
+    let events = trace.events.clone();
+    let topic = events_topic.clone();
+    let produced =
+        tokio::spawn(async move { tests::produce_paced(&producer, &topic, &events, 4).await });
     let deadline = tokio::time::Instant::now() + Duration::from_secs(90);
     let command: PrewarmCommand = loop {
         let message = tokio::time::timeout_at(deadline, consumer.recv())
@@ -81,6 +83,7 @@ async fn a_spreading_key_gets_a_prewarm_command_for_the_regions_it_has_not_reach
             break command;
         }
     };
+    produced.await.expect("producing the trace");
     pulse.shutdown().await;
 
     assert_eq!(command.tenant, viral.tenant);
