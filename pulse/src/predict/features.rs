@@ -321,19 +321,7 @@ mod tests {
     /// sent anyone from lately; 1 for a key without referrers.
     #[test]
     fn a_local_referrers_reach_is_its_share_of_the_tenants_regions() {
-        use models::{AccessEvent, NodeId, Outcome};
-        let event = |ts: u64, key: &str, region: &str, referrer: Option<&str>| {
-            let mut e = AccessEvent::new(
-                ts,
-                "acme".parse().unwrap(),
-                key.parse().unwrap(),
-                region.parse().unwrap(),
-                "n1".parse::<NodeId>().unwrap(),
-                Outcome::Miss,
-            );
-            e.referrer = referrer.map(|d| models::Domain::new(d).unwrap());
-            e
-        };
+        use super::super::tracker::tests::event;
         let mut tracker = Tracker::new(10);
         let tenant: TenantId = "acme".parse().unwrap();
         // Four regions serve the tenant; t.co refers visitors in three of them, the

@@ -205,9 +205,10 @@ impl Predictor {
                 self.scored += 1;
                 let score = model.score(&x.features);
                 let mut unseen = x.unseen;
-                let flight = (tenant.clone(), key.clone());
                 if score.confidence >= self.decider.policy().threshold
-                    && !self.decider.cooling_down(&flight, now_ms)
+                    && !self
+                        .decider
+                        .cooling_down(&(tenant.clone(), key.clone()), now_ms)
                 {
                     // Only regions of the audiences it reached: the others rarely follow.
                     let ids: Vec<usize> = x.unseen_counts.iter().map(|(i, _)| *i).collect();

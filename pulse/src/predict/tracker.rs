@@ -565,12 +565,13 @@ fn note_region(key: &mut TrackedKey, region: usize, ts_ms: u64, demand: bool) {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use models::{AccessEvent, Domain, NodeId, Outcome};
 
     use super::*;
 
-    fn event(ts: u64, key: &str, region: &str, referrer: Option<&str>) -> AccessEvent {
+    /// A miss for tenant `acme` on node `n1`.
+    pub(crate) fn event(ts: u64, key: &str, region: &str, referrer: Option<&str>) -> AccessEvent {
         let mut e = AccessEvent::new(
             ts,
             "acme".parse().unwrap(),
