@@ -1,8 +1,10 @@
 //! A synthetic access trace: a Zipf background over many keys, viral events that
 //! start in one region and spread to the others, cron-like bursts that hit every
-//! region at once on the minute, and noise bursts (one region, short, no spread) that
-//! must not trigger a pre-warm. The truth about every injected burst comes with it,
-//! so `pulse backtest` can score decisions without a hand-labelled data set.
+//! region at once on the minute, noise bursts (one region, short, no spread) and flash
+//! crowds (one region, sent by its local news site) that must not trigger a pre-warm,
+//! and, if asked, audiences: groups of regions with their own taste that a viral does
+//! not leave. The truth about every injected burst comes with it, so `pulse backtest`
+//! can score decisions without a hand-labelled data set.
 
 use std::collections::HashMap;
 
@@ -418,7 +420,7 @@ const ORDINARY: [&str; 4] = [
 /// A newsletter's link domain: not social, one domain for the whole wave.
 const NEWSLETTER: &str = "newsletter.example";
 
-/// Region `r`'s local news site: its readers live in that region.
+/// A region's local news site: its readers live in that region.
 fn local_news(region: &RegionId) -> String {
     format!("news.{region}.example")
 }
