@@ -177,7 +177,7 @@ impl RatesResponse {
         for row in &hot {
             let window = |end: Option<u64>| -> Result<(u64, u64), QueryError> {
                 let Some(end) = end else { return Ok((0, 0)) };
-                let w = &heat.key_windows(tenant, &row.key, end)?[3];
+                let [w] = heat.key_windows(tenant, &row.key, [Window::S60], end)?;
                 Ok((w.demand, w.misses))
             };
             let mut before = window(ends[0])?;

@@ -732,7 +732,7 @@ impl HeatMap {
         Ok(self.get(tenant)?.candidates(now_ms))
     }
 
-    /// A key's demand per second over `window` ending at `now_ms`: one window of
+    /// A key's demand per second over `window` ending at `now_ms`: a window of
     /// [`HeatMap::key_windows`] (the same `velocity`), for a tick's first look at a key.
     pub fn key_velocity(
         &self,
@@ -746,17 +746,19 @@ impl HeatMap {
         Ok(demand as f64 / window.seconds())
     }
 
-    /// The per-window estimates of one key, shortest window first: [`HeatMap::key_stats`]
-    /// without the per-region breakdown, cheap enough to call per candidate per tick.
-    pub fn key_windows(
+    /// One key's estimates over each of `windows` ending at `now_ms`, in their order:
+    /// [`HeatMap::key_stats`] without the per-region breakdown, and only the windows
+    /// asked for (a minute's sixty buckets cost more than the rest together).
+    pub fn key_windows<const N: usize>(
         &self,
         tenant: &TenantId,
         key: &CacheKey,
+        windows: [Window; N],
         now_ms: u64,
-    ) -> Result<[WindowStats; 4], QueryError> {
+    ) -> Result<[WindowStats; N], QueryError> {
         let heat = self.get(tenant)?;
         let hash = key_hash(key.as_str());
-        Ok(Window::ALL.map(|w| heat.window_stats(&self.shared, hash, w, now_ms)))
+        Ok(windows.map(|w| heat.window_stats(&self.shared, hash, w, now_ms)))
     }
 
     /// Approximate bytes held by the sketches, trackers and keys (not the allocator's

@@ -6,7 +6,7 @@ use models::{CacheKey, RegionId, TenantId};
 use serde::{Deserialize, Serialize};
 
 use super::tracker::{TrackedKey, Tracker};
-use crate::heat::WindowStats;
+use crate::heat::{Window, WindowStats};
 
 macro_rules! features {
     ($( $(#[$doc:meta])* $name:ident ),+ $(,)?) => {
@@ -126,6 +126,10 @@ pub(crate) fn is_bursting(v1: f64, v60: impl FnOnce() -> f64) -> bool {
     v1 >= BURST_MIN_RPS && v1 >= BURST_FACTOR * v60().max(0.1)
 }
 
+/// The windows [`extract`] reads, in its order (the minute only decides whether a key
+/// bursts, before extraction).
+pub(crate) const FEATURE_WINDOWS: [Window; 3] = [Window::Ms200, Window::S1, Window::S10];
+
 /// The features of one key and what the decision needs besides them.
 pub(crate) struct Extracted {
     pub(crate) features: Features,
@@ -139,7 +143,7 @@ pub(crate) struct Extracted {
 
 /// Computes the features of a tracked key at `now_ms`.
 pub(crate) fn extract(
-    windows: &[WindowStats; 4],
+    windows: &[WindowStats; 3],
     tracker: &Tracker,
     tenant: &TenantId,
     key: &CacheKey,
@@ -147,7 +151,7 @@ pub(crate) fn extract(
 ) -> Option<Extracted> {
     let t = tracker.tenants.get(tenant)?;
     let k = t.keys.get(key)?;
-    let [w200, w1, w10, _] = windows;
+    let [w200, w1, w10] = windows;
     let (v200, v1, v10) = (w200.velocity, w1.velocity, w10.velocity);
 
     // Exact region presence from the tracker (the sketch's region bits collide under
@@ -352,8 +356,7 @@ mod tests {
             miss_regions: Vec::new(),
             regions: Vec::new(),
         };
-        use crate::heat::Window;
-        let windows = [Window::Ms200, Window::S1, Window::S10, Window::S60].map(quiet);
+        let windows = FEATURE_WINDOWS.map(quiet);
         let reach = |key: &CacheKey| {
             extract(&windows, &tracker, &tenant, key, 2_500)
                 .unwrap()

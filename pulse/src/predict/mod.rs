@@ -44,7 +44,7 @@ pub use model::{
 pub use retrain::{RetrainOutcome, retrain};
 
 use crate::heat::{HeatMap, Window};
-use features::{extract, is_bursting};
+use features::{FEATURE_WINDOWS, extract, is_bursting};
 use labels::Labeler;
 use tracker::Tracker;
 
@@ -184,7 +184,7 @@ impl Predictor {
                 let early = burst_start.is_some_and(|start| now_ms < start + EARLY_BURST_MS);
                 // Features as of before this tick's burst is noted.
                 let extracted = (decide && early)
-                    .then(|| heat.key_windows(tenant, &key, now_ms).ok())
+                    .then(|| heat.key_windows(tenant, &key, FEATURE_WINDOWS, now_ms).ok())
                     .flatten()
                     .and_then(|windows| extract(&windows, &self.tracker, tenant, &key, now_ms));
                 self.tracker.note_burst(tenant, &key, bursting, now_ms);

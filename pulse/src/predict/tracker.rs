@@ -500,8 +500,8 @@ impl Tracker {
     }
 
     /// When the current burst of a tracked key started, if it is `bursting` at
-    /// `now_ms` (now, for a new one): what [`Tracker::note_burst`] will return, before
-    /// it changes the key's burst history, which the key's features read.
+    /// `now_ms` (now, for a new one); asked before [`Tracker::note_burst`] changes the
+    /// key's burst history, which the key's features read.
     pub(crate) fn burst_start(
         &self,
         tenant: &TenantId,
@@ -518,18 +518,21 @@ impl Tracker {
     }
 
     /// Records that a tracked key is (or is not) bursting; a new burst is remembered
-    /// for the key's phase history and the tenant's hour-of-week baseline. Returns when
-    /// the current burst started, while it lasts.
+    /// for the key's phase history and the tenant's hour-of-week baseline (when it
+    /// started: [`Tracker::burst_start`], asked before).
     pub(crate) fn note_burst(
         &mut self,
         tenant: &TenantId,
         key: &CacheKey,
         bursting: bool,
         now_ms: u64,
-    ) -> Option<u64> {
-        let start = self.burst_start(tenant, key, bursting, now_ms);
-        let t = self.tenants.get_mut(tenant)?;
-        let k = t.keys.get_mut(key)?;
+    ) {
+        let Some(t) = self.tenants.get_mut(tenant) else {
+            return;
+        };
+        let Some(k) = t.keys.get_mut(key) else {
+            return;
+        };
         let new_burst = bursting && !k.in_burst;
         if new_burst {
             k.bursts.push_back(now_ms);
@@ -541,7 +544,6 @@ impl Tracker {
         if new_burst {
             t.record_burst(now_ms);
         }
-        start
     }
 }
 
