@@ -105,6 +105,14 @@ mod tests {
     const MS: Duration = Duration::from_millis(1);
     const T0_MS: u64 = 1_764_460_740_000;
 
+    /// A schedule whose `partition` had events and ticked at once, at t0 and `T0_MS`.
+    fn ticked(partition: i32) -> (Ticks, Instant) {
+        let (mut ticks, t0) = (Ticks::default(), Instant::now());
+        ticks.events(partition, t0);
+        assert_eq!(ticks.take_due(partition, T0_MS, t0), Some(t0));
+        (ticks, t0)
+    }
+
     #[test]
     fn only_new_events_tick_and_the_first_at_once() {
         let (mut ticks, t0) = (Ticks::default(), Instant::now());
@@ -120,9 +128,7 @@ mod tests {
 
     #[test]
     fn events_tick_once_their_event_time_moved_a_tick() {
-        let (mut ticks, t0) = (Ticks::default(), Instant::now());
-        ticks.events(0, t0);
-        ticks.take_due(0, T0_MS, t0);
+        let (mut ticks, t0) = ticked(0);
         ticks.events(0, t0 + MS);
         assert_eq!(ticks.take_due(0, T0_MS + TICK_MS - 1, t0 + MS), None);
         assert_eq!(
@@ -134,9 +140,7 @@ mod tests {
 
     #[test]
     fn events_whose_event_time_stands_still_tick_after_a_tick_of_wall_time() {
-        let (mut ticks, t0) = (Ticks::default(), Instant::now());
-        ticks.events(1, t0);
-        ticks.take_due(1, T0_MS, t0);
+        let (mut ticks, t0) = ticked(1);
         ticks.events(1, t0 + MS);
         assert_eq!(ticks.take_due(1, T0_MS + 1, t0 + TICK - MS), None);
         assert_eq!(ticks.take_due(1, T0_MS + 1, t0 + TICK), Some(t0 + MS));
@@ -144,9 +148,7 @@ mod tests {
 
     #[test]
     fn a_tick_reports_its_oldest_waiting_event() {
-        let (mut ticks, t0) = (Ticks::default(), Instant::now());
-        ticks.events(0, t0);
-        ticks.take_due(0, T0_MS, t0);
+        let (mut ticks, t0) = ticked(0);
         ticks.events(0, t0 + 2 * MS);
         ticks.events(0, t0 + 5 * MS);
         assert_eq!(
@@ -182,9 +184,7 @@ mod tests {
 
     #[test]
     fn a_partition_no_longer_owned_starts_afresh() {
-        let (mut ticks, t0) = (Ticks::default(), Instant::now());
-        ticks.events(5, t0);
-        ticks.take_due(5, T0_MS, t0);
+        let (mut ticks, t0) = ticked(5);
         ticks.events(5, t0 + MS);
         ticks.retain(|p| p != 5);
         assert_eq!(ticks.next_due(t0 + MS), None);
