@@ -554,6 +554,7 @@ mod tests {
             virals: 1,
             noise: 0,
             crons: 0,
+            flash_crowds: 0,
             ..spec(3)
         });
         let dir = tempfile::tempdir().unwrap();

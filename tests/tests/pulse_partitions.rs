@@ -191,6 +191,7 @@ async fn a_join_and_a_leave_lose_nothing_and_apply_nothing_twice() {
         virals: 12,
         noise: 0,
         crons: 0,
+        flash_crowds: 0,
         ..TraceSpec::default()
     });
     let producer = kafka.producer();

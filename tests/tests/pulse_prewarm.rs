@@ -26,6 +26,7 @@ async fn a_spreading_key_gets_a_prewarm_command_for_the_regions_it_has_not_reach
         virals: 1,
         noise: 0,
         crons: 0,
+        flash_crowds: 0,
         ..TraceSpec::default()
     });
     let viral = trace

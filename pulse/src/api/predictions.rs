@@ -134,6 +134,7 @@ mod tests {
             virals: 1,
             noise: 0,
             crons: 0,
+            flash_crowds: 0,
             ..TraceSpec::default()
         };
         let trace = generate_trace(&spec);
