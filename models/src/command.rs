@@ -177,6 +177,6 @@ impl PrewarmCommand {
 
     /// The Kafka message key: `tenant/key`.
     pub fn partition_key(&self) -> String {
-        format!("{}{}", self.tenant, self.key)
+        crate::message_key(self.tenant.as_str(), self.key.as_str())
     }
 }

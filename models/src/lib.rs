@@ -26,6 +26,8 @@
 //! - `codec`: the JSON codec ([`encode`], [`decode`], and [`decode_event_ref`] and
 //!   [`encode_event_into`] that copy no string), its [`DecodeError`] and their
 //!   [`DecodeReason`]s.
+//! - `topic`: the default topic names ([`EVENTS_TOPIC`], [`PREWARM_TOPIC`]) and the
+//!   message-key rule ([`message_key`]).
 
 mod codec;
 mod command;
@@ -33,6 +35,7 @@ mod compact;
 pub use compact::STRING_STOP;
 mod event;
 mod ids;
+mod topic;
 
 pub use codec::{
     DecodeError, DecodeReason, Wire, decode, decode_event_ref, encode, encode_event_into,
@@ -44,6 +47,8 @@ pub use ids::{
     CacheKey, CacheKeyRef, Domain, DomainRef, IdError, MAX_DOMAIN_LEN, MAX_ID_LEN, MAX_KEY_LEN,
     NodeId, NodeRef, RegionId, RegionRef, TenantId, TenantRef, is_topic_name,
 };
+
+pub use topic::{EVENTS_TOPIC, PREWARM_TOPIC, message_key, write_message_key};
 
 /// The schema version this build writes and accepts.
 pub const SCHEMA_VERSION: u16 = 1;

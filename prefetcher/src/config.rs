@@ -646,8 +646,8 @@ impl Default for KafkaConfig {
     fn default() -> Self {
         KafkaConfig {
             brokers: None,
-            events_topic: "edge-events".into(),
-            prewarm_topic: "prewarm".into(),
+            events_topic: models::EVENTS_TOPIC.into(),
+            prewarm_topic: models::PREWARM_TOPIC.into(),
             group_id: None,
             prewarm_offset_reset: OffsetReset::Earliest,
             event_buffer: 16_384,

@@ -185,12 +185,7 @@ impl EventPublisher {
             fill_ms: record.fill_ms,
             edge: Some(self.edge),
         };
-        // `AccessEvent::partition_key`: `tenant/key`, so one key's events share a partition.
-        self.key_buf.clear();
-        self.key_buf
-            .extend_from_slice(event.tenant.as_str().as_bytes());
-        self.key_buf
-            .extend_from_slice(event.key.as_str().as_bytes());
+        models::write_message_key(event.tenant.as_str(), event.key.as_str(), &mut self.key_buf);
         self.payload_buf.clear();
         encode_event_into(&event, &mut self.payload_buf);
     }

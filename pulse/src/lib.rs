@@ -110,7 +110,5 @@ pub use trace::{
     generate as generate_trace,
 };
 
-/// Topic that edge nodes publish [`models::AccessEvent`]s to.
-pub const EVENTS_TOPIC: &str = "edge-events";
-/// Topic that pulse publishes [`models::PrewarmCommand`]s to.
-pub const PREWARM_TOPIC: &str = "prewarm";
+/// The default topics, from the wire contract.
+pub use models::{EVENTS_TOPIC, PREWARM_TOPIC};

@@ -507,7 +507,7 @@ async fn key_stats(
     let local = {
         let partitions = state.read();
         let owner = partition_for_key(
-            format!("{tenant}{key}").as_bytes(),
+            models::message_key(tenant.as_str(), key.as_str()).as_bytes(),
             partitions.partition_count(),
         );
         match partitions.get(owner) {
