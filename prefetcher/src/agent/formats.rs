@@ -21,7 +21,7 @@
 //!
 //! A line is parsed into a [`LogLine`] (malformed: not JSON, a field missing or not
 //! a number where one is needed) and then mapped by [`map_status`], the one table of
-//! cache statuses ([`NGINX_STATUSES`], [`VARNISH_STATUSES`]) that the README repeats.
+//! cache statuses ([`NGINX_STATUSES`], [`VARNISH_STATUSES`]) that `docs/edge-agent.md` repeats.
 
 use std::borrow::Cow;
 
@@ -592,10 +592,10 @@ mod tests {
         assert_eq!(LogFormat::VarnishncsaJson.edge_kind(), EdgeKind::Varnish);
     }
 
-    /// The README's table of cache statuses is this module's table, row for row.
+    /// The edge agent page's table of cache statuses is this module's table, row for row.
     #[test]
     fn the_readme_table_matches_the_code() {
-        let readme = include_str!("../../../README.md");
+        let readme = include_str!("../../../docs/edge-agent.md");
         for (format, table) in [
             ("nginx", &NGINX_STATUSES[..]),
             ("varnish", &VARNISH_STATUSES[..]),
@@ -606,7 +606,10 @@ mod tests {
                     Mapping::NotCached => "no event",
                 };
                 let row = format!("| {format} | `{status}` | {to} |");
-                assert!(readme.contains(&row), "README lacks the row {row}");
+                assert!(
+                    readme.contains(&row),
+                    "docs/edge-agent.md lacks the row {row}"
+                );
             }
         }
     }
