@@ -567,7 +567,7 @@ async fn metrics(State(state): State<AppState>) -> impl IntoResponse {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use std::collections::BTreeSet;
 
     use axum::body::Body;
@@ -581,7 +581,7 @@ mod tests {
 
     const T0: u64 = 1_764_470_000_000;
 
-    pub(super) fn state() -> AppState {
+    pub(crate) fn state() -> AppState {
         let mut heat = HeatMap::new(HeatConfig::default());
         for i in 0..40u64 {
             let (key, region) = if i % 4 == 0 {
@@ -613,7 +613,7 @@ mod tests {
         }
     }
 
-    pub(super) async fn get(app: &Router, uri: &str) -> (StatusCode, Value) {
+    pub(crate) async fn get(app: &Router, uri: &str) -> (StatusCode, Value) {
         let response = app
             .clone()
             .oneshot(Request::get(uri).body(Body::empty()).unwrap())
@@ -764,7 +764,7 @@ mod tests {
         );
     }
 
-    pub(super) fn properties(doc: &Value, schema: &str) -> BTreeSet<String> {
+    pub(crate) fn properties(doc: &Value, schema: &str) -> BTreeSet<String> {
         doc["components"]["schemas"][schema]["properties"]
             .as_object()
             .unwrap_or_else(|| panic!("no schema {schema}"))
@@ -773,7 +773,7 @@ mod tests {
             .collect()
     }
 
-    pub(super) fn keys(v: &Value) -> BTreeSet<String> {
+    pub(crate) fn keys(v: &Value) -> BTreeSet<String> {
         v.as_object().unwrap().keys().cloned().collect()
     }
 
