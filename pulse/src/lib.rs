@@ -37,14 +37,13 @@
 //!   backtest does, however its events were batched).
 
 mod api;
-mod backtest;
 mod broker;
 mod checkpoint;
 mod fleet;
 mod heat;
 mod ingest;
+mod lab;
 mod metrics;
-mod offline;
 mod partition;
 mod predict;
 mod prewarm;
@@ -52,7 +51,6 @@ mod reject;
 mod service;
 mod stoppable;
 mod ticks;
-mod trace;
 
 pub use api::{
     ApiError, AppState, ContributionView, DecisionTotals, DecisionView, EdgesResponse, ErrorBody,
@@ -60,11 +58,6 @@ pub use api::{
     MAX_HEATMAP_ROWS, MAX_PREDICTIONS, ModelFeature, ModelResponse, PredictionsQuery,
     PredictionsResponse, RatePoint, RatesResponse, ReliabilityView, TenantsResponse, app, openapi,
     require_api_token,
-};
-pub use backtest::{
-    BacktestRow, CommandScore, EventFile, HonestOptions, HonestScore, Replay, ReplayOptions,
-    Replayer, backtest, percentile, read_events, read_topic, replay, score as score_replay,
-    score_commands, write_commands, write_events,
 };
 pub use broker::{BrokerError, EmbeddedBroker};
 pub use checkpoint::{
@@ -84,12 +77,15 @@ pub use heat::{
     RegionCount, SketchKind, TenantHeat, TenantSummary, Trend, Velocities, Window, WindowStats,
 };
 pub use ingest::{BatchObserver, Clock, Ingest, IngestConfig, IngestError, WallClock};
-pub use metrics::{Metrics, ModelWatcherCounts, PeerLabel, ReasonLabel, RouteLabel};
-pub use offline::{
-    EventSource, FamilyRow, OfflineError, backtest_commands, backtest_table, family_rows,
-    family_table, load_events, train_model, train_on_families, train_summary, training_samples,
-    write_trace,
+pub use lab::{
+    BacktestRow, Burst, BurstKind, CommandScore, EventFile, EventSource, FAMILIES, Family,
+    FamilyRow, HonestOptions, HonestScore, OfflineError, Replay, ReplayOptions, Replayer, Trace,
+    TraceSpec, ViralReferrers, backtest, backtest_commands, backtest_table, family_rows,
+    family_table, generate_trace, load_events, percentile, read_events, read_topic, replay,
+    score_commands, score_replay, train_model, train_on_families, train_summary, training_samples,
+    write_commands, write_events, write_trace,
 };
+pub use metrics::{Metrics, ModelWatcherCounts, PeerLabel, ReasonLabel, RouteLabel};
 pub use partition::{
     PartitionHealth, PartitionState, PartitionTemplate, Partitions, SharedPartitions, Snapshot,
 };
@@ -105,10 +101,6 @@ pub use prewarm::{
 };
 pub use reject::RejectReason;
 pub use service::{PulseConfig, PulseConfigError, PulseHandle, StartError, shutdown_signal, start};
-pub use trace::{
-    Burst, BurstKind, FAMILIES, Family, Trace, TraceSpec, ViralReferrers,
-    generate as generate_trace,
-};
 
 /// The default topics, from the wire contract.
 pub use models::{EVENTS_TOPIC, PREWARM_TOPIC};

@@ -2,37 +2,46 @@
 //! kind of edge, pre-warm decisions and the model card, health, metrics and an OpenAPI
 //! description, and the dashboard page at `/` that shows them; built by [`app`] so
 //! tests drive it with `oneshot`.
+//!
+//! - here: [`AppState`], the router ([`app`]) and the OpenAPI document ([`openapi`]).
+//! - `error`: [`ApiError`] and the query-parameter checks.
+//! - `heat`, `predictions`, `rates`, `edges`, `health`: the handlers, by resource.
+//! - `fleet`: a `scope=fleet` answer, merged with the peers' parts.
+//! - `auth`: the bearer-token check; `dashboard`: the page at `/`.
 
 mod auth;
 mod dashboard;
 mod edges;
+mod error;
 mod fleet;
+mod health;
+mod heat;
 mod predictions;
 mod rates;
 
 use auth::BearerTokenDoc;
 pub use auth::require_api_token;
+pub use error::ApiError;
+use error::{count_param, required_tenant, tenant_param};
+pub use health::Health;
+pub use heat::{HeatmapQuery, KeyQuery};
 
 pub use predictions::{MAX_PREDICTIONS, PredictionsQuery};
 
 use std::sync::Arc;
 use std::time::Instant;
 
-use axum::extract::rejection::{PathRejection, QueryRejection};
-use axum::extract::{MatchedPath, Path, Query, Request, State};
-use axum::http::{StatusCode, Uri, header};
+use axum::extract::{MatchedPath, Request, State};
 use axum::middleware::{self, Next};
-use axum::response::{IntoResponse, Response};
+use axum::response::Response;
 use axum::routing::get;
 use axum::{Json, Router};
-use models::{CacheKey, MAX_KEY_LEN, RegionId, TenantId};
-use serde::{Deserialize, Serialize};
-use utoipa::{IntoParams, OpenApi, ToSchema};
+use utoipa::OpenApi;
 
-use crate::fleet::{Coverage, Peers, Scope, ScopeQuery, merge, partition_for_key};
+use crate::fleet::{Coverage, Peers, Scope};
 use crate::heat::{
-    EdgeSummary, EvictedTenant, HeatMap, HotKey, KeyStats, OutcomeCounts, QueryError, RegionCount,
-    SketchKind, TenantSummary, Trend, Velocities, Window, WindowStats,
+    EdgeSummary, EvictedTenant, HeatMap, HotKey, KeyStats, OutcomeCounts, RegionCount, SketchKind,
+    TenantSummary, Trend, Velocities, Window, WindowStats,
 };
 use crate::metrics::{Metrics, RouteLabel};
 use crate::partition::{PartitionHealth, Partitions, SharedPartitions};
@@ -99,163 +108,6 @@ fn per_partition<T>(
     Ok((parts, owned(partitions)))
 }
 
-/// An error a handler returns; it becomes a JSON [`ErrorBody`].
-#[derive(Debug)]
-pub struct ApiError {
-    status: StatusCode,
-    code: &'static str,
-    message: String,
-    coverage: Option<Coverage>,
-}
-
-impl ApiError {
-    fn prediction_off() -> Self {
-        ApiError {
-            status: StatusCode::NOT_FOUND,
-            code: "prediction_off",
-            message: "prediction is off in this pulse (started with --no-prewarm)".into(),
-            coverage: None,
-        }
-    }
-
-    fn owner_unavailable(partition: i32, partitions: &Partitions) -> Self {
-        ApiError {
-            status: StatusCode::SERVICE_UNAVAILABLE,
-            code: "owner_unavailable",
-            message: format!(
-                "partition {partition}, which owns the key, is not assigned to this instance"
-            ),
-            coverage: Some(owned(partitions)),
-        }
-    }
-
-    /// The same refusal, saying which partitions were asked.
-    fn covering(self, coverage: Coverage) -> Self {
-        ApiError {
-            coverage: Some(coverage),
-            ..self
-        }
-    }
-
-    fn bad(code: &'static str, message: impl Into<String>) -> Self {
-        ApiError {
-            status: StatusCode::BAD_REQUEST,
-            code,
-            message: message.into(),
-            coverage: None,
-        }
-    }
-}
-
-impl IntoResponse for ApiError {
-    fn into_response(self) -> Response {
-        let body = ErrorBody {
-            error: self.code.to_owned(),
-            message: self.message,
-            coverage: self.coverage,
-        };
-        (self.status, Json(body)).into_response()
-    }
-}
-
-impl From<QueryError> for ApiError {
-    fn from(e: QueryError) -> Self {
-        let code = match e {
-            QueryError::UnknownTenant(_) => "unknown_tenant",
-            QueryError::UnknownRegion(_) => "unknown_region",
-        };
-        ApiError {
-            status: StatusCode::NOT_FOUND,
-            code,
-            message: e.to_string(),
-            coverage: None,
-        }
-    }
-}
-
-impl From<QueryRejection> for ApiError {
-    fn from(e: QueryRejection) -> Self {
-        ApiError::bad("bad_parameter", e.body_text())
-    }
-}
-
-impl From<PathRejection> for ApiError {
-    fn from(e: PathRejection) -> Self {
-        ApiError::bad("bad_parameter", e.body_text())
-    }
-}
-
-fn tenant_param(value: &str) -> Result<TenantId, ApiError> {
-    TenantId::new(value).map_err(|e| ApiError::bad("invalid_tenant", format!("tenant: {e}")))
-}
-
-/// A `tenant` query parameter that must be present.
-fn required_tenant(value: Option<&str>) -> Result<TenantId, ApiError> {
-    tenant_param(value.ok_or_else(|| ApiError::bad("bad_parameter", "tenant: required"))?)
-}
-
-/// A count query parameter (`name`): `default` when absent, else within `1..=max`.
-fn count_param(
-    name: &str,
-    value: Option<usize>,
-    default: usize,
-    max: usize,
-) -> Result<usize, ApiError> {
-    let n = value.unwrap_or(default);
-    if !(1..=max).contains(&n) {
-        return Err(ApiError::bad(
-            "bad_parameter",
-            format!("{name}: {n} is not in 1..={max}"),
-        ));
-    }
-    Ok(n)
-}
-
-/// Query of `GET /api/heatmap`.
-#[derive(Debug, Deserialize, IntoParams)]
-#[into_params(parameter_in = Query)]
-pub struct HeatmapQuery {
-    /// The tenant (required).
-    pub tenant: Option<String>,
-    /// Only this region's hot keys.
-    pub region: Option<String>,
-    /// `200ms`, `1s` (default), `10s` or `60s`.
-    pub window: Option<String>,
-    /// Rows, 1 to 1000 (default 20).
-    pub n: Option<usize>,
-    /// Event time the window ends at (default: the newest watermark of the
-    /// partitions), for replays and comparisons.
-    pub now_ms: Option<u64>,
-    /// `local` or `fleet` (default).
-    pub scope: Option<Scope>,
-}
-
-/// Query of `GET /api/keys/{tenant}/{key}`.
-#[derive(Debug, Default, Deserialize, IntoParams)]
-#[into_params(parameter_in = Query)]
-pub struct KeyQuery {
-    /// Event time the windows end at (default: the newest watermark), for replays and
-    /// comparisons.
-    pub now_ms: Option<u64>,
-    /// `local` or `fleet` (default).
-    pub scope: Option<Scope>,
-}
-
-/// `GET /healthz`.
-#[derive(Debug, Serialize, Deserialize, ToSchema)]
-pub struct Health {
-    /// Always `ok` when the process answers.
-    pub status: String,
-    /// The events topic's partition count (0 until the first assignment).
-    pub partition_count: i32,
-    /// The partitions this instance owns, with their applied offsets.
-    pub partitions: Vec<PartitionHealth>,
-    /// The model in use, if prediction is on.
-    pub model: Option<String>,
-    /// The other instances this one asks for fleet answers (`--peers`).
-    pub peers: Vec<String>,
-}
-
 #[derive(OpenApi)]
 #[openapi(
     info(
@@ -265,14 +117,14 @@ pub struct Health {
             model card. The dashboard page at `/` shows them."
     ),
     paths(
-        tenants,
-        heatmap,
-        key_stats,
+        heat::tenants,
+        heat::heatmap,
+        heat::key_stats,
         predictions::predictions,
         predictions::model,
         rates::rates,
         edges::edges,
-        healthz
+        health::healthz
     ),
     components(schemas(
         PredictionsResponse,
@@ -321,14 +173,14 @@ pub fn openapi() -> utoipa::openapi::OpenApi {
 /// is the dashboard page (see `dashboard`).
 pub fn app(state: AppState) -> Router {
     let mut router = Router::new()
-        .route("/api/tenants", get(tenants))
-        .route("/api/heatmap", get(heatmap))
-        .route("/api/keys/{tenant}/{*key}", get(key_stats))
+        .route("/api/tenants", get(heat::tenants))
+        .route("/api/heatmap", get(heat::heatmap))
+        .route("/api/keys/{tenant}/{*key}", get(heat::key_stats))
         .route("/api/predictions", get(predictions::predictions))
         .route("/api/model", get(predictions::model))
         .route("/api/openapi.json", get(|| async { Json(openapi()) }))
-        .route("/healthz", get(healthz))
-        .route("/metrics", get(metrics))
+        .route("/healthz", get(health::healthz))
+        .route("/metrics", get(health::metrics))
         .route("/api/rates", get(rates::rates))
         .route("/api/edges", get(edges::edges));
     for (path, content_type, body) in dashboard::ASSETS {
@@ -360,219 +212,14 @@ async fn track(State(state): State<AppState>, request: Request, next: Next) -> R
     response
 }
 
-/// Tenants seen, with the sketches' error bound and memory.
-#[utoipa::path(
-    get,
-    path = "/api/tenants",
-    params(ScopeQuery),
-    responses(
-        (status = 200, body = TenantsResponse),
-        (status = 400, description = "bad parameter", body = ErrorBody)
-    )
-)]
-async fn tenants(
-    State(state): State<AppState>,
-    uri: Uri,
-    query: Result<Query<ScopeQuery>, QueryRejection>,
-) -> Result<Json<TenantsResponse>, ApiError> {
-    let Query(q) = query?;
-    let local = {
-        let partitions = state.read();
-        let parts = partitions
-            .states()
-            .iter()
-            .map(|(&p, s)| TenantsResponse::of(&s.heat, one(p, &partitions)))
-            .collect();
-        merge::tenants(parts).unwrap_or_else(|| {
-            let config = partitions.partition_heat_config();
-            TenantsResponse {
-                now_ms: 0,
-                error_bound: config.error_bound(),
-                shared_error_bound: config.shared_error_bound(),
-                failure_probability: config.failure_probability(),
-                memory_bytes: 0,
-                memory_budget_bytes: 0,
-                tenants: Vec::new(),
-                evicted: Vec::new(),
-                coverage: owned(&partitions),
-            }
-        })
-    };
-    fleet::answer(&state, q.scope, &uri, Ok(local), merge::tenants)
-        .await
-        .map(Json)
-}
-
-/// The heat map: a tenant's (or one region's) hottest keys over a window, merged
-/// over the partitions at one `now_ms`.
-#[utoipa::path(
-    get,
-    path = "/api/heatmap",
-    params(HeatmapQuery),
-    responses(
-        (status = 200, body = HeatmapResponse),
-        (status = 400, description = "bad parameter", body = ErrorBody),
-        (status = 404, description = "unknown tenant or region", body = ErrorBody)
-    )
-)]
-async fn heatmap(
-    State(state): State<AppState>,
-    uri: Uri,
-    query: Result<Query<HeatmapQuery>, QueryRejection>,
-) -> Result<Json<HeatmapResponse>, ApiError> {
-    let Query(q) = query?;
-    let tenant = required_tenant(q.tenant.as_deref())?;
-    let region = q
-        .region
-        .as_deref()
-        .map(RegionId::new)
-        .transpose()
-        .map_err(|e| ApiError::bad("invalid_region", format!("region: {e}")))?;
-    let window = match q.window.as_deref() {
-        None => Window::S1,
-        Some(w) => w
-            .parse()
-            .map_err(|e| ApiError::bad("bad_window", format!("window: {e}")))?,
-    };
-    let n = count_param("n", q.n, 20, MAX_HEATMAP_ROWS)?;
-    let local = {
-        let partitions = state.read();
-        let now_ms = q.now_ms.unwrap_or_else(|| partitions.now_ms());
-        per_partition(&partitions, |heat, coverage| {
-            Ok(HeatmapResponse::of(
-                heat,
-                &tenant,
-                region.as_ref(),
-                window,
-                n,
-                now_ms,
-                coverage,
-            )?)
-        })
-        .and_then(|(parts, coverage)| {
-            let merged = merge::heatmap(parts, n).ok_or_else(|| {
-                ApiError::from(QueryError::UnknownTenant(tenant.to_string()))
-                    .covering(coverage.clone())
-            })?;
-            Ok(HeatmapResponse { coverage, ..merged })
-        })
-    };
-    fleet::answer(&state, q.scope, &uri, local, |parts| {
-        merge::heatmap(parts, n)
-    })
-    .await
-    .map(Json)
-}
-
-/// Estimates for one key: per window and outcome, miss regions, acceleration, trend;
-/// from the partition that owns `tenant/key` (librdkafka's default partitioner).
-/// The key is the rest of the path (`/api/keys/acme/img/logo.png`) or one
-/// URL-encoded segment (`/api/keys/acme/%2Fimg%2Flogo.png`); encode `?` as `%3F`.
-#[utoipa::path(
-    get,
-    path = "/api/keys/{tenant}/{key}",
-    params(
-        ("tenant" = String, Path, description = "The tenant"),
-        ("key" = String, Path, description = "The cache key, without or with its leading '/'"),
-        KeyQuery
-    ),
-    responses(
-        (status = 200, body = KeyResponse),
-        (status = 400, description = "invalid or too long key", body = ErrorBody),
-        (status = 404, description = "unknown tenant", body = ErrorBody),
-        (status = 503, description = "the owning partition is not assigned here", body = ErrorBody)
-    )
-)]
-async fn key_stats(
-    State(state): State<AppState>,
-    uri: Uri,
-    path: Result<Path<(String, String)>, PathRejection>,
-    query: Result<Query<KeyQuery>, QueryRejection>,
-) -> Result<Json<KeyResponse>, ApiError> {
-    let Path((tenant, key)) = path?;
-    let Query(q) = query?;
-    let tenant = tenant_param(&tenant)?;
-    let key = if key.starts_with('/') {
-        key
-    } else {
-        format!("/{key}")
-    };
-    if key.len() > MAX_KEY_LEN {
-        return Err(ApiError::bad(
-            "key_too_long",
-            format!("key: {} bytes, longer than {MAX_KEY_LEN}", key.len()),
-        ));
-    }
-    let key = CacheKey::new(key).map_err(|e| ApiError::bad("invalid_key", format!("key: {e}")))?;
-    let local = {
-        let partitions = state.read();
-        let owner = partition_for_key(
-            models::message_key(tenant.as_str(), key.as_str()).as_bytes(),
-            partitions.partition_count(),
-        );
-        match partitions.get(owner) {
-            // Elsewhere in the fleet: the owner among the peers answers.
-            None => Err(ApiError::owner_unavailable(owner, &partitions)),
-            Some(part) => {
-                // The key's windows end at the newest watermark, as the heat map's do.
-                let now_ms = q.now_ms.unwrap_or_else(|| partitions.now_ms());
-                part.heat
-                    .key_stats(&tenant, &key, now_ms)
-                    .map(|stats| KeyResponse {
-                        stats,
-                        // The owner's answer is the whole answer.
-                        coverage: Coverage {
-                            complete: true,
-                            ..one(owner, &partitions)
-                        },
-                    })
-                    .map_err(|e| ApiError::from(e).covering(one(owner, &partitions)))
-            }
-        }
-    };
-    fleet::answer(&state, q.scope, &uri, local, merge::key)
-        .await
-        .map(Json)
-}
-
-/// Liveness, and the partitions this instance owns with their applied offsets.
-#[utoipa::path(get, path = "/healthz", responses((status = 200, body = Health)))]
-async fn healthz(State(state): State<AppState>) -> Json<Health> {
-    let partitions = state.read();
-    Json(Health {
-        status: "ok".to_owned(),
-        partition_count: partitions.partition_count(),
-        partitions: partitions.health(),
-        model: partitions
-            .prediction_on()
-            .then(|| partitions.model().map(|m| m.name.clone()))
-            .flatten(),
-        peers: state
-            .peers
-            .iter()
-            .flat_map(|p| p.urls())
-            .map(|u| u.to_string())
-            .collect(),
-    })
-}
-
-async fn metrics(State(state): State<AppState>) -> impl IntoResponse {
-    (
-        [(
-            header::CONTENT_TYPE,
-            "application/openmetrics-text; version=1.0.0; charset=utf-8",
-        )],
-        state.metrics.encode(),
-    )
-}
-
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use std::collections::BTreeSet;
 
     use axum::body::Body;
     use axum::http::Request;
-    use models::{AccessEvent, NodeId, Outcome};
+    use axum::http::StatusCode;
+    use models::{AccessEvent, CacheKey, MAX_KEY_LEN, NodeId, Outcome, RegionId, TenantId};
     use serde_json::Value;
     use tower::ServiceExt;
 
@@ -581,7 +228,7 @@ mod tests {
 
     const T0: u64 = 1_764_470_000_000;
 
-    pub(super) fn state() -> AppState {
+    pub(crate) fn state() -> AppState {
         let mut heat = HeatMap::new(HeatConfig::default());
         for i in 0..40u64 {
             let (key, region) = if i % 4 == 0 {
@@ -613,7 +260,7 @@ mod tests {
         }
     }
 
-    pub(super) async fn get(app: &Router, uri: &str) -> (StatusCode, Value) {
+    pub(crate) async fn get(app: &Router, uri: &str) -> (StatusCode, Value) {
         let response = app
             .clone()
             .oneshot(Request::get(uri).body(Body::empty()).unwrap())
@@ -764,7 +411,7 @@ mod tests {
         );
     }
 
-    pub(super) fn properties(doc: &Value, schema: &str) -> BTreeSet<String> {
+    pub(crate) fn properties(doc: &Value, schema: &str) -> BTreeSet<String> {
         doc["components"]["schemas"][schema]["properties"]
             .as_object()
             .unwrap_or_else(|| panic!("no schema {schema}"))
@@ -773,7 +420,7 @@ mod tests {
             .collect()
     }
 
-    pub(super) fn keys(v: &Value) -> BTreeSet<String> {
+    pub(crate) fn keys(v: &Value) -> BTreeSet<String> {
         v.as_object().unwrap().keys().cloned().collect()
     }
 

@@ -32,7 +32,11 @@
 //!
 //! This module keeps the [`HeatMap`] itself, its [`HeatConfig`] and its errors.
 
+mod config;
 mod edges;
+mod error;
+mod evict;
+mod query;
 mod rings;
 mod sketch;
 mod tenant;
@@ -41,16 +45,16 @@ mod view;
 
 use std::collections::{HashMap, HashSet};
 
-use models::{AccessEvent, AccessEventRef, CacheKey, RegionId, TenantId};
+use models::{AccessEvent, AccessEventRef};
 use serde::{Deserialize, Serialize};
-use utoipa::ToSchema;
 
 use edges::EdgeCounters;
-use sketch::{Cell, key_hash};
 use tenant::SharedSketch;
-use top::{REGION_TOP_SKETCH, TOP_DEPTH, TOP_WIDTH, TopKey};
 
+pub use config::{ConfigError, HeatConfig};
 pub use edges::{EdgeSummary, MAX_NODES_PER_EDGE, NODE_WINDOW_S, RATE_WINDOW_S};
+pub use error::{ApplyError, QueryError};
+pub use evict::{EvictedTenant, IDLE_EVICT_MS, MAX_EVICTED_SUMMARIES};
 pub use tenant::TenantHeat;
 pub use view::{
     HotKey, KeyStats, OutcomeCounts, RegionCount, SketchKind, TenantSummary, Trend, Velocities,
@@ -69,260 +73,6 @@ pub const COARSE_BUCKETS: usize = 60;
 /// Regions tracked per tenant; events from further regions still count, without a
 /// region (the bitset of miss regions is a `u64`).
 pub const MAX_REGIONS: usize = 64;
-
-/// How big and how exact the sketches are, how much memory they may take, and how far
-/// producers' clocks are trusted.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(default, deny_unknown_fields)]
-pub struct HeatConfig {
-    /// Additive error as a fraction of the window's events (ε), in (0, 1), of a
-    /// tenant's own sketches.
-    pub error: f64,
-    /// Probability that an estimate stays within the error (1 − δ), in (0, 1).
-    pub confidence: f64,
-    /// Keys tracked per tenant per coarse bucket (the heat map's candidates).
-    pub top_k: usize,
-    /// Keys tracked per region per coarse bucket.
-    pub region_top_k: usize,
-    /// Tenants with fewer events than this in the last 60 s share one sketch; a tenant
-    /// that reaches it gets its own (and goes back under half of it). 0: every tenant
-    /// has its own sketches (the layout before the shared sketch).
-    pub shared_sketch_below: u64,
-    /// Additive error of the shared sketch, as a fraction of the *whole shared
-    /// stream's* events in the window, in (0, 1).
-    pub shared_error: f64,
-    /// Bytes the heat map may hold (sketches, trackers, keys); a new tenant, or a
-    /// promotion to own sketches, that would pass it is refused (`memory_budget`).
-    pub memory_budget_bytes: u64,
-    /// How far ahead of the clock an event may be stamped; further is `from_future`,
-    /// and the watermark never passes the clock plus this.
-    pub max_clock_skew_ms: u64,
-}
-
-impl Default for HeatConfig {
-    fn default() -> Self {
-        HeatConfig {
-            error: 0.005,
-            confidence: 0.99,
-            top_k: 64,
-            region_top_k: 16,
-            shared_sketch_below: 5_000,
-            shared_error: 0.0005,
-            memory_budget_bytes: 1 << 30,
-            max_clock_skew_ms: 5_000,
-        }
-    }
-}
-
-/// Why a [`HeatConfig`] was refused; the message names the field.
-#[derive(Debug, Clone, PartialEq, thiserror::Error)]
-#[error("invalid heat map config: {field}: {reason}")]
-pub struct ConfigError {
-    /// The offending field.
-    pub field: &'static str,
-    /// What is wrong with it.
-    pub reason: String,
-}
-
-/// Seconds of event time between full recounts of the memory estimate (each new
-/// tenant and each promotion raise it at once; trackers grow in between).
-const RECOUNT_EVERY_S: u64 = 10;
-
-/// Most summaries of evicted tenants kept (the oldest go first).
-pub const MAX_EVICTED_SUMMARIES: usize = 10_000;
-
-/// How long a tenant may be silent before it is evicted: the longest window, after
-/// which it has nothing left to answer.
-pub const IDLE_EVICT_MS: u64 = COARSE_MS * COARSE_BUCKETS as u64;
-
-impl HeatConfig {
-    /// Checks every field.
-    pub fn validate(&self) -> Result<(), ConfigError> {
-        let bad = |field, reason: &str| {
-            Err(ConfigError {
-                field,
-                reason: reason.to_owned(),
-            })
-        };
-        if !(self.error > 0.0 && self.error < 1.0 && (2.0 / self.error).is_finite()) {
-            return bad("error", "must be in (0, 1)");
-        }
-        if self.error < 1e-5 {
-            return bad("error", "below 1e-5 the sketches get too large");
-        }
-        if !(self.confidence > 0.0 && self.confidence < 1.0) {
-            return bad("confidence", "must be in (0, 1)");
-        }
-        if self.depth() > 16 {
-            return bad("confidence", "more than 16 rows; use at most 0.99998");
-        }
-        if !(1..=10_000).contains(&self.top_k) {
-            return bad("top_k", "must be in 1..=10000");
-        }
-        if !(1..=1_000).contains(&self.region_top_k) {
-            return bad("region_top_k", "must be in 1..=1000");
-        }
-        if !(self.shared_error > 0.0 && self.shared_error < 1.0) {
-            return bad("shared_error", "must be in (0, 1)");
-        }
-        if self.shared_error < 1e-5 {
-            return bad(
-                "shared_error",
-                "below 1e-5 the shared sketch gets too large",
-            );
-        }
-        if self.max_clock_skew_ms > 3_600_000 {
-            return bad("max_clock_skew_ms", "at most one hour");
-        }
-        let floor = self.shared_bytes() + self.own_tenant_bytes();
-        if self.memory_budget_bytes < floor as u64 {
-            return bad(
-                "memory_budget_bytes",
-                &format!(
-                    "below {floor} bytes: the shared sketch and one tenant of its own must fit"
-                ),
-            );
-        }
-        Ok(())
-    }
-
-    /// Whether a heat map made with `other` has sketches this config can read (the
-    /// limits may differ).
-    pub fn same_sketches(&self, other: &HeatConfig) -> bool {
-        (
-            self.width(),
-            self.depth(),
-            self.top_k,
-            self.region_top_k,
-            self.shared_width(),
-        ) == (
-            other.width(),
-            other.depth(),
-            other.top_k,
-            other.region_top_k,
-            other.shared_width(),
-        )
-    }
-
-    /// Columns per sketch row, as streaming_algorithms computes them.
-    pub fn width(&self) -> usize {
-        ((2.0 / self.error).round() as usize)
-            .max(2)
-            .next_power_of_two()
-    }
-
-    /// Columns per row of the shared sketch.
-    pub fn shared_width(&self) -> usize {
-        ((2.0 / self.shared_error).round() as usize)
-            .max(2)
-            .next_power_of_two()
-    }
-
-    /// Rows per sketch, as streaming_algorithms computes them.
-    pub fn depth(&self) -> usize {
-        (((1.0 - self.confidence).ln() / 0.5_f64.ln()).floor() as usize).max(1)
-    }
-
-    /// The effective additive error of a tenant's own sketches, as a fraction of the
-    /// tenant's events in the window: `2 / width` (at most `error`).
-    pub fn error_bound(&self) -> f64 {
-        2.0 / self.width() as f64
-    }
-
-    /// The effective additive error of the shared sketch, as a fraction of the events
-    /// of *all* tenants in it in the window: `2 / shared_width`.
-    pub fn shared_error_bound(&self) -> f64 {
-        2.0 / self.shared_width() as f64
-    }
-
-    /// Probability that one estimate exceeds the bound: `2^-depth` (streaming_algorithms
-    /// rounds the depth down, so this is up to twice `1 - confidence`).
-    pub fn failure_probability(&self) -> f64 {
-        0.5_f64.powi(self.depth() as i32)
-    }
-
-    /// Bytes of the shared sketch, every bucket in use.
-    pub fn shared_bytes(&self) -> usize {
-        (FINE_BUCKETS + COARSE_BUCKETS)
-            * self.shared_width()
-            * self.depth()
-            * std::mem::size_of::<Cell>()
-    }
-
-    /// Bytes of one tenant's own sketches, every bucket in use (trackers not counted).
-    pub fn own_tenant_bytes(&self) -> usize {
-        (FINE_BUCKETS + COARSE_BUCKETS) * self.width() * self.depth() * std::mem::size_of::<Cell>()
-    }
-
-    /// Worst-case bytes of one tenant with its own sketches: every bucket's sketch,
-    /// every Top-K (for [`MAX_REGIONS`] regions) and its keys at [`models::MAX_KEY_LEN`].
-    pub fn max_bytes_per_tenant(&self) -> usize {
-        let top = |k: usize, width: usize, depth: usize| {
-            // map entry + list node + the key, plus the Top's own sketch.
-            k * (64 + 2 * std::mem::size_of::<TopKey>() + models::MAX_KEY_LEN / 8)
-                + width * depth * std::mem::size_of::<usize>()
-        };
-        let (tw, td) = self.top_sketch();
-        let (rw, rd) = REGION_TOP_SKETCH;
-        self.own_tenant_bytes()
-            + COARSE_BUCKETS
-                * (top(self.top_k, tw, td) + MAX_REGIONS * top(self.region_top_k, rw, rd))
-    }
-
-    /// Top-K trackers keep their own small sketch for keys outside the top.
-    fn top_sketch(&self) -> (usize, usize) {
-        // (tolerance, probability) -> (width, depth) as in CountMinSketch::new.
-        (TOP_WIDTH, TOP_DEPTH)
-    }
-}
-
-/// Why an event was not applied. Small and `Copy`: this is the per-message path.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, thiserror::Error)]
-pub enum ApplyError {
-    /// The event is older than the longest window behind the watermark.
-    #[error("event is older than the 60 s window")]
-    TooOld,
-    /// The event is stamped further ahead of the clock than `max_clock_skew_ms`.
-    #[error("event is stamped ahead of the clock by more than the allowed skew")]
-    FromFuture,
-    /// The tenant is not on the allow-list.
-    #[error("tenant is not on the allow-list")]
-    UnknownTenant,
-    /// A new tenant would pass `memory_budget_bytes`.
-    #[error("memory budget reached")]
-    MemoryBudget,
-}
-
-impl ApplyError {
-    /// Every reason, in declaration order (for metrics that list all of them).
-    pub const ALL: [ApplyError; 4] = [
-        ApplyError::TooOld,
-        ApplyError::FromFuture,
-        ApplyError::UnknownTenant,
-        ApplyError::MemoryBudget,
-    ];
-
-    /// The metric label `reason`.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            ApplyError::TooOld => "too_old",
-            ApplyError::FromFuture => "from_future",
-            ApplyError::UnknownTenant => "unknown_tenant",
-            ApplyError::MemoryBudget => "memory_budget",
-        }
-    }
-}
-
-/// Why a query could not be answered.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum QueryError {
-    /// No event of this tenant has been seen (or it was evicted).
-    #[error("unknown tenant {0:?}")]
-    UnknownTenant(String),
-    /// The tenant has no events from this region.
-    #[error("unknown region {0:?} for this tenant")]
-    UnknownRegion(String),
-}
 
 /// Every tenant's windows: the state pulse ingests into, checkpoints, and answers
 /// the dashboard and the predictor from.
@@ -385,18 +135,6 @@ pub struct HeatMap {
     /// Counters per kind of edge, since this process started (not checkpointed).
     #[serde(skip)]
     edges: EdgeCounters,
-}
-
-/// What is kept of an evicted tenant.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
-pub struct EvictedTenant {
-    /// The tenant.
-    #[schema(value_type = String)]
-    pub tenant: TenantId,
-    /// Events applied before it went quiet.
-    pub events: u64,
-    /// Its newest event time, ms since the Unix epoch.
-    pub last_event_ms: u64,
 }
 
 impl HeatMap {
@@ -533,50 +271,6 @@ impl HeatMap {
         }
     }
 
-    /// Evicts every tenant silent for [`IDLE_EVICT_MS`] behind `now_ms`, keeps their
-    /// summaries (at most [`MAX_EVICTED_SUMMARIES`]), and refreshes the memory estimate.
-    fn evict_idle(&mut self, now_ms: u64) {
-        self.maintained_s = now_ms / COARSE_MS;
-        let idle: Vec<String> = self
-            .tenants
-            .iter()
-            .filter(|(_, t)| t.last_event_ms.saturating_add(IDLE_EVICT_MS) <= now_ms)
-            .map(|(name, _)| name.clone())
-            .collect();
-        let evicted_any = !idle.is_empty();
-        self.evictions += idle.len() as u64;
-        for name in idle {
-            let Some(tenant) = self.tenants.remove(&name) else {
-                continue;
-            };
-            if let Ok(id) = TenantId::new(name.as_str()) {
-                self.evicted.insert(
-                    name,
-                    EvictedTenant {
-                        tenant: id,
-                        events: tenant.events,
-                        last_event_ms: tenant.last_event_ms,
-                    },
-                );
-            }
-        }
-        if evicted_any || self.maintained_s % RECOUNT_EVERY_S == 0 {
-            self.bytes = self.reserved_bytes();
-        }
-        if self.evicted.len() > MAX_EVICTED_SUMMARIES {
-            let mut oldest: Vec<(u64, String)> = self
-                .evicted
-                .iter()
-                .map(|(n, e)| (e.last_event_ms, n.clone()))
-                .collect();
-            oldest.sort_unstable();
-            let excess = self.evicted.len() - MAX_EVICTED_SUMMARIES * 3 / 4;
-            for (_, name) in oldest.into_iter().take(excess) {
-                self.evicted.remove(&name);
-            }
-        }
-    }
-
     /// What the budget is checked against: [`HeatMap::memory_bytes`] with the shared
     /// sketch and each own tenant's sketches counted as if every bucket were in use
     /// (they are made on first use), so a budget that admitted them still holds when
@@ -595,170 +289,6 @@ impl HeatMap {
                 .map(|(name, t)| 48 + name.len() + t.reserved_bytes(&self.config))
                 .sum::<usize>()
             + self.evicted.len() * (2 * 48 + std::mem::size_of::<EvictedTenant>())
-    }
-
-    /// Tenants seen, sorted by name, with where their counts are and the error bound
-    /// of their 60 s estimates.
-    pub fn tenants(&self) -> Vec<TenantSummary> {
-        let now = self.watermark_ms;
-        let mut out: Vec<TenantSummary> = self
-            .tenants
-            .iter()
-            .filter_map(|(name, t)| {
-                let own = t.is_own();
-                Some(TenantSummary {
-                    tenant: TenantId::new(name.as_str()).ok()?,
-                    events: t.events,
-                    last_event_ms: t.last_event_ms,
-                    regions: t.regions.clone(),
-                    sketch: if own {
-                        SketchKind::Own
-                    } else {
-                        SketchKind::Shared
-                    },
-                    error_bound: if own {
-                        self.config.error_bound()
-                    } else {
-                        self.config.shared_error_bound()
-                    },
-                    events_60s: t.events_60s(now),
-                    error_bound_events_60s: t.error_bound_events(
-                        &self.config,
-                        &self.shared,
-                        Window::S60,
-                        now,
-                    ),
-                })
-            })
-            .collect();
-        out.sort_by(|a, b| a.tenant.cmp(&b.tenant));
-        out
-    }
-
-    /// Summaries of evicted tenants, newest first.
-    pub fn evicted(&self) -> Vec<EvictedTenant> {
-        let mut out: Vec<EvictedTenant> = self.evicted.values().cloned().collect();
-        out.sort_by(|a, b| {
-            b.last_event_ms
-                .cmp(&a.last_event_ms)
-                .then(a.tenant.cmp(&b.tenant))
-        });
-        out
-    }
-
-    /// The tenants tracked, unsorted: [`HeatMap::tenants`] without the summaries and
-    /// their error bounds, for callers that visit every tenant often (the predictor).
-    pub fn tenant_ids(&self) -> impl Iterator<Item = &str> {
-        self.tenants.keys().map(String::as_str)
-    }
-
-    /// The counters of each kind of edge (prefetcher, nginx, varnish, other, then
-    /// `unspecified`) since this process started, with their rate and nodes as of
-    /// the watermark.
-    pub fn edges(&self) -> Vec<EdgeSummary> {
-        self.edges.summaries(self.watermark_ms)
-    }
-
-    /// Tenants evicted since this heat map was made or restored.
-    pub fn evictions(&self) -> u64 {
-        self.evictions
-    }
-
-    /// How many tenants are tracked.
-    pub fn tenants_len(&self) -> usize {
-        self.tenants.len()
-    }
-
-    /// One tenant's windows.
-    pub fn tenant(&self, tenant: &TenantId) -> Option<&TenantHeat> {
-        self.tenants.get(tenant.as_str())
-    }
-
-    fn get(&self, tenant: &TenantId) -> Result<&TenantHeat, QueryError> {
-        self.tenant(tenant)
-            .ok_or_else(|| QueryError::UnknownTenant(tenant.to_string()))
-    }
-
-    /// The additive error bound, in events, of a tenant's estimates over `window`
-    /// ending at `now_ms` (see [`TenantSummary::error_bound_events_60s`]).
-    pub fn error_bound_events(
-        &self,
-        tenant: &TenantId,
-        window: Window,
-        now_ms: u64,
-    ) -> Result<u64, QueryError> {
-        Ok(self
-            .get(tenant)?
-            .error_bound_events(&self.config, &self.shared, window, now_ms))
-    }
-
-    /// Estimates for one key, with windows ending at `now_ms` (usually
-    /// [`HeatMap::now_ms`]). A key never seen has zero counts.
-    pub fn key_stats(
-        &self,
-        tenant: &TenantId,
-        key: &CacheKey,
-        now_ms: u64,
-    ) -> Result<KeyStats, QueryError> {
-        Ok(self.get(tenant)?.stats(&self.shared, tenant, key, now_ms))
-    }
-
-    /// The heat map: up to `n` hottest keys of a tenant (or of one of its regions)
-    /// over `window` ending at `now_ms`, hottest first.
-    pub fn hot_keys(
-        &self,
-        tenant: &TenantId,
-        region: Option<&RegionId>,
-        window: Window,
-        n: usize,
-        now_ms: u64,
-    ) -> Result<Vec<HotKey>, QueryError> {
-        let heat = self.get(tenant)?;
-        let region = match region {
-            None => None,
-            Some(r) => Some(
-                heat.regions
-                    .iter()
-                    .position(|x| x == r)
-                    .ok_or_else(|| QueryError::UnknownRegion(r.to_string()))?,
-            ),
-        };
-        Ok(heat.hot_keys(&self.shared, region, window, n, now_ms))
-    }
-
-    /// Keys worth scoring now: those in the tenant's Top-K of the current or the
-    /// previous second. Cheap; bounded by twice `top_k`.
-    pub fn candidates(&self, tenant: &TenantId, now_ms: u64) -> Result<Vec<CacheKey>, QueryError> {
-        Ok(self.get(tenant)?.candidates(now_ms))
-    }
-
-    /// A key's demand per second over `window` ending at `now_ms`: a window of
-    /// [`HeatMap::key_windows`] (the same `velocity`), for a tick's first look at a key.
-    pub fn key_velocity(
-        &self,
-        tenant: &TenantId,
-        key: &CacheKey,
-        window: Window,
-        now_ms: u64,
-    ) -> Result<f64, QueryError> {
-        let heat = self.get(tenant)?;
-        let demand = heat.demand(&self.shared, key_hash(key.as_str()), window, now_ms);
-        Ok(demand as f64 / window.seconds())
-    }
-
-    /// One key's estimates over each of `windows` ending at `now_ms`, in their order:
-    /// [`HeatMap::key_stats`] without the per-region breakdown, and only the windows
-    /// asked for (a minute's sixty buckets cost more than the rest together).
-    pub fn key_windows<const N: usize>(
-        &self,
-        tenant: &TenantId,
-        key: &CacheKey,
-        windows: [Window; N],
-        now_ms: u64,
-    ) -> Result<[WindowStats; N], QueryError> {
-        let heat = self.get(tenant)?;
-        let hash = key_hash(key.as_str());
-        Ok(windows.map(|w| heat.window_stats(&self.shared, hash, w, now_ms)))
     }
 
     /// Approximate bytes held by the sketches, trackers and keys (not the allocator's
@@ -780,15 +310,15 @@ impl HeatMap {
 mod tests {
     use std::collections::HashMap;
 
-    use models::{NodeId, Outcome};
+    use models::{CacheKey, NodeId, Outcome, RegionId, TenantId};
     use rand::SeedableRng;
     use rand_distr::{Distribution, Zipf};
 
     use super::*;
 
-    const T0: u64 = 1_764_470_000_000;
+    pub(super) const T0: u64 = 1_764_470_000_000;
 
-    fn ev(ts: u64, key: &str, region: &str, outcome: Outcome) -> AccessEvent {
+    pub(super) fn ev(ts: u64, key: &str, region: &str, outcome: Outcome) -> AccessEvent {
         AccessEvent::new(
             ts,
             TenantId::new("acme").unwrap(),
@@ -799,201 +329,21 @@ mod tests {
         )
     }
 
-    fn acme() -> TenantId {
+    pub(super) fn acme() -> TenantId {
         TenantId::new("acme").unwrap()
     }
 
-    fn key(k: &str) -> CacheKey {
+    pub(super) fn key(k: &str) -> CacheKey {
         CacheKey::new(k).unwrap()
     }
 
-    #[test]
-    fn config_validation_names_the_field() {
-        let mut c = HeatConfig::default();
-        assert!(c.validate().is_ok());
-        c.error = 0.0;
-        assert_eq!(c.validate().unwrap_err().field, "error");
-        c = HeatConfig {
-            confidence: 1.0,
-            ..HeatConfig::default()
-        };
-        assert_eq!(c.validate().unwrap_err().field, "confidence");
-        c = HeatConfig {
-            top_k: 0,
-            ..HeatConfig::default()
-        };
-        assert!(c.validate().unwrap_err().to_string().contains("top_k"));
-    }
-
-    #[test]
-    fn dimensions_follow_error_and_confidence() {
-        let c = HeatConfig::default();
-        assert_eq!(c.width(), 512);
-        assert_eq!(c.depth(), 6);
-        assert!(c.error_bound() <= c.error);
-        // streaming_algorithms rounds the depth down: the failure probability is
-        // 2^-depth, within a factor 2 of 1 - confidence.
-        assert!(c.failure_probability() <= 2.0 * (1.0 - c.confidence));
-    }
-
-    #[test]
-    fn windows_count_per_outcome_and_expire_with_event_time() {
-        let mut heat = HeatMap::new(HeatConfig::default());
-        for i in 0..10 {
-            heat.apply(&ev(T0 + i, "/a", "eu", Outcome::Miss)).unwrap();
-            heat.apply(&ev(T0 + i, "/a", "eu", Outcome::Hit)).unwrap();
-        }
-        let s = heat.key_stats(&acme(), &key("/a"), T0 + 10).unwrap();
-        for w in Window::ALL {
-            assert_eq!(s.window(w).counts.miss, 10, "{w:?}");
-            assert_eq!(s.window(w).counts.hit, 10, "{w:?}");
-            assert_eq!(s.window(w).total, 20);
-        }
-        assert_eq!(s.window(Window::Ms200).velocity, 100.0);
-
-        // 200 ms later (in event time) the shortest window has moved on.
-        let s = heat.key_stats(&acme(), &key("/a"), T0 + 200).unwrap();
-        assert_eq!(s.window(Window::Ms200).total, 0);
-        assert_eq!(s.window(Window::S1).total, 20);
-        // After 1 s, only the coarse windows remember; after 60 s nothing does.
-        let s = heat.key_stats(&acme(), &key("/a"), T0 + 1_000).unwrap();
-        assert_eq!(s.window(Window::S1).total, 0);
-        assert_eq!(s.window(Window::S10).total, 20);
-        let s = heat.key_stats(&acme(), &key("/a"), T0 + 60_000).unwrap();
-        assert_eq!(s.window(Window::S60).total, 0);
-
-        // A newer event advances the watermark and recycles the buckets.
-        heat.apply(&ev(T0 + 120_000, "/b", "eu", Outcome::Hit))
-            .unwrap();
-        assert_eq!(heat.now_ms(), T0 + 120_000);
-        let s = heat.key_stats(&acme(), &key("/a"), heat.now_ms()).unwrap();
-        assert!(s.windows.iter().all(|w| w.total == 0));
-        // An event older than the 60 s window is refused.
-        assert_eq!(
-            heat.apply(&ev(T0 + 10, "/a", "eu", Outcome::Hit)),
-            Err(ApplyError::TooOld)
-        );
-        // A late event still inside the window is counted in its own bucket.
-        heat.apply(&ev(T0 + 119_000, "/a", "eu", Outcome::Hit))
-            .unwrap();
-        let s = heat.key_stats(&acme(), &key("/a"), heat.now_ms()).unwrap();
-        assert_eq!(s.window(Window::S10).total, 1);
-        assert_eq!(s.window(Window::Ms200).total, 0);
-    }
-
-    #[test]
-    fn miss_regions_and_acceleration() {
-        let mut heat = HeatMap::new(HeatConfig::default());
-        // Quiet second: 2 hits; then a burst of misses from 10 regions in 200 ms.
-        heat.apply(&ev(T0, "/v", "r0", Outcome::Hit)).unwrap();
-        heat.apply(&ev(T0 + 500, "/v", "r0", Outcome::Hit)).unwrap();
-        for i in 0..50 {
-            let region = format!("r{}", i % 10);
-            heat.apply(&ev(T0 + 1_000 + i, "/v", &region, Outcome::Miss))
-                .unwrap();
-        }
-        let s = heat.key_stats(&acme(), &key("/v"), T0 + 1_050).unwrap();
-        let short = s.window(Window::Ms200);
-        assert_eq!(short.misses, 50);
-        assert_eq!(short.miss_regions.len(), 10);
-        assert!(s.acceleration_1s > 0.0);
-        assert!(s.acceleration_200ms > 0.0);
-        assert_eq!(s.trend, Trend::Rising);
-        // Hits do not mark regions.
-        let s = heat.key_stats(&acme(), &key("/v"), T0 + 500).unwrap();
-        assert!(s.window(Window::Ms200).miss_regions.is_empty());
-        assert_eq!(s.window(Window::Ms200).total, 1);
-    }
-
-    #[test]
-    fn heat_map_ranks_keys_per_tenant_and_region() {
-        let mut heat = HeatMap::new(HeatConfig::default());
-        for i in 0..100 {
-            heat.apply(&ev(T0 + i, "/hot", "eu", Outcome::Hit)).unwrap();
-        }
-        for i in 0..30 {
-            heat.apply(&ev(T0 + i, "/warm", "us", Outcome::Miss))
-                .unwrap();
-        }
-        heat.apply(&ev(T0, "/cold", "us", Outcome::Hit)).unwrap();
-        let now = heat.now_ms();
-        let top = heat.hot_keys(&acme(), None, Window::S10, 2, now).unwrap();
-        let keys: Vec<&str> = top.iter().map(|h| h.key.as_str()).collect();
-        assert_eq!(keys, ["/hot", "/warm"]);
-        assert_eq!(top[0].count, 100);
-        assert_eq!(top[0].regions[0].region.as_str(), "eu");
-        assert_eq!(top[1].miss_regions[0].as_str(), "us");
-        let us = RegionId::new("us").unwrap();
-        let top = heat
-            .hot_keys(&acme(), Some(&us), Window::S60, 10, now)
-            .unwrap();
-        let keys: Vec<&str> = top.iter().map(|h| h.key.as_str()).collect();
-        assert_eq!(keys, ["/warm", "/cold"]);
-        assert_eq!(top[0].count, 30);
-        assert_eq!(
-            heat.hot_keys(
-                &acme(),
-                Some(&RegionId::new("mars").unwrap()),
-                Window::S1,
-                5,
-                now
-            ),
-            Err(QueryError::UnknownRegion("mars".into()))
-        );
-        assert!(matches!(
-            heat.hot_keys(&TenantId::new("nobody").unwrap(), None, Window::S1, 5, now),
-            Err(QueryError::UnknownTenant(_))
-        ));
-        let candidates = heat.candidates(&acme(), now).unwrap();
-        assert!(candidates.contains(&key("/hot")));
-        assert_eq!(heat.tenants()[0].events, 131);
-    }
-
-    /// A pre-warm fill is pulse's own command coming back, not a request: it is
-    /// counted (per outcome and in `total`) but raises no velocity, no acceleration
-    /// and no rank, and a key only pre-warmed is no candidate.
-    #[test]
-    fn pre_warm_fills_are_not_demand() {
-        let mut heat = HeatMap::new(HeatConfig::default());
-        for i in 0..5 {
-            heat.apply(&ev(T0 + i, "/a", "eu", Outcome::Hit)).unwrap();
-        }
-        for i in 0..40 {
-            let region = format!("r{}", i % 8);
-            heat.apply(&ev(T0 + 10 + i, "/a", &region, Outcome::PrefetchFill))
-                .unwrap();
-            heat.apply(&ev(T0 + 10 + i, "/warmed", &region, Outcome::PrefetchFill))
-                .unwrap();
-        }
-        let s = heat.key_stats(&acme(), &key("/a"), T0 + 60).unwrap();
-        let short = s.window(Window::Ms200);
-        assert_eq!(short.counts.prefetch_fill, 40);
-        assert_eq!((short.total, short.demand, short.misses), (45, 5, 0));
-        assert_eq!(short.velocity, 25.0);
-        assert_eq!(s.window(Window::S1).velocity, 5.0);
-        assert_eq!(s.acceleration_200ms, 125.0);
-        // The warmed regions hold the key: they are not "unseen".
-        assert_eq!(short.regions.len(), 9);
-
-        let top = heat
-            .hot_keys(&acme(), None, Window::S10, 10, T0 + 60)
-            .unwrap();
-        let rows: Vec<(&str, u64, f64)> = top
-            .iter()
-            .map(|h| (h.key.as_str(), h.count, h.velocities.s1))
-            .collect();
-        assert_eq!(rows, [("/a", 5, 5.0)]);
-        assert_eq!(top[0].regions.len(), 1, "{:?}", top[0].regions);
-        assert_eq!(heat.candidates(&acme(), T0 + 60).unwrap(), [key("/a")]);
-    }
-
-    fn ev_of(tenant: &str, ts: u64, key: &str, region: &str) -> AccessEvent {
+    pub(super) fn ev_of(tenant: &str, ts: u64, key: &str, region: &str) -> AccessEvent {
         let mut e = ev(ts, key, region, Outcome::Miss);
         e.tenant = TenantId::new(tenant).unwrap();
         e
     }
 
-    fn tenant(name: &str) -> TenantId {
+    pub(super) fn tenant(name: &str) -> TenantId {
         TenantId::new(name).unwrap()
     }
 
@@ -1043,66 +393,6 @@ mod tests {
         heat.apply(&ev_of("acme", T0 + 3_600_000, "/a", "eu"))
             .unwrap();
         assert_eq!(heat.now_ms(), T0 + 3_600_000);
-    }
-
-    /// Hostile input: a tenant flood. The limit is the memory budget, not a count of
-    /// tenants ever seen: tenants silent for a window are evicted (a small summary
-    /// kept), so once the flood goes quiet a new tenant is served within one window.
-    #[test]
-    fn a_tenant_flood_that_went_quiet_leaves_room_within_one_window() {
-        let config = HeatConfig::default();
-        let one = TenantHeat::new(&config, "t", false).bytes();
-        let budget = (HeatMap::new(config.clone()).memory_bytes() + 60 * one) as u64;
-        let mut heat = HeatMap::new(HeatConfig {
-            memory_budget_bytes: budget
-                .max((config.shared_bytes() + config.own_tenant_bytes()) as u64),
-            ..config
-        });
-        let mut refused = 0;
-        for i in 0..100_000 {
-            match heat.apply(&ev_of(&format!("flood-{i}"), T0, "/a", "eu")) {
-                Ok(()) => {}
-                Err(ApplyError::MemoryBudget) => refused += 1,
-                Err(e) => panic!("{e}"),
-            }
-        }
-        assert!(refused > 0, "the budget was never reached");
-        let held = heat.tenants_len();
-        assert!(heat.memory_bytes() as u64 <= heat.config().memory_budget_bytes);
-        assert_eq!(
-            heat.apply(&ev_of("newcomer", T0 + 1_000, "/a", "eu")),
-            Err(ApplyError::MemoryBudget)
-        );
-        // One window later (event time), the newcomer is served and the flood is gone.
-        heat.apply(&ev_of("newcomer", T0 + IDLE_EVICT_MS, "/a", "eu"))
-            .unwrap();
-        assert_eq!(heat.tenants_len(), 1);
-        assert_eq!(heat.evicted().len(), held);
-        assert!(heat.evicted().iter().all(|e| e.events == 1));
-        assert!(heat.tenant(&tenant("newcomer")).is_some());
-        assert!(
-            heat.hot_keys(&tenant("flood-0"), None, Window::S60, 5, heat.now_ms())
-                .is_err()
-        );
-    }
-
-    /// An evicted tenant is not in the next checkpoint, and a tenant that comes back
-    /// continues its event count from its summary.
-    #[test]
-    fn evicted_tenants_stay_evicted_through_a_checkpoint() {
-        let mut heat = HeatMap::new(HeatConfig::default());
-        heat.apply(&ev_of("gone", T0, "/a", "eu")).unwrap();
-        heat.apply(&ev_of("gone", T0, "/b", "eu")).unwrap();
-        heat.apply(&ev_of("stays", T0 + IDLE_EVICT_MS, "/a", "eu"))
-            .unwrap();
-        let back: HeatMap = serde_json::from_slice(&serde_json::to_vec(&heat).unwrap()).unwrap();
-        assert!(back.tenant(&tenant("gone")).is_none());
-        assert_eq!(back.evicted()[0].tenant.as_str(), "gone");
-        let mut back = back;
-        back.apply(&ev_of("gone", T0 + IDLE_EVICT_MS + 1, "/a", "eu"))
-            .unwrap();
-        assert_eq!(back.tenant(&tenant("gone")).unwrap().events(), 3);
-        assert!(back.evicted().is_empty());
     }
 
     /// With an allow-list, other tenants' events are refused (`unknown_tenant`) and

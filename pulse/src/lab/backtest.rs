@@ -15,15 +15,12 @@ use rdkafka::message::Message;
 use rdkafka::{ClientConfig, Offset, TopicPartitionList};
 use serde::Serialize;
 
+use super::honest::{HonestOptions, score_commands};
+use super::trace::Burst;
 use crate::heat::{HeatConfig, HeatMap};
 use crate::predict::{
     Decision, DecisionCounts, DecisionPolicy, Predictor, PredictorConfig, Sample, ScoringModel,
 };
-use crate::trace::Burst;
-
-mod honest;
-
-pub use honest::{CommandScore, HonestOptions, HonestScore, score_commands};
 
 /// How to replay.
 #[derive(Debug, Clone)]
@@ -354,9 +351,8 @@ pub fn write_events(path: &Path, events: &[AccessEvent]) -> std::io::Result<()> 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::lab::trace::{BurstKind, TraceSpec, generate as generate_trace};
     use crate::predict::TrainOptions;
-    use crate::trace::BurstKind;
-    use crate::trace::{TraceSpec, generate as generate_trace};
 
     fn spec(seed: u64) -> TraceSpec {
         TraceSpec {

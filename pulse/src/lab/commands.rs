@@ -10,14 +10,14 @@ use std::time::Duration;
 
 use models::{AccessEvent, PrewarmCommand};
 
-use crate::backtest::{
-    BacktestRow, HonestOptions, ReplayOptions, backtest, read_events, read_topic, replay,
-    score as score_replay, score_commands,
+use super::backtest::{
+    BacktestRow, ReplayOptions, backtest, read_events, read_topic, replay, score as score_replay,
 };
+use super::honest::{HonestOptions, score_commands};
+use super::trace::{Burst, Family, Trace, generate as generate_trace};
 use crate::predict::{
     DecisionPolicy, Features, ModelError, ScoringModel, TrainOptions, reliability,
 };
-use crate::trace::{Burst, Family, Trace, generate as generate_trace};
 
 /// Where events are read from: a JSON-lines file, or a Kafka topic read from its
 /// beginning to its end (`kafka://HOST:PORT[,HOST:PORT…]/TOPIC`).
@@ -370,7 +370,7 @@ pub fn backtest_commands(
 
 /// Writes a generated trace's events (JSON lines) and, if asked, its truth (JSON).
 pub fn write_trace(trace: &Trace, out: &Path, truth: Option<&Path>) -> std::io::Result<()> {
-    crate::backtest::write_events(out, &trace.events)?;
+    super::backtest::write_events(out, &trace.events)?;
     if let Some(path) = truth {
         let json = serde_json::to_string_pretty(&trace.bursts).map_err(std::io::Error::other)?;
         std::fs::write(path, json)?;

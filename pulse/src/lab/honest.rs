@@ -27,7 +27,7 @@ use std::collections::HashMap;
 use models::{AccessEvent, CacheKey, PrewarmCommand, RegionId, RegionTargets, TenantId};
 use serde::Serialize;
 
-use crate::trace::{Burst, BurstKind};
+use super::trace::{Burst, BurstKind};
 
 /// Settings of the honest scorer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

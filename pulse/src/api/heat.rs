@@ -1,0 +1,221 @@
+//! The heat-map resources: `/api/tenants`, `/api/heatmap` and `/api/keys/{tenant}/{key}`.
+
+use axum::Json;
+use axum::extract::rejection::{PathRejection, QueryRejection};
+use axum::extract::{Path, Query, State};
+use axum::http::Uri;
+use models::{CacheKey, MAX_KEY_LEN, RegionId};
+use serde::Deserialize;
+use utoipa::IntoParams;
+
+use super::{
+    ApiError, AppState, ErrorBody, HeatmapResponse, KeyResponse, MAX_HEATMAP_ROWS, TenantsResponse,
+    count_param, fleet, one, owned, per_partition, required_tenant, tenant_param,
+};
+use crate::fleet::{Coverage, Scope, ScopeQuery, merge, partition_for_key};
+use crate::heat::{QueryError, Window};
+
+/// Query of `GET /api/heatmap`.
+#[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
+pub struct HeatmapQuery {
+    /// The tenant (required).
+    pub tenant: Option<String>,
+    /// Only this region's hot keys.
+    pub region: Option<String>,
+    /// `200ms`, `1s` (default), `10s` or `60s`.
+    pub window: Option<String>,
+    /// Rows, 1 to 1000 (default 20).
+    pub n: Option<usize>,
+    /// Event time the window ends at (default: the newest watermark of the
+    /// partitions), for replays and comparisons.
+    pub now_ms: Option<u64>,
+    /// `local` or `fleet` (default).
+    pub scope: Option<Scope>,
+}
+
+/// Query of `GET /api/keys/{tenant}/{key}`.
+#[derive(Debug, Default, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
+pub struct KeyQuery {
+    /// Event time the windows end at (default: the newest watermark), for replays and
+    /// comparisons.
+    pub now_ms: Option<u64>,
+    /// `local` or `fleet` (default).
+    pub scope: Option<Scope>,
+}
+
+/// Tenants seen, with the sketches' error bound and memory.
+#[utoipa::path(
+    get,
+    path = "/api/tenants",
+    params(ScopeQuery),
+    responses(
+        (status = 200, body = TenantsResponse),
+        (status = 400, description = "bad parameter", body = ErrorBody)
+    )
+)]
+pub(super) async fn tenants(
+    State(state): State<AppState>,
+    uri: Uri,
+    query: Result<Query<ScopeQuery>, QueryRejection>,
+) -> Result<Json<TenantsResponse>, ApiError> {
+    let Query(q) = query?;
+    let local = {
+        let partitions = state.read();
+        let parts = partitions
+            .states()
+            .iter()
+            .map(|(&p, s)| TenantsResponse::of(&s.heat, one(p, &partitions)))
+            .collect();
+        merge::tenants(parts).unwrap_or_else(|| {
+            let config = partitions.partition_heat_config();
+            TenantsResponse {
+                now_ms: 0,
+                error_bound: config.error_bound(),
+                shared_error_bound: config.shared_error_bound(),
+                failure_probability: config.failure_probability(),
+                memory_bytes: 0,
+                memory_budget_bytes: 0,
+                tenants: Vec::new(),
+                evicted: Vec::new(),
+                coverage: owned(&partitions),
+            }
+        })
+    };
+    fleet::answer(&state, q.scope, &uri, Ok(local), merge::tenants)
+        .await
+        .map(Json)
+}
+
+/// The heat map: a tenant's (or one region's) hottest keys over a window, merged
+/// over the partitions at one `now_ms`.
+#[utoipa::path(
+    get,
+    path = "/api/heatmap",
+    params(HeatmapQuery),
+    responses(
+        (status = 200, body = HeatmapResponse),
+        (status = 400, description = "bad parameter", body = ErrorBody),
+        (status = 404, description = "unknown tenant or region", body = ErrorBody)
+    )
+)]
+pub(super) async fn heatmap(
+    State(state): State<AppState>,
+    uri: Uri,
+    query: Result<Query<HeatmapQuery>, QueryRejection>,
+) -> Result<Json<HeatmapResponse>, ApiError> {
+    let Query(q) = query?;
+    let tenant = required_tenant(q.tenant.as_deref())?;
+    let region = q
+        .region
+        .as_deref()
+        .map(RegionId::new)
+        .transpose()
+        .map_err(|e| ApiError::bad("invalid_region", format!("region: {e}")))?;
+    let window = match q.window.as_deref() {
+        None => Window::S1,
+        Some(w) => w
+            .parse()
+            .map_err(|e| ApiError::bad("bad_window", format!("window: {e}")))?,
+    };
+    let n = count_param("n", q.n, 20, MAX_HEATMAP_ROWS)?;
+    let local = {
+        let partitions = state.read();
+        let now_ms = q.now_ms.unwrap_or_else(|| partitions.now_ms());
+        per_partition(&partitions, |heat, coverage| {
+            Ok(HeatmapResponse::of(
+                heat,
+                &tenant,
+                region.as_ref(),
+                window,
+                n,
+                now_ms,
+                coverage,
+            )?)
+        })
+        .and_then(|(parts, coverage)| {
+            let merged = merge::heatmap(parts, n).ok_or_else(|| {
+                ApiError::from(QueryError::UnknownTenant(tenant.to_string()))
+                    .covering(coverage.clone())
+            })?;
+            Ok(HeatmapResponse { coverage, ..merged })
+        })
+    };
+    fleet::answer(&state, q.scope, &uri, local, |parts| {
+        merge::heatmap(parts, n)
+    })
+    .await
+    .map(Json)
+}
+
+/// Estimates for one key: per window and outcome, miss regions, acceleration, trend;
+/// from the partition that owns `tenant/key` (librdkafka's default partitioner).
+/// The key is the rest of the path (`/api/keys/acme/img/logo.png`) or one
+/// URL-encoded segment (`/api/keys/acme/%2Fimg%2Flogo.png`); encode `?` as `%3F`.
+#[utoipa::path(
+    get,
+    path = "/api/keys/{tenant}/{key}",
+    params(
+        ("tenant" = String, Path, description = "The tenant"),
+        ("key" = String, Path, description = "The cache key, without or with its leading '/'"),
+        KeyQuery
+    ),
+    responses(
+        (status = 200, body = KeyResponse),
+        (status = 400, description = "invalid or too long key", body = ErrorBody),
+        (status = 404, description = "unknown tenant", body = ErrorBody),
+        (status = 503, description = "the owning partition is not assigned here", body = ErrorBody)
+    )
+)]
+pub(super) async fn key_stats(
+    State(state): State<AppState>,
+    uri: Uri,
+    path: Result<Path<(String, String)>, PathRejection>,
+    query: Result<Query<KeyQuery>, QueryRejection>,
+) -> Result<Json<KeyResponse>, ApiError> {
+    let Path((tenant, key)) = path?;
+    let Query(q) = query?;
+    let tenant = tenant_param(&tenant)?;
+    let key = if key.starts_with('/') {
+        key
+    } else {
+        format!("/{key}")
+    };
+    if key.len() > MAX_KEY_LEN {
+        return Err(ApiError::bad(
+            "key_too_long",
+            format!("key: {} bytes, longer than {MAX_KEY_LEN}", key.len()),
+        ));
+    }
+    let key = CacheKey::new(key).map_err(|e| ApiError::bad("invalid_key", format!("key: {e}")))?;
+    let local = {
+        let partitions = state.read();
+        let owner = partition_for_key(
+            models::message_key(tenant.as_str(), key.as_str()).as_bytes(),
+            partitions.partition_count(),
+        );
+        match partitions.get(owner) {
+            // Elsewhere in the fleet: the owner among the peers answers.
+            None => Err(ApiError::owner_unavailable(owner, &partitions)),
+            Some(part) => {
+                // The key's windows end at the newest watermark, as the heat map's do.
+                let now_ms = q.now_ms.unwrap_or_else(|| partitions.now_ms());
+                part.heat
+                    .key_stats(&tenant, &key, now_ms)
+                    .map(|stats| KeyResponse {
+                        stats,
+                        // The owner's answer is the whole answer.
+                        coverage: Coverage {
+                            complete: true,
+                            ..one(owner, &partitions)
+                        },
+                    })
+                    .map_err(|e| ApiError::from(e).covering(one(owner, &partitions)))
+            }
+        }
+    };
+    fleet::answer(&state, q.scope, &uri, local, merge::key)
+        .await
+        .map(Json)
+}

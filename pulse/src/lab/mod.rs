@@ -1,0 +1,36 @@
+//! The offline lab: synthetic traces with known bursts, the replay of a trace through
+//! the service's own heat map and predictor on event time, the honest scorer, and the
+//! `pulse trace` / `train` / `backtest` commands as calls.
+//!
+//! The lab uses the online modules (`heat`, `predict`, `ticks`); no online module
+//! uses the lab.
+//!
+//! - `trace`: [`generate_trace`], synthetic traces ([`TraceSpec`]) and their truth
+//!   ([`Burst`]), the traffic families ([`FAMILIES`]).
+//! - `backtest`: [`replay`] and [`backtest`] on event time; [`read_events`],
+//!   [`read_topic`], [`write_commands`].
+//! - `honest`: [`score_commands`], commands judged against what the regions then did.
+//! - `commands`: `pulse train`/`backtest`/`trace` as calls ([`train_model`],
+//!   [`backtest_table`], [`write_trace`]).
+
+mod backtest;
+mod commands;
+mod honest;
+#[cfg(test)]
+mod replayed_api;
+mod trace;
+
+pub use backtest::{
+    BacktestRow, EventFile, Replay, ReplayOptions, Replayer, backtest, percentile, read_events,
+    read_topic, replay, score as score_replay, write_commands, write_events,
+};
+pub use commands::{
+    EventSource, FamilyRow, OfflineError, backtest_commands, backtest_table, family_rows,
+    family_table, load_events, train_model, train_on_families, train_summary, training_samples,
+    write_trace,
+};
+pub use honest::{CommandScore, HonestOptions, HonestScore, score_commands};
+pub use trace::{
+    Burst, BurstKind, FAMILIES, Family, Trace, TraceSpec, ViralReferrers,
+    generate as generate_trace,
+};
