@@ -35,6 +35,10 @@
 //! - `stoppable`: the stoppable background thread behind ingest and the retrainer.
 //! - `ticks`: when each partition's predictor ticks (every 10 ms of event time, as the
 //!   backtest does, however its events were batched).
+//! - `kafka`: [`KafkaClients`], the one factory of every Kafka client pulse makes
+//!   (bootstrap servers plus the operator's librdkafka properties, [`RESERVED_PROPERTIES`]
+//!   refused); the properties file reader.
+//! - `clock`: [`wall_clock_ms`], the one reading of the system time.
 
 mod api;
 mod broker;
@@ -104,3 +108,12 @@ pub use service::{PulseConfig, PulseConfigError, PulseHandle, StartError, shutdo
 
 /// The default topics, from the wire contract.
 pub use models::{EVENTS_TOPIC, PREWARM_TOPIC};
+
+// The Kafka client factory and the wall clock: their modules and public names.
+mod clock;
+mod kafka;
+pub use clock::wall_clock_ms;
+pub use kafka::{
+    KafkaClients, KafkaPropertyError, RESERVED_PROPERTIES, check_properties, parse_property,
+    read_properties_file,
+};

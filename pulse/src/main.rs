@@ -1,5 +1,6 @@
 //! The `pulse` command line.
 
+use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 
@@ -38,6 +39,64 @@ enum Command {
     /// Replay an event file through the predictor at several thresholds and print
     /// precision, recall, median lead time and wasted pre-warms.
     Backtest(BacktestArgs),
+}
+
+/// librdkafka properties for every Kafka client a command makes: how pulse reaches a
+/// broker that needs TLS or SASL, and any tuning.
+#[derive(Args, Debug, Clone, Default)]
+struct KafkaArgs {
+    /// A librdkafka property for every Kafka client pulse makes, as KEY=VALUE (repeat
+    /// the flag): security.protocol=SASL_PLAINTEXT, sasl.mechanisms=PLAIN,
+    /// sasl.username=..., tuning (TLS and SCRAM need a build of rdkafka with its `ssl`
+    /// feature). It overrides pulse's own setting of that
+    /// property on each client, except those pulse's correctness depends on
+    /// (bootstrap.servers, group.id, enable.auto.commit, enable.auto.offset.store,
+    /// group.protocol, partition.assignment.strategy, enable.partition.eof,
+    /// auto.offset.reset, transactional.id), which are refused. Flags show in `ps`:
+    /// put passwords in --kafka-properties.
+    #[arg(long = "kafka-property", value_name = "KEY=VALUE", value_parser = parse_kafka_property)]
+    kafka_property: Vec<(String, String)>,
+    /// A properties file, as Kafka's own tools take `--command-config`: `key=value`
+    /// lines, `#` and `!` comments, blank lines. Read first: --kafka-property wins.
+    #[arg(long, env = "PULSE_KAFKA_PROPERTIES", value_name = "FILE")]
+    kafka_properties: Option<PathBuf>,
+}
+
+impl KafkaArgs {
+    /// The file's properties, then the flags'; errors name the flag.
+    fn properties(&self) -> anyhow::Result<BTreeMap<String, String>> {
+        let mut properties = match &self.kafka_properties {
+            Some(path) => pulse::read_properties_file(path)
+                .map_err(|e| anyhow::anyhow!("--kafka-properties (PULSE_KAFKA_PROPERTIES): {e}"))?,
+            None => BTreeMap::new(),
+        };
+        properties.extend(self.kafka_property.iter().cloned());
+        pulse::check_properties(&properties)
+            .map_err(|e| anyhow::anyhow!("{KAFKA_PROPERTY_FLAGS}: {e}"))?;
+        Ok(properties)
+    }
+
+    /// `source` reading a topic with these properties (checked for a file too).
+    fn apply(&self, source: EventSource) -> anyhow::Result<EventSource> {
+        let properties = self.properties()?;
+        Ok(match source {
+            EventSource::Topic { kafka, topic } => EventSource::Topic {
+                kafka: kafka
+                    .with_properties(properties)
+                    .map_err(|e| anyhow::anyhow!("{KAFKA_PROPERTY_FLAGS}: {e}"))?,
+                topic,
+            },
+            file => file,
+        })
+    }
+}
+
+/// The flags that give librdkafka properties, as errors name them.
+const KAFKA_PROPERTY_FLAGS: &str = "--kafka-property/--kafka-properties (PULSE_KAFKA_PROPERTIES)";
+
+/// `KEY=VALUE` of `--kafka-property`.
+fn parse_kafka_property(s: &str) -> Result<(String, String), String> {
+    pulse::parse_property(s).map_err(|e| e.to_string())
 }
 
 #[derive(Args, Debug)]
@@ -105,6 +164,8 @@ struct TrainArgs {
     /// Ridge penalty on the standardised coefficients (larger: simpler model).
     #[arg(long, default_value_t = TrainOptions::default().ridge)]
     ridge: f64,
+    #[command(flatten)]
+    kafka: KafkaArgs,
 }
 
 #[derive(Args, Debug)]
@@ -152,6 +213,8 @@ struct BacktestArgs {
     /// With `--families`: consecutive scorings at the threshold before a command.
     #[arg(long, default_value_t = DecisionPolicy::default().confirmations)]
     confirmations: u32,
+    #[command(flatten)]
+    kafka: KafkaArgs,
 }
 
 #[derive(Args, Debug)]
@@ -160,6 +223,8 @@ struct ServeArgs {
     /// broker and prints its address.
     #[arg(long, env = "PULSE_BROKERS")]
     brokers: Option<String>,
+    #[command(flatten)]
+    kafka: KafkaArgs,
     /// The events topic.
     #[arg(long, env = "PULSE_TOPIC", default_value = EVENTS_TOPIC)]
     topic: String,
@@ -278,6 +343,7 @@ impl ServeArgs {
     fn into_config(self) -> anyhow::Result<PulseConfig> {
         let config = PulseConfig {
             brokers: self.brokers,
+            kafka_properties: self.kafka.properties()?,
             topic: self.topic,
             group: self.group,
             listen: self.listen,
@@ -318,6 +384,7 @@ impl ServeArgs {
         config.validate().map_err(|e| {
             let flag = match e.field {
                 "brokers" => "--brokers (PULSE_BROKERS)",
+                "kafka_properties" => KAFKA_PROPERTY_FLAGS,
                 "topic" => "--topic (PULSE_TOPIC)",
                 "group" => "--group (PULSE_GROUP)",
                 "dead_letter_topic" => "--dead-letter-topic (PULSE_DEAD_LETTER_TOPIC)",
@@ -481,15 +548,21 @@ fn families(names: &[String], flag: &str) -> anyhow::Result<Vec<&'static Family>
 fn train(args: TrainArgs) -> anyhow::Result<()> {
     let options = TrainOptions {
         name: args.name,
-        trained_at_ms: now_ms(),
+        trained_at_ms: pulse::wall_clock_ms(),
         ridge: args.ridge,
         ..TrainOptions::default()
     };
+    let events = args
+        .events
+        .into_iter()
+        .map(|source| args.kafka.apply(source))
+        .collect::<anyhow::Result<Vec<_>>>()?;
+    let held_out = args.held_out.map(|s| args.kafka.apply(s)).transpose()?;
     let model = if args.families.is_empty() {
-        pulse::train_model(&args.events, args.held_out.as_ref(), &options)?
+        pulse::train_model(&events, held_out.as_ref(), &options)?
     } else {
         let families = families(&args.families, "--families")?;
-        pulse::train_on_families(&families, &args.seeds, args.held_out.as_ref(), &options)?
+        pulse::train_on_families(&families, &args.seeds, held_out.as_ref(), &options)?
     };
     std::fs::write(&args.out, model.to_json())
         .with_context(|| format!("--out: writing {}", args.out.display()))?;
@@ -507,7 +580,12 @@ fn backtest(args: BacktestArgs) -> anyhow::Result<()> {
             .with_context(|| format!("--model: {}", path.display()))?,
         None => pulse::default_model(),
     };
-    let Some(source) = &args.events else {
+    let source = args
+        .events
+        .clone()
+        .map(|s| args.kafka.apply(s))
+        .transpose()?;
+    let Some(source) = &source else {
         let families = families(&args.families, "--families")?;
         let policy = DecisionPolicy {
             threshold: args.threshold,
@@ -544,10 +622,4 @@ fn backtest(args: BacktestArgs) -> anyhow::Result<()> {
         pulse::backtest_table(&events, truth.as_deref(), model, &args.thresholds)?
     );
     Ok(())
-}
-
-fn now_ms() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as u64)
 }

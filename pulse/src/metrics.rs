@@ -83,6 +83,10 @@ pub struct Metrics {
     pub rejected: Family<ReasonLabel, Counter>,
     /// Rejected messages forwarded to the dead-letter topic.
     pub dead_lettered: Counter,
+    /// Errors the ingest consumer polled instead of a message, by kind
+    /// (`authentication`: the broker refused pulse's credentials; `transport`,
+    /// `all_brokers_down`, `other`).
+    pub consume_errors: Family<ReasonLabel, Counter>,
     /// Messages behind the partitions' high watermarks, summed.
     pub consumer_lag: Gauge,
     /// Approximate bytes held by the sketches.
@@ -142,6 +146,7 @@ impl Metrics {
             revoke_commits: Counter::default(),
             rejected: Family::default(),
             dead_lettered: Counter::default(),
+            consume_errors: Family::default(),
             consumer_lag: Gauge::default(),
             sketch_bytes: Gauge::default(),
             tenants: Gauge::default(),
@@ -193,6 +198,11 @@ impl Metrics {
             "events_dead_lettered",
             "Rejected messages forwarded to the dead-letter topic",
             m.dead_lettered.clone(),
+        );
+        registry.register(
+            "consume_errors",
+            "Errors the ingest consumer polled instead of a message, by kind (authentication: credentials refused)",
+            m.consume_errors.clone(),
         );
         registry.register(
             "consumer_lag_messages",

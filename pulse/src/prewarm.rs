@@ -10,12 +10,12 @@ use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use models::{AccessEventRef, PrewarmCommand, encode};
-use rdkafka::ClientConfig;
 use rdkafka::error::KafkaError;
 use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
 
 use crate::fleet::ModelPublisher;
 use crate::ingest::BatchObserver;
+use crate::kafka::KafkaClients;
 use crate::metrics::{Metrics, ReasonLabel};
 use crate::partition::{PartitionState, SharedPartitions};
 use crate::predict::{DecisionCounts, RetrainOutcome, TrainOptions, retrain};
@@ -34,13 +34,14 @@ pub struct PrewarmPublisher {
 }
 
 impl PrewarmPublisher {
-    /// A producer for `topic` on `brokers`.
-    pub fn new(brokers: &str, topic: &str) -> Result<Self, KafkaError> {
-        let producer = ClientConfig::new()
-            .set("bootstrap.servers", brokers)
-            .set("linger.ms", "1")
-            .set("queue.buffering.max.messages", "10000")
-            .set("message.timeout.ms", "10000")
+    /// A producer for `topic`.
+    pub fn new(kafka: &KafkaClients, topic: &str) -> Result<Self, KafkaError> {
+        let producer = kafka
+            .config(&[
+                ("linger.ms", "1"),
+                ("queue.buffering.max.messages", "10000"),
+                ("message.timeout.ms", "10000"),
+            ])
             .create()?;
         Ok(PrewarmPublisher {
             producer,
@@ -256,9 +257,7 @@ pub fn retrain_once(
     let base = current.name.split("-online-").next().unwrap_or("model");
     let options = TrainOptions {
         name: format!("{base}-online-{}", generation + 1),
-        trained_at_ms: std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_millis() as u64),
+        trained_at_ms: crate::clock::wall_clock_ms(),
         threshold,
         ..TrainOptions::default()
     };

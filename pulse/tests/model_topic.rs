@@ -11,8 +11,8 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
 use pulse::{
-    MAX_MODEL_BYTES, MODEL_KEY, MODEL_REJECT_REASONS, ModelPublisher, ModelTopic, ModelWatcher,
-    ModelWatcherCounts, ScoringModel, TopicState, default_model,
+    KafkaClients, MAX_MODEL_BYTES, MODEL_KEY, MODEL_REJECT_REASONS, ModelPublisher, ModelTopic,
+    ModelWatcher, ModelWatcherCounts, ScoringModel, TopicState, default_model,
 };
 use rdkafka::ClientConfig;
 use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, ResourceSpecifier, TopicReplication};
@@ -111,9 +111,13 @@ async fn produce_raw(brokers: &str, topic: &str, key: Option<&str>, payload: Opt
 /// A watcher whose callback forwards each applied model's name.
 fn watch(brokers: &str, topic: &str) -> (ModelWatcher, UnboundedReceiver<String>) {
     let (applied_tx, applied_rx) = unbounded_channel();
-    let watcher = ModelWatcher::start(brokers, topic, move |model: Arc<ScoringModel>| {
-        let _ = applied_tx.send(model.name.clone());
-    })
+    let watcher = ModelWatcher::start(
+        &KafkaClients::new(brokers),
+        topic,
+        move |model: Arc<ScoringModel>| {
+            let _ = applied_tx.send(model.name.clone());
+        },
+    )
     .expect("starting a watcher");
     (watcher, applied_rx)
 }
@@ -148,7 +152,9 @@ async fn the_topic_is_created_compacted_and_an_existing_one_is_described() {
     let brokers = brokers();
     let topic = unique_topic("pulse-model");
     assert_eq!(
-        ModelTopic::ensure(&brokers, &topic).await.unwrap(),
+        ModelTopic::ensure(&KafkaClients::new(&brokers), &topic)
+            .await
+            .unwrap(),
         TopicState::Created
     );
     assert_eq!(
@@ -164,7 +170,9 @@ async fn the_topic_is_created_compacted_and_an_existing_one_is_described() {
         "{max_message}"
     );
     assert_eq!(
-        ModelTopic::ensure(&brokers, &topic).await.unwrap(),
+        ModelTopic::ensure(&KafkaClients::new(&brokers), &topic)
+            .await
+            .unwrap(),
         TopicState::Existed { compacted: true }
     );
 
@@ -182,7 +190,9 @@ async fn the_topic_is_created_compacted_and_an_existing_one_is_described() {
         "delete"
     );
     assert_eq!(
-        ModelTopic::ensure(&brokers, &plain).await.unwrap(),
+        ModelTopic::ensure(&KafkaClients::new(&brokers), &plain)
+            .await
+            .unwrap(),
         TopicState::Existed { compacted: false }
     );
 }
@@ -191,8 +201,10 @@ async fn the_topic_is_created_compacted_and_an_existing_one_is_described() {
 async fn watchers_apply_the_newest_valid_model_and_skip_hostile_messages() {
     let brokers = brokers();
     let topic = unique_topic("pulse-model");
-    ModelTopic::ensure(&brokers, &topic).await.unwrap();
-    let publisher = Arc::new(ModelPublisher::new(&brokers, &topic).unwrap());
+    ModelTopic::ensure(&KafkaClients::new(&brokers), &topic)
+        .await
+        .unwrap();
+    let publisher = Arc::new(ModelPublisher::new(&KafkaClients::new(&brokers), &topic).unwrap());
 
     publisher.publish(&model("model-a")).await.unwrap();
     let (first, mut first_rx) = watch(&brokers, &topic);
@@ -273,7 +285,9 @@ async fn watchers_apply_the_newest_valid_model_and_skip_hostile_messages() {
 async fn a_watcher_on_an_empty_topic_applies_the_first_model_published() {
     let brokers = brokers();
     let topic = unique_topic("pulse-model");
-    ModelTopic::ensure(&brokers, &topic).await.unwrap();
+    ModelTopic::ensure(&KafkaClients::new(&brokers), &topic)
+        .await
+        .unwrap();
     let (watcher, mut applied_rx) = watch(&brokers, &topic);
     let counts = watcher.counts();
     wait_until("the watcher reaches the end of an empty topic", || {
@@ -282,7 +296,7 @@ async fn a_watcher_on_an_empty_topic_applies_the_first_model_published() {
     .await;
     assert!(applied_rx.try_recv().is_err());
 
-    let publisher = ModelPublisher::new(&brokers, &topic).unwrap();
+    let publisher = ModelPublisher::new(&KafkaClients::new(&brokers), &topic).unwrap();
     publisher.publish(&model("model-first")).await.unwrap();
     assert_eq!(next_applied(&mut applied_rx).await, "model-first");
     drop(watcher);

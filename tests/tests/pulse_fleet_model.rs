@@ -8,7 +8,7 @@
 
 use std::time::{Duration, Instant};
 
-use pulse::{ModelPublisher, PulseConfig, PulseHandle, default_model};
+use pulse::{KafkaClients, ModelPublisher, PulseConfig, PulseHandle, default_model};
 use tests::TestKafka;
 use tests::api::get_json as get;
 
@@ -64,7 +64,11 @@ async fn a_model_on_the_fleet_topic_is_used_by_every_instance() {
     // What the fleet's trainer does after a retrain it keeps.
     let mut model = default_model();
     model.name = "fleet-model-test".to_owned();
-    let publisher = ModelPublisher::new(kafka.bootstrap_servers(), &config.model_topic()).unwrap();
+    let publisher = ModelPublisher::new(
+        &KafkaClients::new(kafka.bootstrap_servers()),
+        &config.model_topic(),
+    )
+    .unwrap();
     publisher.publish(&model).await.expect("publishing a model");
     model_becomes(&a, &model.name).await;
     assert!(a.metrics().model_watch.applied.get() >= 1);

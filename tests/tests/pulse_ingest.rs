@@ -192,7 +192,11 @@ async fn read_topic_reads_every_partition_to_its_end_in_time_order() {
     let servers = kafka.bootstrap_servers().to_owned();
     let read_topic = topic.clone();
     let read = tokio::task::spawn_blocking(move || {
-        pulse::read_topic(&servers, &read_topic, Duration::from_secs(10))
+        pulse::read_topic(
+            &pulse::KafkaClients::new(&servers),
+            &read_topic,
+            Duration::from_secs(10),
+        )
     })
     .await
     .unwrap()
@@ -208,7 +212,11 @@ async fn read_topic_reads_every_partition_to_its_end_in_time_order() {
     let servers = kafka.bootstrap_servers().to_owned();
     let missing = format!("{topic}-missing");
     let result = tokio::task::spawn_blocking(move || {
-        pulse::read_topic(&servers, &missing, Duration::from_secs(5))
+        pulse::read_topic(
+            &pulse::KafkaClients::new(&servers),
+            &missing,
+            Duration::from_secs(5),
+        )
     })
     .await
     .unwrap();

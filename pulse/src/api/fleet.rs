@@ -282,7 +282,7 @@ mod tests {
         // A key owned by the missing side cannot be answered: 503 saying so.
         let key = (0..100)
             .map(|i| format!("/k/{i}"))
-            .find(|k| partition_for_key(format!("acme{k}").as_bytes(), PARTITIONS) >= 2)
+            .find(|k| partition_for_key(models::message_key("acme", k).as_bytes(), PARTITIONS) >= 2)
             .unwrap();
         let (status, body) = get(&a, &format!("/api/keys/acme{key}")).await;
         assert_eq!(status, 503, "{body}");

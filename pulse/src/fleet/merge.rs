@@ -469,7 +469,10 @@ mod tests {
         let (_, [a, b]) = split();
         let tenant = TenantId::new("acme").unwrap();
         let key = CacheKey::new("/k/1").unwrap();
-        let owner = partition_for_key(format!("{tenant}{key}").as_bytes(), 2);
+        let owner = partition_for_key(
+            models::message_key(tenant.as_str(), key.as_str()).as_bytes(),
+            2,
+        );
         let [owned, other] = if owner == 0 { [&a, &b] } else { [&b, &a] };
         let now = a.now_ms().max(b.now_ms());
         let stats = owned.key_stats(&tenant, &key, now).unwrap();

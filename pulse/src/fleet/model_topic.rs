@@ -16,7 +16,7 @@
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::task::{Context, Poll, Wake, Waker};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
@@ -29,6 +29,7 @@ use rdkafka::producer::future_producer::{DeliveryFuture, OwnedDeliveryResult};
 use rdkafka::producer::{FutureProducer, FutureRecord};
 use rdkafka::{ClientConfig, Offset, TopicPartitionList};
 
+use crate::kafka::KafkaClients;
 use crate::metrics::{ModelWatcherCounts, ReasonLabel};
 use crate::predict::ScoringModel;
 use crate::stoppable::StoppableThread;
@@ -107,15 +108,16 @@ impl ModelTopic {
     /// missing (replication is the broker's default). An existing topic is used as it
     /// is; without compaction a warning is logged, since retention could delete the
     /// only copy of the model in use.
-    pub async fn ensure(brokers: &str, topic: &str) -> Result<TopicState, ModelTopicError> {
+    pub async fn ensure(
+        clients: &KafkaClients,
+        topic: &str,
+    ) -> Result<TopicState, ModelTopicError> {
         let kafka = |error| ModelTopicError::Kafka {
             topic: topic.to_owned(),
             error,
         };
-        let admin: AdminClient<DefaultClientContext> = ClientConfig::new()
-            .set("bootstrap.servers", brokers)
-            .create()
-            .map_err(kafka)?;
+        let admin: AdminClient<DefaultClientContext> =
+            clients.config(&[]).create().map_err(kafka)?;
         let options = AdminOptions::new().request_timeout(Some(KAFKA_TIMEOUT));
         // The broker itself refuses messages far over the watcher's limit, so a hostile
         // one never costs a watcher more than that to fetch.
@@ -210,16 +212,15 @@ impl ModelPublisher {
     /// A publisher to `topic` that waits for every in-sync replica: a model is
     /// published rarely and must not be lost. The configuration is checked here, by
     /// creating a producer once.
-    pub fn new(brokers: &str, topic: &str) -> Result<Self, ModelTopicError> {
-        let mut config = ClientConfig::new();
-        config
-            .set("bootstrap.servers", brokers)
-            .set("acks", "all")
-            .set("message.timeout.ms", KAFKA_TIMEOUT.as_millis().to_string())
-            .set(
+    pub fn new(kafka: &KafkaClients, topic: &str) -> Result<Self, ModelTopicError> {
+        let config = kafka.config(&[
+            ("acks", "all"),
+            ("message.timeout.ms", &KAFKA_TIMEOUT.as_millis().to_string()),
+            (
                 "message.max.bytes",
-                (MAX_MODEL_BYTES + BATCH_OVERHEAD).to_string(),
-            );
+                &(MAX_MODEL_BYTES + BATCH_OVERHEAD).to_string(),
+            ),
+        ]);
         let publisher = ModelPublisher {
             config,
             topic: topic.to_owned(),
@@ -363,17 +364,17 @@ impl ModelWatcher {
     /// every later valid model that differs from the last one applied. `on_model` runs
     /// on the watcher thread: keep it short (swap an `Arc`).
     pub fn start(
-        brokers: &str,
+        kafka: &KafkaClients,
         topic: &str,
         on_model: impl FnMut(Arc<ScoringModel>) + Send + 'static,
     ) -> Result<Self, ModelTopicError> {
-        Self::start_counted(brokers, topic, Arc::default(), on_model)
+        Self::start_counted(kafka, topic, Arc::default(), on_model)
     }
 
     /// Like [`ModelWatcher::start`], counting into `counts` (registered in the
     /// service's metrics).
     pub fn start_counted(
-        brokers: &str,
+        clients: &KafkaClients,
         topic: &str,
         counts: Arc<ModelWatcherCounts>,
         mut on_model: impl FnMut(Arc<ScoringModel>) + Send + 'static,
@@ -382,15 +383,16 @@ impl ModelWatcher {
             topic: topic.to_owned(),
             error,
         };
-        let consumer: BaseConsumer = ClientConfig::new()
-            .set("bootstrap.servers", brokers)
-            // Never joins or commits: the id only has to be unique.
-            .set("group.id", unique_group_id())
-            .set("enable.auto.commit", "false")
-            .set("enable.auto.offset.store", "false")
-            .set("auto.offset.reset", "earliest")
-            // The end of the partition is when the model found at start is applied.
-            .set("enable.partition.eof", "true")
+        let consumer: BaseConsumer = clients
+            .config(&[
+                // Never joins or commits: the id only has to be unique.
+                ("group.id", &unique_group_id()),
+                ("enable.auto.commit", "false"),
+                ("enable.auto.offset.store", "false"),
+                ("auto.offset.reset", "earliest"),
+                // The end of the partition is when the model found at start is applied.
+                ("enable.partition.eof", "true"),
+            ])
             .create()
             .map_err(kafka)?;
         let mut assignment = TopicPartitionList::new();
@@ -460,11 +462,16 @@ impl ModelWatcher {
     }
 }
 
+/// Unique to this watcher: the process, the time, and a count of the watchers this
+/// process started.
 fn unique_group_id() -> String {
-    let nanos = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_nanos());
-    format!("pulse-model-watch-{}-{nanos}", std::process::id())
+    static STARTED: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    format!(
+        "pulse-model-watch-{}-{}-{}",
+        std::process::id(),
+        crate::clock::wall_clock_ms(),
+        STARTED.fetch_add(1, Ordering::Relaxed)
+    )
 }
 
 /// What to do with one message of the model topic.

@@ -12,7 +12,7 @@ use models::{AccessEvent, PrewarmCommand, decode, encode};
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::message::Message;
-use rdkafka::{ClientConfig, Offset, TopicPartitionList};
+use rdkafka::{Offset, TopicPartitionList};
 use serde::Serialize;
 
 use super::honest::{HonestOptions, score_commands};
@@ -285,12 +285,17 @@ pub fn read_events(path: &Path) -> std::io::Result<EventFile> {
 /// now (later messages are not waited for), without joining a consumer group or
 /// committing anything. Messages that do not decode are counted and skipped.
 /// `timeout` bounds each broker request and each wait for the next message.
-pub fn read_topic(brokers: &str, topic: &str, timeout: Duration) -> Result<EventFile, KafkaError> {
-    let consumer: BaseConsumer = ClientConfig::new()
-        .set("bootstrap.servers", brokers)
-        .set("group.id", "pulse-read-topic") // required by librdkafka; never joined
-        .set("enable.auto.commit", "false")
-        .set("enable.auto.offset.store", "false")
+pub fn read_topic(
+    kafka: &crate::kafka::KafkaClients,
+    topic: &str,
+    timeout: Duration,
+) -> Result<EventFile, KafkaError> {
+    let consumer: BaseConsumer = kafka
+        .config(&[
+            ("group.id", "pulse-read-topic"), // required by librdkafka; never joined
+            ("enable.auto.commit", "false"),
+            ("enable.auto.offset.store", "false"),
+        ])
         .create()?;
     let metadata = consumer.fetch_metadata(Some(topic), timeout)?;
     let Some(found) = metadata.topics().iter().find(|t| t.name() == topic) else {

@@ -27,8 +27,9 @@ pub enum EventSource {
     File(PathBuf),
     /// Every partition of a topic, from its beginning to its end as it is now.
     Topic {
-        /// `bootstrap.servers`.
-        brokers: String,
+        /// The brokers (`bootstrap.servers`) and any librdkafka properties (the
+        /// binary's `--kafka-property`).
+        kafka: crate::kafka::KafkaClients,
         /// The topic.
         topic: String,
     },
@@ -43,7 +44,7 @@ impl std::str::FromStr for EventSource {
         match rest.split_once('/') {
             Some((brokers, topic)) if !brokers.is_empty() && !topic.is_empty() => {
                 Ok(EventSource::Topic {
-                    brokers: brokers.to_owned(),
+                    kafka: crate::kafka::KafkaClients::new(brokers),
                     topic: topic.to_owned(),
                 })
             }
@@ -56,7 +57,7 @@ impl std::fmt::Display for EventSource {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             EventSource::File(path) => write!(f, "{}", path.display()),
-            EventSource::Topic { brokers, topic } => write!(f, "kafka://{brokers}/{topic}"),
+            EventSource::Topic { kafka, topic } => write!(f, "kafka://{}/{topic}", kafka.brokers()),
         }
     }
 }
@@ -96,8 +97,8 @@ pub enum OfflineError {
 pub fn load_events(source: &EventSource, what: &str) -> Result<Vec<AccessEvent>, OfflineError> {
     let read = match source {
         EventSource::File(path) => read_events(path).map_err(|e| e.to_string()),
-        EventSource::Topic { brokers, topic } => {
-            read_topic(brokers, topic, Duration::from_secs(10)).map_err(|e| e.to_string())
+        EventSource::Topic { kafka, topic } => {
+            read_topic(kafka, topic, Duration::from_secs(10)).map_err(|e| e.to_string())
         }
     };
     let read = read.map_err(|error| OfflineError::Read {
@@ -391,7 +392,7 @@ mod tests {
         assert_eq!(
             "kafka://127.0.0.1:9092/edge-events".parse::<EventSource>(),
             Ok(EventSource::Topic {
-                brokers: "127.0.0.1:9092".into(),
+                kafka: crate::kafka::KafkaClients::new("127.0.0.1:9092"),
                 topic: "edge-events".into()
             })
         );

@@ -32,6 +32,10 @@
 //! # Ok(()) }
 //! ```
 
+mod config;
+
+pub use config::{PulseConfig, PulseConfigError};
+
 use std::collections::{HashMap, HashSet};
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -41,7 +45,6 @@ use std::time::Duration;
 use axum::Router;
 use models::TenantId;
 use rdkafka::error::KafkaError;
-use serde::{Deserialize, Serialize};
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
@@ -49,270 +52,14 @@ use tokio::task::JoinHandle;
 use crate::api::{AppState, app, require_api_token};
 use crate::broker::{BrokerError, EmbeddedBroker};
 use crate::checkpoint::{self, CheckpointError};
-use crate::fleet::{
-    DEFAULT_PEER_TIMEOUT, ModelPublisher, ModelTopic, ModelWatcher, Peers, PeersConfig, PeersError,
-};
-use crate::heat::{HeatConfig, Window};
+use crate::fleet::{ModelPublisher, ModelTopic, ModelWatcher};
+use crate::heat::Window;
 use crate::ingest::{BatchObserver, Ingest, IngestConfig, IngestError, WallClock};
+use crate::kafka::KafkaClients;
 use crate::metrics::Metrics;
 use crate::partition::{PartitionTemplate, Partitions, SharedPartitions, Snapshot};
-use crate::predict::{DecisionPolicy, ModelError, PredictorConfig, ScoringModel, default_model};
+use crate::predict::{ModelError, PredictorConfig, ScoringModel, default_model};
 use crate::prewarm::{PrewarmLoop, PrewarmPublisher, Retrainer};
-use crate::{EVENTS_TOPIC, PREWARM_TOPIC};
-
-/// Everything `pulse serve` can be told. Every field has a default (the flags'
-/// defaults); unknown fields are an error.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(default, deny_unknown_fields)]
-pub struct PulseConfig {
-    /// Kafka bootstrap servers (`HOST:PORT,...`); `None` starts an embedded broker.
-    pub brokers: Option<String>,
-    /// The events topic.
-    pub topic: String,
-    /// The consumer group.
-    pub group: String,
-    /// Where the dashboard API listens (port 0 picks a free one).
-    pub listen: SocketAddr,
-    /// Checkpoint file: every owned partition's heat map and offset, written
-    /// periodically and at shutdown (offsets are committed after each checkpoint); a
-    /// partition assigned later starts from its snapshot.
-    pub checkpoint: Option<PathBuf>,
-    /// Seconds between checkpoints.
-    pub checkpoint_interval_secs: u64,
-    /// Seconds between offset commits when there is no checkpoint file.
-    pub commit_interval_secs: u64,
-    /// Where rejected messages go (with a `pulse-reject-reason` header), if anywhere.
-    pub dead_letter_topic: Option<String>,
-    /// Sketch sizes and limits.
-    pub heat: HeatConfig,
-    /// Tenants allowed (with those of `tenants_file`); both empty: every tenant.
-    /// Events of others are rejected (`unknown_tenant`).
-    pub tenants: Vec<String>,
-    /// A file of allowed tenants, one per line; blank lines and `#` comments skipped.
-    pub tenants_file: Option<PathBuf>,
-    /// Predict and send pre-warm commands; off: heat map and API only.
-    pub prewarm: bool,
-    /// The topic pre-warm commands go to.
-    pub prewarm_topic: String,
-    /// The scoring model file (JSON, from `pulse train`); the shipped model without it.
-    pub model: Option<PathBuf>,
-    /// Minimum confidence for a pre-warm command, in [0, 1].
-    pub threshold: f64,
-    /// How long a key waits after a command before it can get another.
-    pub cooldown_ms: u64,
-    /// How long a command stays valid at the edges.
-    pub command_ttl_ms: u64,
-    /// Each tenant's committed rate of commands per second, for the whole topic:
-    /// each partition gets an even share.
-    pub tenant_rate_per_s: f64,
-    /// Each tenant's burst allowance, in commands, split like the rate (at least one
-    /// per partition).
-    pub tenant_burst: f64,
-    /// What a wasted pre-warm fill costs, in client misses (the cost rule).
-    pub wasted_fill_cost: f64,
-    /// Per-tenant overrides of `wasted_fill_cost`.
-    pub tenant_fill_costs: std::collections::HashMap<TenantId, f64>,
-    /// Seconds between background retrains on pulse's own labelled decisions (0: never).
-    pub retrain_interval_secs: u64,
-    /// Require `Authorization: Bearer <token>` on every `/api/*` route.
-    pub api_token: Option<String>,
-    /// Partitions of the topics created on the embedded broker.
-    pub embedded_partitions: i32,
-    /// The other instances of this group (`http://host:port` of their APIs): fleet
-    /// answers gather their `scope=local` parts. Empty: this instance answers alone.
-    pub peers: Vec<String>,
-    /// How long a peer may take to answer, in milliseconds.
-    pub peer_timeout_ms: u64,
-    /// One model for the fleet: published on a compacted topic by the instance that
-    /// owns partition 0 and read by every instance. Off: each instance keeps and
-    /// retrains its own model.
-    pub fleet_model: bool,
-    /// The fleet model's topic; `None`: `{topic}.{group}.model` (one per fleet).
-    pub model_topic: Option<String>,
-}
-
-impl Default for PulseConfig {
-    fn default() -> Self {
-        let policy = DecisionPolicy::default();
-        PulseConfig {
-            brokers: None,
-            topic: EVENTS_TOPIC.to_owned(),
-            group: "pulse".to_owned(),
-            listen: SocketAddr::from(([127, 0, 0, 1], 8080)),
-            checkpoint: None,
-            checkpoint_interval_secs: 10,
-            commit_interval_secs: 2,
-            dead_letter_topic: None,
-            heat: HeatConfig::default(),
-            tenants: Vec::new(),
-            tenants_file: None,
-            prewarm: true,
-            prewarm_topic: PREWARM_TOPIC.to_owned(),
-            model: None,
-            threshold: policy.threshold,
-            cooldown_ms: policy.cooldown_ms,
-            command_ttl_ms: policy.command_ttl_ms,
-            tenant_rate_per_s: policy.tenant_rate_per_s,
-            tenant_burst: policy.tenant_burst,
-            wasted_fill_cost: policy.wasted_fill_cost,
-            tenant_fill_costs: policy.tenant_fill_costs,
-            retrain_interval_secs: 300,
-            api_token: None,
-            embedded_partitions: 4,
-            peers: Vec::new(),
-            peer_timeout_ms: DEFAULT_PEER_TIMEOUT.as_millis() as u64,
-            fleet_model: true,
-            model_topic: None,
-        }
-    }
-}
-
-/// A [`PulseConfig`] field that is refused, and why.
-#[derive(Debug, Clone, PartialEq, thiserror::Error)]
-#[error("{field}: {reason}")]
-pub struct PulseConfigError {
-    /// The field, as named in [`PulseConfig`] (`heat.top_k` for the sketch settings).
-    pub field: &'static str,
-    /// What is wrong with it.
-    pub reason: String,
-}
-
-fn refuse(field: &'static str, reason: impl Into<String>) -> Result<(), PulseConfigError> {
-    Err(PulseConfigError {
-        field,
-        reason: reason.into(),
-    })
-}
-
-impl PulseConfig {
-    /// Checks every field; the error names the first one that is wrong.
-    pub fn validate(&self) -> Result<(), PulseConfigError> {
-        if let Some(b) = &self.brokers {
-            if b.trim().is_empty() || b.split(',').any(|s| !s.contains(':')) {
-                return refuse(
-                    "brokers",
-                    format!("expected HOST:PORT[,HOST:PORT...], got {b:?}"),
-                );
-            }
-        }
-        if self.topic.trim().is_empty() {
-            return refuse("topic", "must not be empty");
-        }
-        if self.group.trim().is_empty() {
-            return refuse("group", "must not be empty");
-        }
-        if let Some(dlq) = &self.dead_letter_topic {
-            if dlq.trim().is_empty() || *dlq == self.topic {
-                return refuse(
-                    "dead_letter_topic",
-                    "must be non-empty and differ from topic",
-                );
-            }
-        }
-        if self.checkpoint_interval_secs == 0 {
-            return refuse("checkpoint_interval_secs", "must be at least 1");
-        }
-        if self.commit_interval_secs == 0 {
-            return refuse("commit_interval_secs", "must be at least 1");
-        }
-        if let Err(e) = self.heat.validate() {
-            let field = match e.field {
-                "error" => "heat.error",
-                "confidence" => "heat.confidence",
-                "top_k" => "heat.top_k",
-                "region_top_k" => "heat.region_top_k",
-                "shared_sketch_below" => "heat.shared_sketch_below",
-                "shared_error" => "heat.shared_error",
-                "max_clock_skew_ms" => "heat.max_clock_skew_ms",
-                _ => "heat.memory_budget_bytes",
-            };
-            return refuse(field, e.reason);
-        }
-        if let Some(bad) = self
-            .tenants
-            .iter()
-            .find(|t| TenantId::new(t.as_str()).is_err())
-        {
-            return refuse("tenants", format!("{bad:?} is not a valid tenant id"));
-        }
-        if !(0.0..=1.0).contains(&self.threshold) {
-            return refuse("threshold", format!("{} is outside [0, 1]", self.threshold));
-        }
-        if self.command_ttl_ms < 1_000 {
-            return refuse("command_ttl_ms", "must be at least 1 s");
-        }
-        if !(self.tenant_rate_per_s > 0.0 && self.tenant_rate_per_s.is_finite()) {
-            return refuse("tenant_rate_per_s", "must be positive");
-        }
-        if !(self.tenant_burst >= 1.0 && self.tenant_burst.is_finite()) {
-            return refuse("tenant_burst", "must be at least 1");
-        }
-        let costs = std::iter::once(&self.wasted_fill_cost).chain(self.tenant_fill_costs.values());
-        if costs.into_iter().any(|c| !(*c >= 0.0 && c.is_finite())) {
-            return refuse("wasted_fill_cost", "must be 0 or more");
-        }
-        if self.prewarm_topic.trim().is_empty() || self.prewarm_topic == self.topic {
-            return refuse("prewarm_topic", "must be non-empty and differ from topic");
-        }
-        if !(1..=1_000).contains(&self.embedded_partitions) {
-            return refuse("embedded_partitions", "1 to 1000");
-        }
-        if self.peer_timeout_ms == 0 {
-            return refuse("peer_timeout_ms", "must be at least 1");
-        }
-        if let Err(e) = self.peers() {
-            return refuse("peers", e.to_string());
-        }
-        let model_topic = self.model_topic();
-        if !models::is_topic_name(&model_topic)
-            || [&self.topic, &self.prewarm_topic].contains(&&model_topic)
-        {
-            return refuse(
-                "model_topic",
-                format!(
-                    "{model_topic:?}: a topic name (letters, digits, '.', '_', '-'; at most \
-                     249) that differs from topic and prewarm_topic"
-                ),
-            );
-        }
-        Ok(())
-    }
-
-    /// The fleet model's topic: `model_topic`, or one named after the events topic and
-    /// the group, so each fleet has its own.
-    pub fn model_topic(&self) -> String {
-        self.model_topic
-            .clone()
-            .unwrap_or_else(|| format!("{}.{}.model", self.topic, self.group))
-    }
-
-    /// The peers these settings name, `None` without any.
-    pub fn peers(&self) -> Result<Option<Peers>, PeersError> {
-        if self.peers.is_empty() {
-            return Ok(None);
-        }
-        let config = PeersConfig {
-            timeout: Duration::from_millis(self.peer_timeout_ms),
-            api_token: self.api_token.clone(),
-            ..PeersConfig::default()
-        };
-        Peers::new(&self.peers, config).map(Some)
-    }
-
-    /// The decision rules these settings give.
-    pub fn policy(&self) -> DecisionPolicy {
-        DecisionPolicy {
-            threshold: self.threshold,
-            cooldown_ms: self.cooldown_ms,
-            command_ttl_ms: self.command_ttl_ms,
-            tenant_rate_per_s: self.tenant_rate_per_s,
-            tenant_burst: self.tenant_burst,
-            wasted_fill_cost: self.wasted_fill_cost,
-            tenant_fill_costs: self.tenant_fill_costs.clone(),
-            ..DecisionPolicy::default()
-        }
-    }
-}
 
 /// Why pulse could not start.
 #[derive(Debug, thiserror::Error)]
@@ -403,6 +150,13 @@ pub async fn start(config: PulseConfig) -> Result<PulseHandle, StartError> {
         }
     };
 
+    // Every Kafka client below is built from these (the properties were checked).
+    let kafka = KafkaClients::new(brokers.clone())
+        .with_properties(config.kafka_properties.clone())
+        .map_err(|e| PulseConfigError {
+            field: "kafka_properties",
+            reason: e.to_string(),
+        })?;
     let allowed = allowed_tenants(&config)?;
     if let Some(allowed) = &allowed {
         tracing::info!(tenants = allowed.len(), "tenant allow-list on");
@@ -434,7 +188,7 @@ pub async fn start(config: PulseConfig) -> Result<PulseHandle, StartError> {
     // every partition, here and on every other instance.
     let fleet_model = if config.prewarm && config.fleet_model {
         let topic = config.model_topic();
-        follow_model_topic(&brokers, &topic, embedded.as_ref(), &partitions, &metrics).await
+        follow_model_topic(&kafka, &topic, embedded.as_ref(), &partitions, &metrics).await
     } else {
         None
     };
@@ -443,8 +197,8 @@ pub async fn start(config: PulseConfig) -> Result<PulseHandle, StartError> {
     let mut observer: Option<Box<dyn BatchObserver>> = None;
     let mut retrainer = None;
     if config.prewarm {
-        let publisher = PrewarmPublisher::new(&brokers, &config.prewarm_topic)
-            .map_err(StartError::Publisher)?;
+        let publisher =
+            PrewarmPublisher::new(&kafka, &config.prewarm_topic).map_err(StartError::Publisher)?;
         observer = Some(Box::new(PrewarmLoop::new(publisher, metrics.clone())));
         if config.retrain_interval_secs > 0 {
             retrainer = Some(Retrainer::start(
@@ -458,7 +212,7 @@ pub async fn start(config: PulseConfig) -> Result<PulseHandle, StartError> {
     }
     let ingest = Ingest::start_with(
         IngestConfig {
-            brokers: brokers.clone(),
+            kafka,
             topic: config.topic.clone(),
             group_id: config.group.clone(),
             dead_letter_topic: config.dead_letter_topic.clone(),
@@ -528,7 +282,7 @@ pub async fn start(config: PulseConfig) -> Result<PulseHandle, StartError> {
 /// use on every partition. `None`, with a warning, when the topic cannot be had: each
 /// instance then keeps its own model.
 async fn follow_model_topic(
-    brokers: &str,
+    kafka: &KafkaClients,
     topic: &str,
     embedded: Option<&EmbeddedBroker>,
     partitions: &SharedPartitions,
@@ -537,27 +291,23 @@ async fn follow_model_topic(
     let ready = match embedded {
         // librdkafka's mock cluster has no topic configs: a plain topic does.
         Some(broker) => broker.create_topic(topic, 1).map_err(|e| e.to_string()),
-        None => ModelTopic::ensure(brokers, topic)
+        None => ModelTopic::ensure(kafka, topic)
             .await
             .map(|_| ())
             .map_err(|e| e.to_string()),
     };
     let started = ready.and_then(|()| {
-        let publisher = ModelPublisher::new(brokers, topic).map_err(|e| e.to_string())?;
+        let publisher = ModelPublisher::new(kafka, topic).map_err(|e| e.to_string())?;
         let partitions = partitions.clone();
-        let watcher = ModelWatcher::start_counted(
-            brokers,
-            topic,
-            metrics.model_watch.clone(),
-            move |model| {
+        let watcher =
+            ModelWatcher::start_counted(kafka, topic, metrics.model_watch.clone(), move |model| {
                 tracing::info!(model = %model.name, "fleet model in use");
                 partitions
                     .write()
                     .unwrap_or_else(|e| e.into_inner())
                     .set_model(model);
-            },
-        )
-        .map_err(|e| e.to_string())?;
+            })
+            .map_err(|e| e.to_string())?;
         Ok((publisher, watcher))
     });
     match started {
