@@ -35,6 +35,10 @@
 //! - `stoppable`: the stoppable background thread behind ingest and the retrainer.
 //! - `ticks`: when each partition's predictor ticks (every 10 ms of event time, as the
 //!   backtest does, however its events were batched).
+//! - `testing` (feature `testing`): what the tests of pulse and of the cross-crate
+//!   scenarios share: the broker under test ([`testing::TestKafka`]), producing events
+//!   as edges do, a group's committed offsets, the API asked in-process. No service
+//!   module names it (checked by `tests/tests/module_graph.rs`).
 
 mod api;
 mod backtest;
@@ -51,6 +55,8 @@ mod prewarm;
 mod reject;
 mod service;
 mod stoppable;
+#[cfg(feature = "testing")]
+pub mod testing;
 mod ticks;
 mod trace;
 

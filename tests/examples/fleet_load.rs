@@ -12,7 +12,7 @@
 //! ```
 
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
 use clap::Parser;
@@ -111,7 +111,7 @@ async fn main() -> anyhow::Result<()> {
     let mut events = generate_trace(&spec).events;
     // Ends now, inside every consumer's clock-skew bound and young enough that the
     // broker's retention keeps it; or, paced, starts now.
-    let now_ms = SystemTime::now().duration_since(UNIX_EPOCH)?.as_millis() as u64;
+    let now_ms = tests::wall_ms();
     let start_ms = match args.rate {
         0 => now_ms - duration_ms,
         _ => now_ms,
