@@ -6,8 +6,12 @@
 //!   or an embedded mock cluster when that is unset), [`produce`], [`produce_events`],
 //!   [`produce_paced`], [`committed_offsets`], [`free_port`] and [`wall_ms`], the one
 //!   wall clock the tests read.
+//! - `fleet`: pulse as a fleet of `pulse serve` processes, and the checks of their
+//!   answers against one reference process ([`fleet::PulseProcess`],
+//!   [`fleet::FleetProbe`]).
 //! - `scenario`: the reference scenario behind the `demo` binary.
 
+pub mod fleet;
 pub mod scenario;
 
 pub use pulse::testing::{
