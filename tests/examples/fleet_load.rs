@@ -1,4 +1,4 @@
-//! The event load of `scripts/bench-fleet`: creates a fresh topic with the given
+//! The event load of `scripts/bench/fleet`: creates a fresh topic with the given
 //! partitions (alone with `--create-only`, so consumers can join it first), and fills
 //! it (a topic that exists already with `--existing`) with a seeded trace (`pulse::generate_trace`, the default
 //! mix of tenants, regions and bursts, its background rate sized to about `--events`),
