@@ -38,7 +38,7 @@
 //! - `testing` (feature `testing`): what the tests of pulse and of the cross-crate
 //!   scenarios share: the broker under test ([`testing::TestKafka`]), producing events
 //!   as edges do, a group's committed offsets, the API asked in-process. No service
-//!   module names it (checked by `tests/tests/module_graph.rs`).
+//!   module names it (checked by `tests/tests/module_graph/`).
 
 mod api;
 mod backtest;
