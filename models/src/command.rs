@@ -177,6 +177,6 @@ impl PrewarmCommand {
 
     /// The Kafka message key: `tenant/key`.
     pub fn partition_key(&self) -> String {
-        crate::message_key(self.tenant.as_str(), self.key.as_str())
+        crate::topic::message_key(self.tenant.as_str(), self.key.as_str())
     }
 }

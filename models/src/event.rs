@@ -222,7 +222,7 @@ impl AccessEvent {
 
     /// The Kafka message key: `tenant/key`, so one key's events share a partition.
     pub fn partition_key(&self) -> String {
-        crate::message_key(self.tenant.as_str(), self.key.as_str())
+        crate::topic::message_key(self.tenant.as_str(), self.key.as_str())
     }
 }
 

@@ -1,4 +1,4 @@
-//! A slow-header attack beside an ordinary client, for `scripts/bench-prefetcher
+//! A slow-header attack beside an ordinary client, for `scripts/bench/prefetcher
 //! slow-clients`: `--slow N` connections each send a request line, then one header
 //! line every `--line-ms`, never ending the head; when the server closes one, it
 //! reconnects (as an attacker would) after `--line-ms`. The slow connections come

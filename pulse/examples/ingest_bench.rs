@@ -11,7 +11,7 @@
 //! batch.
 //!
 //! `cargo run --profile bench -p pulse --example ingest_bench -- BROKERS [EVENTS]`.
-//! Prints one line of `key=value` pairs for scripts/bench-pulse.
+//! Prints one line of `key=value` pairs for scripts/bench/pulse.
 
 #[path = "support/vm_hwm.rs"]
 mod vm_hwm;

@@ -1,7 +1,7 @@
 //! Peak RSS with 10 M distinct keys in one window, and the top keys' error.
 //!
 //! `cargo run --profile bench -p pulse --example rss [-- KEYS]`. Prints one line of
-//! `key=value` pairs for scripts/bench-pulse.
+//! `key=value` pairs for scripts/bench/pulse.
 
 #[path = "support/vm_hwm.rs"]
 mod vm_hwm;

@@ -5,7 +5,7 @@
 //! run under the same memory budget (1 GiB by default).
 //!
 //! `cargo run --profile bench -p pulse --example tenants -- LAYOUT [TENANTS] [EVENTS]`.
-//! Prints one line of `key=value` pairs for scripts/bench-pulse: the peak RSS of this
+//! Prints one line of `key=value` pairs for scripts/bench/pulse: the peak RSS of this
 //! process, the apply rate (wall clock, and per CPU second of the applying thread), the tenants served and the events refused, and
 //! whether the hottest keys of the 20 largest tenants match an exact count (within the
 //! error bound each tenant states). Run each layout in its own process: the peak RSS

@@ -39,6 +39,10 @@
 //!   (bootstrap servers plus the operator's librdkafka properties, [`RESERVED_PROPERTIES`]
 //!   refused); the properties file reader.
 //! - `clock`: [`wall_clock_ms`], the one reading of the system time.
+//! - `testing` (feature `testing`): what the tests of pulse and of the cross-crate
+//!   scenarios share: the broker under test ([`testing::TestKafka`]), producing events
+//!   as edges do, a group's committed offsets, the API asked in-process. No service
+//!   module names it (checked by `tests/tests/module_graph/`).
 
 mod api;
 mod broker;
@@ -54,6 +58,8 @@ mod prewarm;
 mod reject;
 mod service;
 mod stoppable;
+#[cfg(feature = "testing")]
+pub mod testing;
 mod ticks;
 
 pub use api::{

@@ -7,14 +7,13 @@
 //! `KAFKA_BOOTSTRAP_SERVERS=127.0.0.1:9092`): without it these tests fail, never skip.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
+use pulse::testing::TestKafka;
 use pulse::{
     KafkaClients, MAX_MODEL_BYTES, MODEL_KEY, MODEL_REJECT_REASONS, ModelPublisher, ModelTopic,
     ModelWatcher, ModelWatcherCounts, ScoringModel, TopicState, default_model,
 };
-use rdkafka::ClientConfig;
 use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, ResourceSpecifier, TopicReplication};
 use rdkafka::client::DefaultClientContext;
 use rdkafka::error::RDKafkaErrorCode;
@@ -24,41 +23,23 @@ use tokio::sync::mpsc::{UnboundedReceiver, unbounded_channel};
 /// How long anything may take before the test fails; never a measured bound.
 const PATIENCE: Duration = Duration::from_secs(60);
 
-fn brokers() -> String {
-    match std::env::var("KAFKA_BOOTSTRAP_SERVERS") {
-        Ok(servers) if !servers.trim().is_empty() => servers,
-        _ => panic!(
-            "KAFKA_BOOTSTRAP_SERVERS is not set: these tests need the real broker \
-             (scripts/kafka start; KAFKA_BOOTSTRAP_SERVERS=127.0.0.1:9092)"
-        ),
-    }
+/// The real broker (compaction and topic configs are what these tests read) and its
+/// `bootstrap.servers`.
+fn kafka() -> (TestKafka, String) {
+    let kafka = TestKafka::real();
+    let brokers = kafka.bootstrap_servers().to_owned();
+    (kafka, brokers)
 }
 
-fn unique_topic(prefix: &str) -> String {
-    static NEXT: AtomicU32 = AtomicU32::new(0);
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_nanos();
-    format!(
-        "{prefix}-{}-{nanos}-{}",
-        std::process::id(),
-        NEXT.fetch_add(1, Ordering::Relaxed)
-    )
-}
-
-fn admin(brokers: &str) -> AdminClient<DefaultClientContext> {
-    ClientConfig::new()
-        .set("bootstrap.servers", brokers)
-        .create()
-        .expect("creating an admin client")
+fn admin(kafka: &TestKafka) -> AdminClient<DefaultClientContext> {
+    kafka.config().create().expect("creating an admin client")
 }
 
 /// One of the topic's configs, read from the broker, not from the code under test
 /// (a topic created a moment ago may be unknown to the broker for a moment, or
 /// described without its configs).
-async fn topic_config(brokers: &str, topic: &str, name: &str) -> String {
-    let admin = admin(brokers);
+async fn topic_config(kafka: &TestKafka, topic: &str, name: &str) -> String {
+    let admin = admin(kafka);
     let deadline = tokio::time::Instant::now() + PATIENCE;
     loop {
         let described = admin
@@ -90,11 +71,8 @@ fn model(name: &str) -> ScoringModel {
 }
 
 /// Produces a raw message to the model partition, as anyone with broker access could.
-async fn produce_raw(brokers: &str, topic: &str, key: Option<&str>, payload: Option<&[u8]>) {
-    let producer: FutureProducer = ClientConfig::new()
-        .set("bootstrap.servers", brokers)
-        .create()
-        .expect("creating a producer");
+async fn produce_raw(kafka: &TestKafka, topic: &str, key: Option<&str>, payload: Option<&[u8]>) {
+    let producer: FutureProducer = kafka.config().create().expect("creating a producer");
     let mut record = FutureRecord::<str, [u8]>::to(topic).partition(0);
     if let Some(key) = key {
         record = record.key(key);
@@ -149,8 +127,8 @@ fn rejected_total(counts: &ModelWatcherCounts) -> u64 {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_topic_is_created_compacted_and_an_existing_one_is_described() {
-    let brokers = brokers();
-    let topic = unique_topic("pulse-model");
+    let (kafka, brokers) = kafka();
+    let topic = kafka.unique_topic("pulse-model");
     assert_eq!(
         ModelTopic::ensure(&KafkaClients::new(&brokers), &topic)
             .await
@@ -158,10 +136,10 @@ async fn the_topic_is_created_compacted_and_an_existing_one_is_described() {
         TopicState::Created
     );
     assert_eq!(
-        topic_config(&brokers, &topic, "cleanup.policy").await,
+        topic_config(&kafka, &topic, "cleanup.policy").await,
         "compact"
     );
-    let max_message: usize = topic_config(&brokers, &topic, "max.message.bytes")
+    let max_message: usize = topic_config(&kafka, &topic, "max.message.bytes")
         .await
         .parse()
         .unwrap();
@@ -176,8 +154,8 @@ async fn the_topic_is_created_compacted_and_an_existing_one_is_described() {
         TopicState::Existed { compacted: true }
     );
 
-    let plain = unique_topic("pulse-model-plain");
-    let results = admin(&brokers)
+    let plain = kafka.unique_topic("pulse-model-plain");
+    let results = admin(&kafka)
         .create_topics(
             [&NewTopic::new(&plain, 1, TopicReplication::Fixed(1))],
             &AdminOptions::new(),
@@ -186,7 +164,7 @@ async fn the_topic_is_created_compacted_and_an_existing_one_is_described() {
         .expect("CreateTopics request");
     results[0].as_ref().expect("creating a plain topic");
     assert_eq!(
-        topic_config(&brokers, &plain, "cleanup.policy").await,
+        topic_config(&kafka, &plain, "cleanup.policy").await,
         "delete"
     );
     assert_eq!(
@@ -199,8 +177,8 @@ async fn the_topic_is_created_compacted_and_an_existing_one_is_described() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn watchers_apply_the_newest_valid_model_and_skip_hostile_messages() {
-    let brokers = brokers();
-    let topic = unique_topic("pulse-model");
+    let (kafka, brokers) = kafka();
+    let topic = kafka.unique_topic("pulse-model");
     ModelTopic::ensure(&KafkaClients::new(&brokers), &topic)
         .await
         .unwrap();
@@ -226,7 +204,7 @@ async fn watchers_apply_the_newest_valid_model_and_skip_hostile_messages() {
         (Some("not-the-model"), Some(other_key.as_bytes())),
     ];
     for (key, payload) in hostile {
-        produce_raw(&brokers, &topic, key, payload).await;
+        produce_raw(&kafka, &topic, key, payload).await;
     }
     wait_until("six hostile messages rejected", || {
         rejected_total(&first_counts) == 6
@@ -253,7 +231,7 @@ async fn watchers_apply_the_newest_valid_model_and_skip_hostile_messages() {
 
     // The same model again is not applied again; garbage after it changes nothing.
     publisher.publish(&model("model-b")).await.unwrap();
-    produce_raw(&brokers, &topic, Some(MODEL_KEY), Some(b"[]")).await;
+    produce_raw(&kafka, &topic, Some(MODEL_KEY), Some(b"[]")).await;
     wait_until("the repeat and the garbage are read", || {
         first_counts.unchanged.get() == 1 && rejected_total(&first_counts) == 7
     })
@@ -283,8 +261,8 @@ async fn watchers_apply_the_newest_valid_model_and_skip_hostile_messages() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_watcher_on_an_empty_topic_applies_the_first_model_published() {
-    let brokers = brokers();
-    let topic = unique_topic("pulse-model");
+    let (kafka, brokers) = kafka();
+    let topic = kafka.unique_topic("pulse-model");
     ModelTopic::ensure(&KafkaClients::new(&brokers), &topic)
         .await
         .unwrap();

@@ -1,4 +1,4 @@
-//! The event load of `scripts/bench-fleet`: creates a fresh topic with the given
+//! The event load of `scripts/bench/fleet`: creates a fresh topic with the given
 //! partitions (alone with `--create-only`, so consumers can join it first), and fills
 //! it (a topic that exists already with `--existing`) with a seeded trace (`pulse::generate_trace`, the default
 //! mix of tenants, regions and bursts, its background rate sized to about `--events`),
@@ -12,7 +12,7 @@
 //! ```
 
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
 use clap::Parser;
@@ -111,7 +111,7 @@ async fn main() -> anyhow::Result<()> {
     let mut events = generate_trace(&spec).events;
     // Ends now, inside every consumer's clock-skew bound and young enough that the
     // broker's retention keeps it; or, paced, starts now.
-    let now_ms = SystemTime::now().duration_since(UNIX_EPOCH)?.as_millis() as u64;
+    let now_ms = tests::wall_ms();
     let start_ms = match args.rate {
         0 => now_ms - duration_ms,
         _ => now_ms,

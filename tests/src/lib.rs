@@ -1,27 +1,20 @@
 //! Shared pieces of the cross-crate scenarios.
 //!
 //! # Layout
-//! - `api`: [`api::get_json`], pulse's API asked in-process.
-//! - `kafka`: [`TestKafka`], the broker a test talks to: the real one named by
-//!   `KAFKA_BOOTSTRAP_SERVERS`, or an embedded mock cluster when that is unset; and
-//!   [`produce`], one message produced and acknowledged; [`committed_offsets`], a
-//!   group's offsets as the broker has them.
-//! - [`free_port`]: a local port nobody listens on.
+//! - The broker under test and the pieces pulse's own tests share, from
+//!   `pulse::testing`: [`TestKafka`] (the real broker named by `KAFKA_BOOTSTRAP_SERVERS`,
+//!   or an embedded mock cluster when that is unset), [`produce`], [`produce_events`],
+//!   [`produce_paced`], [`committed_offsets`], [`free_port`] and [`wall_ms`], the one
+//!   wall clock the tests read.
+//! - `fleet`: pulse as a fleet of `pulse serve` processes, and the checks of their
+//!   answers against one reference process ([`fleet::PulseProcess`],
+//!   [`fleet::FleetProbe`]).
 //! - `scenario`: the reference scenario behind the `demo` binary.
 
-pub mod api;
-mod kafka;
+pub mod fleet;
 pub mod scenario;
 
-pub use kafka::{
-    BOOTSTRAP_ENV, TestKafka, committed_offsets, produce, produce_events, produce_paced,
+pub use pulse::testing::{
+    BOOTSTRAP_ENV, TestKafka, committed_offsets, free_port, produce, produce_events, produce_paced,
+    wall_ms,
 };
-
-/// A local TCP port free a moment ago, for a process the test starts.
-pub fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}

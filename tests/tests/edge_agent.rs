@@ -18,7 +18,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use models::{
     AccessEvent, CacheKey, EdgeKind, Outcome, PrewarmCommand, Reason, RegionId, RegionTargets,
@@ -29,7 +29,7 @@ use prefetcher::{AgentConfig, AgentHandle, AgentTenant, LogFormat, SkipReason, s
 use pulse::PulseConfig;
 use rdkafka::Message;
 use rdkafka::consumer::Consumer;
-use tests::{TestKafka, free_port, produce};
+use tests::{TestKafka, free_port, produce, wall_ms};
 
 const TENANT: &str = "acme";
 const HOST: &str = "acme.example";
@@ -39,13 +39,6 @@ fn deploy(path: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("../prefetcher/deploy")
         .join(path)
-}
-
-fn now_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .unwrap()
-        .as_millis() as u64
 }
 
 /// Fails the test loudly when `program` is not installed.
@@ -361,7 +354,7 @@ impl Events {
 }
 
 fn command(tenant: &str, key: &str, region: &str, expires_at_ms: u64) -> Vec<u8> {
-    let now = now_ms();
+    let now = wall_ms();
     encode(&PrewarmCommand::new(
         format!("c-{}", key.trim_start_matches('/')),
         TenantId::new(tenant).unwrap(),
@@ -482,7 +475,7 @@ async fn edge_feeds_pulse_and_takes_prewarms(kind: &str) {
 
     // A pre-warm: one origin fill through the real cache, then a user hit.
     let producer = kafka.producer();
-    let valid = command(TENANT, "/warm", REGION, now_ms() + 120_000);
+    let valid = command(TENANT, "/warm", REGION, wall_ms() + 120_000);
     produce(&producer, &prewarm_topic, "acme/warm", &valid).await;
     assert_eq!(events.wait_for("/warm", 1).await, [Outcome::PrefetchFill]);
     assert_eq!(origin.fills_for("/warm"), 1);
@@ -499,15 +492,15 @@ async fn edge_feeds_pulse_and_takes_prewarms(kind: &str) {
         ("not-json", b"\xff\xfe".to_vec()),
         (
             "expired",
-            command(TENANT, "/forged-expired", REGION, now_ms() - 1),
+            command(TENANT, "/forged-expired", REGION, wall_ms() - 1),
         ),
         (
             "foreign",
-            command(TENANT, "/forged-foreign", "ap-south", now_ms() + 120_000),
+            command(TENANT, "/forged-foreign", "ap-south", wall_ms() + 120_000),
         ),
         (
             "unknown",
-            command("evil", "/forged-unknown", REGION, now_ms() + 120_000),
+            command("evil", "/forged-unknown", REGION, wall_ms() + 120_000),
         ),
     ];
     for (key, payload) in &forged {

@@ -43,7 +43,7 @@ use rdkafka::client::DefaultClientContext;
 use rdkafka::mocking::MockCluster;
 use rdkafka::producer::{FutureProducer, FutureRecord};
 use serde_json::Value;
-use tests::committed_offsets;
+use tests::{committed_offsets, wall_ms};
 use tower::ServiceExt;
 
 const T0: u64 = 1_764_470_000_000;
@@ -366,14 +366,7 @@ async fn serve_requests(node: &NodeHandle, prefix: &str, n: usize) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn broker_stop_and_restart_loses_nothing_and_double_counts_within_the_window() {
     let broker = Broker::start();
-    let unique = format!(
-        "faults-{}-{}",
-        std::process::id(),
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .unwrap()
-            .as_millis()
-    );
+    let unique = format!("faults-{}-{}", std::process::id(), wall_ms());
     let (topic, node_events, prewarm) = (
         format!("{unique}-pulse"),
         format!("{unique}-edge"),

@@ -8,7 +8,7 @@
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU32, Ordering};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use models::{
     AccessEvent, CacheKey, EdgeKind, Outcome, PrewarmCommand, Reason, RegionId, RegionTargets,
@@ -19,18 +19,11 @@ use prefetcher::{CacheStatus, Config, FlightKey, NodeHandle, spawn_node};
 use rdkafka::Message;
 use rdkafka::consumer::Consumer;
 use rdkafka::producer::{FutureProducer, FutureRecord};
-use tests::TestKafka;
+use tests::{TestKafka, wall_ms};
 
 const TENANT: &str = "acme";
 const HOST: &str = "acme.example";
 const REGION: &str = "eu-west";
-
-fn now_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .unwrap()
-        .as_millis() as u64
-}
 
 /// Topics for one test, created on the broker.
 struct Topics {
@@ -74,7 +67,7 @@ fn node_config(origin: &SyntheticOrigin, brokers: &str, topics: &Topics) -> Conf
 }
 
 fn command(key: &str, regions: RegionTargets) -> PrewarmCommand {
-    let now = now_ms();
+    let now = wall_ms();
     PrewarmCommand::new(
         format!("c-{key}"),
         TenantId::new(TENANT).unwrap(),
@@ -396,7 +389,7 @@ async fn forged_and_foreign_commands_are_refused_and_counted() {
         v[field] = value;
         serde_json::to_vec(&v).unwrap()
     };
-    let now = now_ms();
+    let now = wall_ms();
     let mut huge = valid.clone();
     huge["reason"]["model"] = serde_json::Value::String("m".repeat(20_000));
     let forged: Vec<(&str, Vec<u8>)> = vec![

@@ -111,7 +111,7 @@ async fn demo(args: DemoArgs) -> anyhow::Result<()> {
             address
         }
     };
-    let run = now_ms();
+    let run = tests::wall_ms();
     let kafka = ScenarioKafka {
         brokers: brokers.clone(),
         events_topic: format!("demo-{run}-edge-events"),
@@ -225,10 +225,4 @@ async fn create_topics(brokers: &str, topics: &[(&str, i32)]) -> anyhow::Result<
         result.map_err(|(topic, e)| anyhow::anyhow!("creating {topic}: {e}"))?;
     }
     Ok(())
-}
-
-fn now_ms() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as u64)
 }

@@ -8,9 +8,9 @@
 
 use std::time::{Duration, Instant};
 
+use pulse::testing::TestKafka;
+use pulse::testing::get_json as get;
 use pulse::{KafkaClients, ModelPublisher, PulseConfig, PulseHandle, default_model};
-use tests::TestKafka;
-use tests::api::get_json as get;
 
 /// The model `pulse`'s API and health report, waited for up to 30 s.
 async fn model_becomes(pulse: &PulseHandle, name: &str) {
@@ -85,7 +85,7 @@ async fn a_model_on_the_fleet_topic_is_used_by_every_instance() {
 
     // A message that is not a model changes nothing.
     let producer = kafka.producer();
-    tests::produce(&producer, &config.model_topic(), "model", b"{ not a model").await;
+    pulse::testing::produce(&producer, &config.model_topic(), "model", b"{ not a model").await;
     let deadline = Instant::now() + Duration::from_secs(30);
     while a.metrics().model_watch.rejected("invalid") == 0 {
         assert!(Instant::now() < deadline, "the bad model was not counted");

@@ -4,19 +4,12 @@
 //! metrics and the dashboard API. The rows that need no broker (a key flood, a region
 //! flood, one node flooding one key) are unit tests in `pulse/src/heat/mod.rs`.
 
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use axum::http::StatusCode;
 use models::{AccessEvent, CacheKey, NodeId, Outcome, RegionId, TenantId, encode};
+use pulse::testing::{TestKafka, get_json as get, produce, wall_ms};
 use pulse::{HeatConfig, Metrics, PulseConfig, PulseHandle};
-use tests::{TestKafka, api::get_json as get, produce};
-
-fn wall_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .unwrap()
-        .as_millis() as u64
-}
 
 fn event(tenant: &str, ts_ms: u64, key: &str) -> AccessEvent {
     AccessEvent::new(

@@ -8,7 +8,7 @@ use std::time::Duration;
 use axum::http::StatusCode;
 use models::{AccessEvent, CacheKey, NodeId, Outcome, RegionId, TenantId, encode};
 use pulse::PulseConfig;
-use tests::{TestKafka, api::get_json as get, committed_offsets, produce};
+use pulse::testing::{TestKafka, committed_offsets, get_json as get, produce};
 
 const T0: u64 = 1_764_470_000_000;
 const REGIONS: [&str; 3] = ["eu-west", "us-east", "ap-south"];

@@ -7,10 +7,10 @@
 use std::time::Duration;
 
 use models::{PrewarmCommand, RegionTargets, decode};
+use pulse::testing::TestKafka;
 use pulse::{BurstKind, FEATURE_COUNT, PulseConfig, TraceSpec, generate_trace};
 use rdkafka::Message;
 use rdkafka::consumer::Consumer;
-use tests::TestKafka;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_spreading_key_gets_a_prewarm_command_for_the_regions_it_has_not_reached() {
@@ -59,7 +59,9 @@ async fn a_spreading_key_gets_a_prewarm_command_for_the_regions_it_has_not_reach
     let events = trace.events.clone();
     let topic = events_topic.clone();
     let produced =
-        tokio::spawn(async move { tests::produce_paced(&producer, &topic, &events, 4).await });
+        tokio::spawn(
+            async move { pulse::testing::produce_paced(&producer, &topic, &events, 4).await },
+        );
     let deadline = tokio::time::Instant::now() + Duration::from_secs(90);
     let command: PrewarmCommand = loop {
         let message = tokio::time::timeout_at(deadline, consumer.recv())

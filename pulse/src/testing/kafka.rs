@@ -1,14 +1,15 @@
 //! The broker under test. `scripts/test` starts a real Apache Kafka and sets
 //! `KAFKA_BOOTSTRAP_SERVERS`; a plain `cargo test` gets librdkafka's mock cluster,
 //! which speaks the same protocol. A configured broker that cannot be reached fails
-//! the test loudly: it is never skipped.
+//! the test loudly: it is never skipped. A test that needs what only a real broker
+//! does (topic configs, compaction) asks for one with [`TestKafka::real`], and fails
+//! when none is configured.
 
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
 use futures::future::join_all;
 use models::{AccessEvent, encode};
-use pulse::EmbeddedBroker;
 use rdkafka::ClientConfig;
 use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
 use rdkafka::client::DefaultClientContext;
@@ -16,6 +17,8 @@ use rdkafka::consumer::{BaseConsumer, Consumer, StreamConsumer};
 use rdkafka::error::KafkaResult;
 use rdkafka::producer::{FutureProducer, FutureRecord};
 use rdkafka::{Offset, TopicPartitionList};
+
+use crate::broker::EmbeddedBroker;
 
 /// The environment variable naming a real broker.
 pub const BOOTSTRAP_ENV: &str = "KAFKA_BOOTSTRAP_SERVERS";
@@ -53,6 +56,19 @@ impl TestKafka {
             kafka.bootstrap_servers
         );
         kafka
+    }
+
+    /// The real broker `$KAFKA_BOOTSTRAP_SERVERS` names, checked reachable. Panics
+    /// when it is unset (the test needs a real broker, the mock cluster will not do)
+    /// or does not answer.
+    pub fn real() -> Self {
+        match std::env::var(BOOTSTRAP_ENV) {
+            Ok(servers) if !servers.trim().is_empty() => Self::start(),
+            _ => panic!(
+                "{BOOTSTRAP_ENV} is not set: this test needs the real broker \
+                 (scripts/kafka start; {BOOTSTRAP_ENV}=127.0.0.1:9092)"
+            ),
+        }
     }
 
     /// "real broker" or "embedded mock cluster".

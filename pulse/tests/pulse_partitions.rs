@@ -14,12 +14,12 @@ use std::time::Duration;
 
 use futures::future::join_all;
 use models::{AccessEvent, CacheKey, NodeId, Outcome, RegionId, TenantId};
+use pulse::testing::get_json as get;
+use pulse::testing::{TestKafka, produce_events};
 use pulse::{PulseConfig, PulseHandle, TraceSpec, generate_trace, partition_for_key};
 use rdkafka::consumer::{Consumer, StreamConsumer};
 use rdkafka::producer::FutureRecord;
 use serde_json::Value;
-use tests::api::get_json as get;
-use tests::{TestKafka, produce_events};
 
 const PARTITIONS: i32 = 8;
 
