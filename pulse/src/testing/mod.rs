@@ -30,8 +30,5 @@ pub fn free_port() -> u16 {
 
 /// The wall clock in milliseconds since the Unix epoch, as edges stamp events.
 pub fn wall_ms() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_millis() as u64
+    crate::clock::wall_clock_ms()
 }
