@@ -21,7 +21,7 @@ use crate::partition::Partitions;
 /// owned partition with its next offset (version 4: one heat map per process, no
 /// offsets). An older checkpoint is refused with a [`CheckpointError::Format`] naming
 /// both versions, and `start` then begins empty with a warning.
-pub const CHECKPOINT_VERSION: u32 = 5;
+pub(crate) const CHECKPOINT_VERSION: u32 = 5;
 
 /// Why a checkpoint could not be written or read.
 #[derive(Debug, thiserror::Error)]
@@ -103,7 +103,11 @@ fn io(path: &Path) -> impl FnOnce(std::io::Error) -> CheckpointError + '_ {
 
 /// Writes every partition `partitions` owns of `topic`, and the snapshots still
 /// waiting for their partition, to `path` atomically (temporary file, fsync, rename).
-pub fn save(path: &Path, topic: &str, partitions: &Partitions) -> Result<(), CheckpointError> {
+pub(crate) fn save(
+    path: &Path,
+    topic: &str,
+    partitions: &Partitions,
+) -> Result<(), CheckpointError> {
     let dir = path
         .parent()
         .filter(|d| !d.as_os_str().is_empty())

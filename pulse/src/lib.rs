@@ -7,34 +7,45 @@
 //! scenario all run it that way.
 //!
 //! # Layout
+//! The online service, one module per part; the offline lab beside it in `lab/`, which
+//! uses the online modules. No online module imports `lab`.
 //! - `service`: the assembly: [`PulseConfig`], [`start`], [`PulseHandle`], [`shutdown_signal`].
 //! - `partition`: [`Partitions`], the state per owned partition of the events topic
 //!   ([`PartitionState`]: heat map, predictor, applied offset, replay bound).
 //! - `ingest`: [`Ingest`], the consumer-group member (cooperative rebalances, commit on
 //!   revoke, replay on assign) that feeds the partitions and commits; the [`Clock`] it
 //!   reads.
-//! - `fleet`: the API's answers ([`TenantsResponse`], …) and the [`Coverage`] each
-//!   carries, their merges over partitions and instances, [`partition_for_key`] (the
-//!   producers' partitioner), [`Peers`] (the fan-out of a `scope=local` question to the
-//!   other instances) and the model topic ([`ModelPublisher`], [`ModelWatcher`]: one
-//!   model for the fleet).
-//! - `heat`: [`HeatMap`], Count-Min sketches (own or shared) and Top-K per tenant on event
-//!   time, idle tenants evicted, the clock-skew bound; counters per kind of edge
-//!   ([`EdgeSummary`]).
+//! - `fleet`: the API's answers and the [`Coverage`] each carries, their merges over
+//!   partitions and instances, [`partition_for_key`] (the producers' partitioner),
+//!   [`Peers`] (the fan-out of a `scope=local` question to the other instances) and the
+//!   model topic ([`ModelPublisher`], [`ModelWatcher`]: one model for the fleet).
+//! - `heat`: [`HeatMap`] (`mod.rs`: applying events under the clock-skew bound and the
+//!   memory budget), its [`HeatConfig`] (`config`), errors (`error`), idle tenants
+//!   evicted (`evict`), the queries (`query`, answers in `view`); Count-Min sketches
+//!   (`sketch`, own or shared), Top-K (`top`) and the time-bucketed rings (`rings`) per
+//!   tenant (`tenant`), on event time; counters per kind of edge ([`EdgeSummary`],
+//!   `edges`).
 //! - `reject`: [`RejectReason`], why ingest refuses a message (metric and dead-letter label).
-//! - `checkpoint`: [`save_checkpoint`] / [`load_checkpoint`], each owned partition's heat
-//!   map and offset on disk.
-//! - `predict`: [`Predictor`], [`Features`], the [`ScoringModel`], decisions, retraining.
+//! - `checkpoint`: `save` / [`load_checkpoint`], each owned partition's heat map and
+//!   offset on disk ([`Checkpoint`]).
+//! - `predict`: [`Predictor`], [`Features`], the [`ScoringModel`], decisions, the label
+//!   rule, online retraining.
 //! - `prewarm`: [`PrewarmLoop`], [`PrewarmPublisher`] and the [`Retrainer`] thread.
-//! - `api`: [`app`], the dashboard API and page, [`ApiError`], the bearer-token check.
+//! - `api`: [`app`] and its [`AppState`] (`mod.rs`: the router and the OpenAPI document),
+//!   `ApiError` and the parameter checks (`error`), the handlers by resource (`heat`,
+//!   `predictions`, `rates`, `edges`, `health`), the fleet fan-out (`fleet`), the
+//!   bearer-token check (`auth`) and the dashboard page (`dashboard`).
 //! - `metrics`: [`Metrics`], the Prometheus registry behind `/metrics`.
 //! - `broker`: [`EmbeddedBroker`], librdkafka's mock cluster when no broker is given.
-//! - `trace`: [`generate_trace`], synthetic traces with known bursts ([`TraceSpec`]).
-//! - `backtest`: [`replay`] and [`backtest`] on event time; [`read_events`], [`read_topic`].
-//! - `offline`: `pulse train`/`backtest`/`trace` as calls ([`train_model`], [`backtest_table`]).
 //! - `stoppable`: the stoppable background thread behind ingest and the retrainer.
 //! - `ticks`: when each partition's predictor ticks (every 10 ms of event time, as the
 //!   backtest does, however its events were batched).
+//! - `lab`: the offline lab. `lab/trace/`: [`generate_trace`], synthetic traces with
+//!   known bursts ([`TraceSpec`] in `spec`, the [`FAMILIES`] table in `family`, the
+//!   generator in `generate`); `lab/backtest`: [`replay`] on event time, the backtest
+//!   rows, [`read_topic`] and the event files; `lab/honest`: the honest scorer;
+//!   `lab/commands`: `pulse train`/`backtest`/`trace` as calls ([`train_model`],
+//!   [`backtest_table`], [`write_trace`]).
 //! - `kafka`: [`KafkaClients`], the one factory of every Kafka client pulse makes
 //!   (bootstrap servers plus the operator's librdkafka properties, [`RESERVED_PROPERTIES`]
 //!   refused); the properties file reader.
@@ -43,13 +54,23 @@
 //!   scenarios share: the broker under test ([`testing::TestKafka`]), producing events
 //!   as edges do, a group's committed offsets, the API asked in-process. No service
 //!   module names it (checked by `tests/tests/module_graph/`).
+//!
+//! # Public surface
+//! What this file re-exports is what other crates and targets use (the `pulse`
+//! binary, its examples, benches and tests, the `tests` crate, `fuzz/`) and the types
+//! their signatures name (`unnameable_types` warns on one left out); everything else
+//! is `pub(crate)`.
+
+#![warn(unnameable_types)]
 
 mod api;
 mod broker;
 mod checkpoint;
+mod clock;
 mod fleet;
 mod heat;
 mod ingest;
+mod kafka;
 mod lab;
 mod metrics;
 mod partition;
@@ -62,49 +83,32 @@ mod stoppable;
 pub mod testing;
 mod ticks;
 
-pub use api::{
-    ApiError, AppState, ContributionView, DecisionTotals, DecisionView, EdgesResponse, ErrorBody,
-    EvaluationView, Health, HeatmapQuery, HeatmapResponse, KeyQuery, KeyResponse, LeadTime,
-    MAX_HEATMAP_ROWS, MAX_PREDICTIONS, ModelFeature, ModelResponse, PredictionsQuery,
-    PredictionsResponse, RatePoint, RatesResponse, ReliabilityView, TenantsResponse, app, openapi,
-    require_api_token,
-};
+pub use api::{AppState, app};
 pub use broker::{BrokerError, EmbeddedBroker};
-pub use checkpoint::{
-    CHECKPOINT_VERSION, Checkpoint, CheckpointError, PartitionSnapshot, load as load_checkpoint,
-    save as save_checkpoint,
-};
+pub use checkpoint::{Checkpoint, CheckpointError, PartitionSnapshot, load as load_checkpoint};
 pub use fleet::{
-    Coverage, DEFAULT_MAX_PEER_BODY, DEFAULT_PEER_TIMEOUT, MAX_MODEL_BYTES, MODEL_KEY,
+    Coverage, DEFAULT_MAX_PEER_BODY, DEFAULT_PEER_TIMEOUT, ErrorBody, MAX_MODEL_BYTES, MODEL_KEY,
     MODEL_REJECT_REASONS, ModelPublisher, ModelTopic, ModelTopicError, ModelWatcher, PeerAnswer,
-    PeerFailure, PeerUrl, Peers, PeersConfig, PeersError, Scope, ScopeQuery, TopicState, crc32,
-    partition_for_key,
+    PeerFailure, PeerUrl, Peers, PeersConfig, PeersError, TopicState, partition_for_key,
 };
 pub use heat::{
-    ApplyError, COARSE_BUCKETS, COARSE_MS, ConfigError, EdgeSummary, EvictedTenant, FINE_BUCKETS,
-    FINE_MS, HeatConfig, HeatMap, HotKey, IDLE_EVICT_MS, KeyStats, MAX_EVICTED_SUMMARIES,
-    MAX_NODES_PER_EDGE, MAX_REGIONS, NODE_WINDOW_S, OutcomeCounts, QueryError, RATE_WINDOW_S,
-    RegionCount, SketchKind, TenantHeat, TenantSummary, Trend, Velocities, Window, WindowStats,
+    ApplyError, ConfigError, EdgeSummary, EvictedTenant, HeatConfig, HeatMap, HotKey, KeyStats,
+    OutcomeCounts, QueryError, RegionCount, SketchKind, TenantHeat, TenantSummary, Trend,
+    Velocities, Window, WindowStats,
 };
 pub use ingest::{BatchObserver, Clock, Ingest, IngestConfig, IngestError, WallClock};
 pub use lab::{
-    BacktestRow, Burst, BurstKind, CommandScore, EventFile, EventSource, FAMILIES, Family,
-    FamilyRow, HonestOptions, HonestScore, OfflineError, Replay, ReplayOptions, Replayer, Trace,
-    TraceSpec, ViralReferrers, backtest, backtest_commands, backtest_table, family_rows,
-    family_table, generate_trace, load_events, percentile, read_events, read_topic, replay,
-    score_commands, score_replay, train_model, train_on_families, train_summary, training_samples,
-    write_commands, write_events, write_trace,
+    BacktestRow, Burst, BurstKind, EventFile, EventSource, FAMILIES, Family, FamilyRow,
+    OfflineError, Replay, ReplayOptions, Trace, TraceSpec, ViralReferrers, backtest_commands,
+    backtest_table, family_rows, family_table, generate_trace, load_events, percentile, read_topic,
+    replay, train_model, train_on_families, train_summary, write_commands, write_trace,
 };
 pub use metrics::{Metrics, ModelWatcherCounts, PeerLabel, ReasonLabel, RouteLabel};
-pub use partition::{
-    PartitionHealth, PartitionState, PartitionTemplate, Partitions, SharedPartitions, Snapshot,
-};
+pub use partition::{PartitionHealth, PartitionState, PartitionTemplate, Partitions, Snapshot};
 pub use predict::{
-    Calibration, Candidate, Decider, Decision, DecisionCounts, DecisionPolicy, Evaluation,
-    FEATURE_COUNT, FEATURE_NAMES, Features, MAX_Z, MIN_REGION_DEMAND, MODEL_FORMAT, ModelError,
-    Predictor, PredictorConfig, ReliabilityBin, RetrainOutcome, Sample, Score, ScoringModel, Skip,
-    TrainOptions, TrainingMetrics, Transform, Verdict, command_id, default_model, reliability,
-    retrain,
+    Calibration, Decision, DecisionCounts, DecisionPolicy, Evaluation, FEATURE_COUNT, Features,
+    ModelError, Predictor, PredictorConfig, ReliabilityBin, Sample, Score, ScoringModel, Skip,
+    TrainOptions, TrainingMetrics, Transform, Verdict, default_model,
 };
 pub use prewarm::{
     FLEET_TRAINER_PARTITION, PrewarmLoop, PrewarmPublisher, Retrainer, retrain_once,
@@ -112,14 +116,10 @@ pub use prewarm::{
 pub use reject::RejectReason;
 pub use service::{PulseConfig, PulseConfigError, PulseHandle, StartError, shutdown_signal, start};
 
-/// The default topics, from the wire contract.
-pub use models::{EVENTS_TOPIC, PREWARM_TOPIC};
-
-// The Kafka client factory and the wall clock: their modules and public names.
-mod clock;
-mod kafka;
 pub use clock::wall_clock_ms;
 pub use kafka::{
     KafkaClients, KafkaPropertyError, RESERVED_PROPERTIES, check_properties, parse_property,
     read_properties_file,
 };
+/// The default topics, from the wire contract.
+pub use models::{EVENTS_TOPIC, PREWARM_TOPIC};

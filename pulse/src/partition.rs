@@ -32,7 +32,7 @@ use crate::predict::{DecisionPolicy, Predictor, PredictorConfig, ScoringModel};
 /// The owned partitions, shared by the ingest thread (the only writer of the heat
 /// maps), the API and the retrainer. A `std` lock: critical sections are short and
 /// never span an `.await`.
-pub type SharedPartitions = Arc<RwLock<Partitions>>;
+pub(crate) type SharedPartitions = Arc<RwLock<Partitions>>;
 
 /// One owned partition's state.
 pub struct PartitionState {

@@ -82,7 +82,7 @@ impl utoipa::Modify for BearerTokenDoc {
 
 /// Wraps `router` so `/api/*` requires `Authorization: Bearer <token>`; without a
 /// token (or with an empty one) the router is returned unchanged.
-pub fn require_api_token(router: Router, token: Option<&str>) -> Router {
+pub(crate) fn require_api_token(router: Router, token: Option<&str>) -> Router {
     let Some(token) = token.filter(|t| !t.is_empty()) else {
         return router;
     };

@@ -14,7 +14,7 @@ use crate::partition::Partitions;
 
 /// An error a handler returns; it becomes a JSON [`ErrorBody`].
 #[derive(Debug)]
-pub struct ApiError {
+pub(crate) struct ApiError {
     pub(super) status: StatusCode,
     pub(super) code: &'static str,
     pub(super) message: String,

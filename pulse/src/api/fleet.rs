@@ -165,9 +165,9 @@ mod tests {
     use crate::api::{AppState, app};
     use crate::fleet::{PeersConfig, partition_for_key};
 
+    use crate::Peers;
     use crate::metrics::Metrics;
-    use crate::partition::Partitions;
-    use crate::{Peers, SharedPartitions};
+    use crate::partition::{Partitions, SharedPartitions};
 
     const T0: u64 = 1_764_470_000_000;
     const PARTITIONS: i32 = 4;

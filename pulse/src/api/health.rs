@@ -12,7 +12,7 @@ use crate::partition::PartitionHealth;
 
 /// `GET /healthz`.
 #[derive(Debug, Serialize, Deserialize, ToSchema)]
-pub struct Health {
+pub(crate) struct Health {
     /// Always `ok` when the process answers.
     pub status: String,
     /// The events topic's partition count (0 until the first assignment).

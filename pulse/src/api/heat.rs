@@ -18,7 +18,7 @@ use crate::heat::{QueryError, Window};
 /// Query of `GET /api/heatmap`.
 #[derive(Debug, Deserialize, IntoParams)]
 #[into_params(parameter_in = Query)]
-pub struct HeatmapQuery {
+pub(crate) struct HeatmapQuery {
     /// The tenant (required).
     pub tenant: Option<String>,
     /// Only this region's hot keys.
@@ -37,7 +37,7 @@ pub struct HeatmapQuery {
 /// Query of `GET /api/keys/{tenant}/{key}`.
 #[derive(Debug, Default, Deserialize, IntoParams)]
 #[into_params(parameter_in = Query)]
-pub struct KeyQuery {
+pub(crate) struct KeyQuery {
     /// Event time the windows end at (default: the newest watermark), for replays and
     /// comparisons.
     pub now_ms: Option<u64>,

@@ -20,13 +20,10 @@ mod predictions;
 mod rates;
 
 use auth::BearerTokenDoc;
-pub use auth::require_api_token;
-pub use error::ApiError;
+pub(crate) use auth::require_api_token;
+pub(crate) use error::ApiError;
 use error::{count_param, required_tenant, tenant_param};
-pub use health::Health;
-pub use heat::{HeatmapQuery, KeyQuery};
-
-pub use predictions::{MAX_PREDICTIONS, PredictionsQuery};
+pub(crate) use health::Health;
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -46,14 +43,14 @@ use crate::heat::{
 use crate::metrics::{Metrics, RouteLabel};
 use crate::partition::{PartitionHealth, Partitions, SharedPartitions};
 
-pub use crate::fleet::{
+pub(crate) use crate::fleet::{
     ContributionView, DecisionTotals, DecisionView, EdgesResponse, ErrorBody, EvaluationView,
     HeatmapResponse, KeyResponse, LeadTime, ModelFeature, ModelResponse, PredictionsResponse,
     RatePoint, RatesResponse, ReliabilityView, TenantsResponse,
 };
 
 /// Most rows one heat-map request may ask for.
-pub const MAX_HEATMAP_ROWS: usize = 1_000;
+pub(crate) const MAX_HEATMAP_ROWS: usize = 1_000;
 
 /// What the handlers share.
 #[derive(Clone)]
@@ -165,7 +162,7 @@ fn per_partition<T>(
 struct ApiDoc;
 
 /// The OpenAPI description served at `/api/openapi.json`.
-pub fn openapi() -> utoipa::openapi::OpenApi {
+pub(crate) fn openapi() -> utoipa::openapi::OpenApi {
     ApiDoc::openapi()
 }
 

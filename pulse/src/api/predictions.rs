@@ -14,12 +14,12 @@ use super::{ApiError, AppState, ErrorBody, count_param, fleet, one, owned, tenan
 use crate::fleet::{DecisionTotals, ModelResponse, PredictionsResponse, Scope, ScopeQuery, merge};
 
 /// Most decisions one request may ask for.
-pub const MAX_PREDICTIONS: usize = 500;
+pub(crate) const MAX_PREDICTIONS: usize = 500;
 
 /// Query of `GET /api/predictions`.
 #[derive(Debug, Deserialize, IntoParams)]
 #[into_params(parameter_in = Query)]
-pub struct PredictionsQuery {
+pub(crate) struct PredictionsQuery {
     /// Only this tenant's decisions.
     pub tenant: Option<String>,
     /// Rows, 1 to 500 (default 50), newest first.

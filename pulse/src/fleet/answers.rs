@@ -20,7 +20,7 @@ use crate::predict::{
 
 /// `GET /api/tenants`.
 #[derive(Debug, Serialize, Deserialize, ToSchema)]
-pub struct TenantsResponse {
+pub(crate) struct TenantsResponse {
     /// The watermark: newest event time applied, ms since the Unix epoch.
     pub now_ms: u64,
     /// Additive error of an estimate from a tenant's own sketches, as a fraction of
@@ -64,7 +64,7 @@ impl TenantsResponse {
 
 /// `GET /api/heatmap`.
 #[derive(Debug, Serialize, Deserialize, ToSchema)]
-pub struct HeatmapResponse {
+pub(crate) struct HeatmapResponse {
     /// The tenant.
     pub tenant: String,
     /// The region, when the query named one.
@@ -117,7 +117,7 @@ impl HeatmapResponse {
 /// `GET /api/keys/{tenant}/{key}`: the key's estimates, from the partition that owns
 /// it.
 #[derive(Debug, Serialize, Deserialize, ToSchema)]
-pub struct KeyResponse {
+pub(crate) struct KeyResponse {
     /// The estimates.
     #[serde(flatten)]
     pub stats: KeyStats,
@@ -127,7 +127,7 @@ pub struct KeyResponse {
 
 /// One second of `GET /api/rates`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
-pub struct RatePoint {
+pub(crate) struct RatePoint {
     /// Start of the second, ms since the Unix epoch (event time).
     pub start_ms: u64,
     /// Client requests (demand) in it.
@@ -138,7 +138,7 @@ pub struct RatePoint {
 
 /// `GET /api/rates`.
 #[derive(Debug, Serialize, Deserialize, ToSchema)]
-pub struct RatesResponse {
+pub(crate) struct RatesResponse {
     /// The tenant.
     pub tenant: String,
     /// Event time the series ends at.
@@ -209,7 +209,7 @@ impl RatesResponse {
 
 /// `GET /api/edges`.
 #[derive(Debug, Serialize, Deserialize, ToSchema)]
-pub struct EdgesResponse {
+pub(crate) struct EdgesResponse {
     /// The newest watermark, ms since the Unix epoch.
     pub now_ms: u64,
     /// Seconds `rate_per_s` averages over.
@@ -241,7 +241,7 @@ impl EdgesResponse {
 
 /// One feature's part in a decision.
 #[derive(Debug, Serialize, Deserialize, ToSchema)]
-pub struct ContributionView {
+pub(crate) struct ContributionView {
     /// The feature.
     pub name: String,
     /// Its value at decision time.
@@ -252,7 +252,7 @@ pub struct ContributionView {
 
 /// A region's first request after a command.
 #[derive(Debug, Serialize, Deserialize, ToSchema)]
-pub struct LeadTime {
+pub(crate) struct LeadTime {
     /// The warmed region.
     pub region: String,
     /// Milliseconds from the command to the region's first request.
@@ -261,7 +261,7 @@ pub struct LeadTime {
 
 /// One pre-warm decision.
 #[derive(Debug, Serialize, Deserialize, ToSchema)]
-pub struct DecisionView {
+pub(crate) struct DecisionView {
     /// The command id.
     pub id: String,
     /// The tenant.
@@ -336,7 +336,7 @@ impl From<&Decision> for DecisionView {
 
 /// Decision totals since pulse started.
 #[derive(Debug, Serialize, Deserialize, ToSchema)]
-pub struct DecisionTotals {
+pub(crate) struct DecisionTotals {
     /// Commands sent.
     pub sent: u64,
     /// Commands requested in a warmed region before expiry.
@@ -351,7 +351,7 @@ pub struct DecisionTotals {
 
 /// `GET /api/predictions`.
 #[derive(Debug, Serialize, Deserialize, ToSchema)]
-pub struct PredictionsResponse {
+pub(crate) struct PredictionsResponse {
     /// The totals.
     pub totals: DecisionTotals,
     /// Recent decisions, newest first (issue time, then id).
@@ -394,7 +394,7 @@ impl PredictionsResponse {
 
 /// One feature in the model card.
 #[derive(Debug, Serialize, Deserialize, ToSchema)]
-pub struct ModelFeature {
+pub(crate) struct ModelFeature {
     /// The feature.
     pub name: String,
     /// `identity` or `log1p`.
@@ -409,7 +409,7 @@ pub struct ModelFeature {
 
 /// Decisions against labels at one threshold.
 #[derive(Debug, Serialize, Deserialize, ToSchema)]
-pub struct EvaluationView {
+pub(crate) struct EvaluationView {
     /// The threshold.
     pub threshold: f64,
     /// Precision.
@@ -439,7 +439,7 @@ impl From<&Evaluation> for EvaluationView {
 
 /// One row of the model card's reliability table.
 #[derive(Debug, Serialize, Deserialize, ToSchema)]
-pub struct ReliabilityView {
+pub(crate) struct ReliabilityView {
     /// Lowest confidence of the bin.
     pub lower: f64,
     /// Upper bound of the bin.
@@ -454,7 +454,7 @@ pub struct ReliabilityView {
 
 /// `GET /api/model`: the model card and the decision rules in force.
 #[derive(Debug, Serialize, Deserialize, ToSchema)]
-pub struct ModelResponse {
+pub(crate) struct ModelResponse {
     /// The model's name.
     pub name: String,
     /// Model file format.

@@ -21,16 +21,17 @@ mod peers;
 use serde::{Deserialize, Serialize};
 use utoipa::{IntoParams, ToSchema};
 
-pub use answers::{
-    ContributionView, DecisionTotals, DecisionView, EdgesResponse, ErrorBody, EvaluationView,
-    HeatmapResponse, KeyResponse, LeadTime, ModelFeature, ModelResponse, PredictionsResponse,
-    RatePoint, RatesResponse, ReliabilityView, TenantsResponse,
+pub use answers::ErrorBody;
+pub(crate) use answers::{
+    ContributionView, DecisionTotals, DecisionView, EdgesResponse, EvaluationView, HeatmapResponse,
+    KeyResponse, LeadTime, ModelFeature, ModelResponse, PredictionsResponse, RatePoint,
+    RatesResponse, ReliabilityView, TenantsResponse,
 };
 pub use model_topic::{
     MAX_MODEL_BYTES, MODEL_KEY, MODEL_REJECT_REASONS, ModelPublisher, ModelTopic, ModelTopicError,
     ModelWatcher, TopicState,
 };
-pub use partitioner::{crc32, partition_for_key};
+pub use partitioner::partition_for_key;
 pub use peers::{
     DEFAULT_MAX_PEER_BODY, DEFAULT_PEER_TIMEOUT, PeerAnswer, PeerFailure, PeerUrl, Peers,
     PeersConfig, PeersError,
@@ -93,7 +94,7 @@ impl Coverage {
 /// Where an answer comes from: this instance's partitions only, or the whole fleet.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "snake_case")]
-pub enum Scope {
+pub(crate) enum Scope {
     /// This instance's partitions only (what peers ask each other).
     Local,
     /// Every instance's partitions, merged (the default).
@@ -104,7 +105,7 @@ pub enum Scope {
 /// The `scope` query parameter every `/api/*` route accepts.
 #[derive(Debug, Clone, Copy, Default, Deserialize, IntoParams)]
 #[into_params(parameter_in = Query)]
-pub struct ScopeQuery {
+pub(crate) struct ScopeQuery {
     /// `local` (this instance's partitions) or `fleet` (default: every instance's,
     /// merged).
     pub scope: Option<Scope>,

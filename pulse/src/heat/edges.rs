@@ -39,11 +39,11 @@ const EDGE_SLOTS: usize = EdgeKind::ALL.len() + 1;
 /// The slot of events without `edge`.
 const UNSPECIFIED: usize = EdgeKind::ALL.len();
 /// Seconds of event time `rate_per_s` averages over.
-pub const RATE_WINDOW_S: u64 = 10;
+pub(crate) const RATE_WINDOW_S: u64 = 10;
 /// Seconds of event time a node counts in `nodes` after its last event.
-pub const NODE_WINDOW_S: u64 = 60;
+pub(crate) const NODE_WINDOW_S: u64 = 60;
 /// Nodes remembered per kind at most.
-pub const MAX_NODES_PER_EDGE: usize = 1024;
+pub(crate) const MAX_NODES_PER_EDGE: usize = 1024;
 /// Per-second slots of the rate ring: a power of two above the window.
 const RATE_RING: usize = 16;
 const _: () = assert!(RATE_RING as u64 > RATE_WINDOW_S);

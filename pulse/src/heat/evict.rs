@@ -12,11 +12,11 @@ use super::{COARSE_BUCKETS, COARSE_MS, HeatMap};
 const RECOUNT_EVERY_S: u64 = 10;
 
 /// Most summaries of evicted tenants kept (the oldest go first).
-pub const MAX_EVICTED_SUMMARIES: usize = 10_000;
+pub(crate) const MAX_EVICTED_SUMMARIES: usize = 10_000;
 
 /// How long a tenant may be silent before it is evicted: the longest window, after
 /// which it has nothing left to answer.
-pub const IDLE_EVICT_MS: u64 = COARSE_MS * COARSE_BUCKETS as u64;
+pub(crate) const IDLE_EVICT_MS: u64 = COARSE_MS * COARSE_BUCKETS as u64;
 
 /// What is kept of an evicted tenant.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]

@@ -52,9 +52,11 @@ use edges::EdgeCounters;
 use tenant::SharedSketch;
 
 pub use config::{ConfigError, HeatConfig};
-pub use edges::{EdgeSummary, MAX_NODES_PER_EDGE, NODE_WINDOW_S, RATE_WINDOW_S};
+pub use edges::EdgeSummary;
+pub(crate) use edges::{MAX_NODES_PER_EDGE, NODE_WINDOW_S, RATE_WINDOW_S};
 pub use error::{ApplyError, QueryError};
-pub use evict::{EvictedTenant, IDLE_EVICT_MS, MAX_EVICTED_SUMMARIES};
+pub use evict::EvictedTenant;
+pub(crate) use evict::{IDLE_EVICT_MS, MAX_EVICTED_SUMMARIES};
 pub use tenant::TenantHeat;
 pub use view::{
     HotKey, KeyStats, OutcomeCounts, RegionCount, SketchKind, TenantSummary, Trend, Velocities,
@@ -62,17 +64,17 @@ pub use view::{
 };
 
 /// Width of a fine bucket, in milliseconds.
-pub const FINE_MS: u64 = 200;
+pub(crate) const FINE_MS: u64 = 200;
 /// Fine buckets kept: 2 s, so the 200 ms and 1 s windows have a previous window to
 /// compare with (acceleration).
-pub const FINE_BUCKETS: usize = 10;
+pub(crate) const FINE_BUCKETS: usize = 10;
 /// Width of a coarse bucket, in milliseconds.
-pub const COARSE_MS: u64 = 1_000;
+pub(crate) const COARSE_MS: u64 = 1_000;
 /// Coarse buckets kept: the 60 s window.
-pub const COARSE_BUCKETS: usize = 60;
+pub(crate) const COARSE_BUCKETS: usize = 60;
 /// Regions tracked per tenant; events from further regions still count, without a
 /// region (the bitset of miss regions is a `u64`).
-pub const MAX_REGIONS: usize = 64;
+pub(crate) const MAX_REGIONS: usize = 64;
 
 /// Every tenant's windows: the state pulse ingests into, checkpoints, and answers
 /// the dashboard and the predictor from.

@@ -70,7 +70,7 @@ pub struct Replay {
 
 /// A heat map and a predictor fed one event at a time, ticking on event time: the
 /// replay loop, also used by tests that need a predictor with history.
-pub struct Replayer {
+pub(crate) struct Replayer {
     /// The heat map.
     pub heat: HeatMap,
     /// The predictor.
@@ -88,7 +88,7 @@ pub struct Replayer {
 
 impl Replayer {
     /// An empty heat map and a fresh predictor.
-    pub fn new(model: Option<Arc<ScoringModel>>, options: &ReplayOptions) -> Self {
+    pub(crate) fn new(model: Option<Arc<ScoringModel>>, options: &ReplayOptions) -> Self {
         Replayer {
             heat: HeatMap::new(options.heat.clone()),
             predictor: Predictor::new(model, options.predictor.clone()),
@@ -102,7 +102,7 @@ impl Replayer {
 
     /// Applies one event, first ticking for every tick time it passes; returns the
     /// commands those ticks sent.
-    pub fn feed(&mut self, event: &AccessEvent) -> Vec<PrewarmCommand> {
+    pub(crate) fn feed(&mut self, event: &AccessEvent) -> Vec<PrewarmCommand> {
         let mut commands = Vec::new();
         let next_tick = self.next_tick.get_or_insert(event.ts_ms + self.tick_ms);
         while event.ts_ms >= *next_tick {
@@ -127,7 +127,7 @@ impl Replayer {
 
     /// Ticks at the last event, then after every command's expiry and every label's
     /// horizon, so every decision has its verdict and every sample its label.
-    pub fn finish(&mut self, options: &ReplayOptions) -> Vec<PrewarmCommand> {
+    pub(crate) fn finish(&mut self, options: &ReplayOptions) -> Vec<PrewarmCommand> {
         let commands = self.predictor.tick(&self.heat, self.heat.now_ms());
         let p = &options.predictor;
         let end = self.heat.now_ms() + p.policy.command_ttl_ms.max(p.horizon_ms) + 1;
@@ -194,7 +194,7 @@ pub struct BacktestRow {
 
 /// Scores one replay of `events` with the honest scorer, against the trace's truth (if
 /// any).
-pub fn score(
+pub(crate) fn score(
     replay: &Replay,
     events: &[AccessEvent],
     threshold: f64,
@@ -224,7 +224,7 @@ pub fn percentile(times: &[Duration], q: f64) -> Option<Duration> {
 }
 
 /// Replays once per threshold with `model` and scores each run.
-pub fn backtest(
+pub(crate) fn backtest(
     events: &[AccessEvent],
     truth: Option<&[Burst]>,
     model: Arc<ScoringModel>,
@@ -269,7 +269,7 @@ impl EventFile {
 
 /// Reads a JSON-lines event file (the Kafka message format, one per line). Lines that
 /// do not decode are counted and skipped.
-pub fn read_events(path: &Path) -> std::io::Result<EventFile> {
+pub(crate) fn read_events(path: &Path) -> std::io::Result<EventFile> {
     let file = std::io::BufReader::new(std::fs::File::open(path)?);
     let mut events = EventFile::default();
     for line in file.split(b'\n') {
@@ -344,7 +344,7 @@ pub fn write_commands(path: &Path, commands: &[PrewarmCommand]) -> std::io::Resu
 }
 
 /// Writes events as JSON lines.
-pub fn write_events(path: &Path, events: &[AccessEvent]) -> std::io::Result<()> {
+pub(crate) fn write_events(path: &Path, events: &[AccessEvent]) -> std::io::Result<()> {
     let mut out = BufWriter::new(std::fs::File::create(path)?);
     for event in events {
         out.write_all(&encode(event))?;

@@ -119,7 +119,7 @@ pub fn load_events(source: &EventSource, what: &str) -> Result<Vec<AccessEvent>,
 }
 
 /// The labelled samples a replay of `events` collects, for training.
-pub fn training_samples(events: &[AccessEvent]) -> Vec<(Features, bool)> {
+pub(crate) fn training_samples(events: &[AccessEvent]) -> Vec<(Features, bool)> {
     let run = replay(events, None, &ReplayOptions::default());
     tracing::info!(
         events = events.len(),

@@ -31,7 +31,7 @@ use super::trace::{Burst, BurstKind};
 
 /// Settings of the honest scorer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct HonestOptions {
+pub(crate) struct HonestOptions {
     /// A region's first request must come at least this long after the command for
     /// the pre-warm to have had time to fill.
     pub min_lead_ms: u64,
@@ -45,7 +45,7 @@ impl Default for HonestOptions {
 
 /// What became of one command under the honest rules.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct CommandScore {
+pub(crate) struct CommandScore {
     /// The command's id.
     pub id: String,
     /// Regions it named.
@@ -60,7 +60,7 @@ pub struct CommandScore {
 
 /// The honest figures for a set of commands.
 #[derive(Debug, Clone, Default, PartialEq, Serialize)]
-pub struct HonestScore {
+pub(crate) struct HonestScore {
     /// Commands sent.
     pub commands: usize,
     /// Commands judged (all but cron commands with nothing left to warm).
@@ -85,30 +85,30 @@ pub struct HonestScore {
 
 impl HonestScore {
     /// Useful judged commands / judged commands (1 when none was judged).
-    pub fn precision(&self) -> f64 {
+    pub(crate) fn precision(&self) -> f64 {
         ratio(self.useful, self.judged)
     }
 
     /// Warmed-in-time regions / regions named by judged commands.
-    pub fn region_precision(&self) -> f64 {
+    pub(crate) fn region_precision(&self) -> f64 {
         ratio(self.warmed_regions, self.targeted_regions)
     }
 
     /// Share of viral later regions warmed in time; `None` without the truth.
-    pub fn recall(&self) -> Option<f64> {
+    pub(crate) fn recall(&self) -> Option<f64> {
         self.has_truth
             .then(|| ratio(self.viral_regions_warmed, self.viral_later_regions))
     }
 
     /// Median lead over viral regions warmed in time.
-    pub fn median_lead_ms(&self) -> Option<u64> {
+    pub(crate) fn median_lead_ms(&self) -> Option<u64> {
         self.viral_leads_ms
             .get(self.viral_leads_ms.len() / 2)
             .copied()
     }
 
     /// Share of targeted-region fills nobody asked for in time (the origin cost).
-    pub fn wasted_share(&self) -> f64 {
+    pub(crate) fn wasted_share(&self) -> f64 {
         1.0 - self.region_precision()
     }
 }
@@ -164,7 +164,7 @@ fn named<'a>(command: &'a PrewarmCommand, fleet: &'a [&'a str]) -> Vec<&'a str> 
 
 /// Scores `commands` against `events` (the trace they were decided on) and, when given,
 /// the truth about its bursts.
-pub fn score_commands(
+pub(crate) fn score_commands(
     commands: &[PrewarmCommand],
     events: &[AccessEvent],
     truth: Option<&[Burst]>,

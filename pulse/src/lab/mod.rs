@@ -21,15 +21,12 @@ mod replayed_api;
 mod trace;
 
 pub use backtest::{
-    BacktestRow, EventFile, Replay, ReplayOptions, Replayer, backtest, percentile, read_events,
-    read_topic, replay, score as score_replay, write_commands, write_events,
+    BacktestRow, EventFile, Replay, ReplayOptions, percentile, read_topic, replay, write_commands,
 };
 pub use commands::{
     EventSource, FamilyRow, OfflineError, backtest_commands, backtest_table, family_rows,
-    family_table, load_events, train_model, train_on_families, train_summary, training_samples,
-    write_trace,
+    family_table, load_events, train_model, train_on_families, train_summary, write_trace,
 };
-pub use honest::{CommandScore, HonestOptions, HonestScore, score_commands};
 pub use trace::{
     Burst, BurstKind, FAMILIES, Family, Trace, TraceSpec, ViralReferrers,
     generate as generate_trace,

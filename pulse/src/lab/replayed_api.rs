@@ -5,7 +5,8 @@ use std::sync::Arc;
 
 use axum::http::StatusCode;
 
-use super::{BurstKind, ReplayOptions, Replayer, TraceSpec, generate_trace};
+use super::backtest::{ReplayOptions, Replayer};
+use super::trace::{BurstKind, TraceSpec, generate as generate_trace};
 use crate::api::tests::{get, keys, properties, state};
 use crate::api::{AppState, app};
 use crate::predict::{PredictorConfig, default_model};

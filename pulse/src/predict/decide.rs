@@ -130,7 +130,7 @@ pub struct Decision {
 
 /// One scored key, as [`Decider::consider`] weighs it.
 #[derive(Debug)]
-pub struct Candidate<'a> {
+pub(crate) struct Candidate<'a> {
     /// Whose key.
     pub tenant: &'a TenantId,
     /// The key.
@@ -150,7 +150,12 @@ pub struct Candidate<'a> {
 /// A command's id: the same (tenant, key, burst, model) always gives the same id, so a
 /// decision made again (a replay, another instance after a rebalance) carries the id
 /// of the first, and an edge can drop the repeat.
-pub fn command_id(tenant: &TenantId, key: &CacheKey, burst_start_ms: u64, model: &str) -> String {
+pub(crate) fn command_id(
+    tenant: &TenantId,
+    key: &CacheKey,
+    burst_start_ms: u64,
+    model: &str,
+) -> String {
     let burst = burst_start_ms.to_string();
     // FNV-1a over the fields, each ended by a 0 byte (none of them can hold one).
     let hash = [tenant.as_str(), key.as_str(), burst.as_str(), model]
@@ -207,7 +212,7 @@ impl DecisionCounts {
 }
 
 /// The decision state: cooldowns, budgets, and outstanding commands.
-pub struct Decider {
+pub(crate) struct Decider {
     policy: DecisionPolicy,
     last_command_ms: HashMap<(TenantId, CacheKey), u64>,
     /// Per key: consecutive scorings at or above the threshold, and the last one's time.
@@ -220,7 +225,7 @@ pub struct Decider {
 
 impl Decider {
     /// A decider with no history.
-    pub fn new(policy: DecisionPolicy) -> Self {
+    pub(crate) fn new(policy: DecisionPolicy) -> Self {
         Decider {
             policy,
             last_command_ms: HashMap::new(),
@@ -232,12 +237,12 @@ impl Decider {
     }
 
     /// The rules in force.
-    pub fn policy(&self) -> &DecisionPolicy {
+    pub(crate) fn policy(&self) -> &DecisionPolicy {
         &self.policy
     }
 
     /// Whether the (tenant, key) had a command within the cooldown: it gets no other.
-    pub fn cooling_down(&self, flight: &(TenantId, CacheKey), now_ms: u64) -> bool {
+    pub(crate) fn cooling_down(&self, flight: &(TenantId, CacheKey), now_ms: u64) -> bool {
         self.last_command_ms
             .get(flight)
             .is_some_and(|last| now_ms < last + self.policy.cooldown_ms)
@@ -249,7 +254,7 @@ impl Decider {
     /// and the pre-warm saves `saved_misses`; otherwise its fill is wasted, at the
     /// tenant's `wasted_fill_cost`. A command goes out only when the expected saving
     /// is at least the expected cost.
-    pub fn consider(
+    pub(crate) fn consider(
         &mut self,
         now_ms: u64,
         candidate: Candidate<'_>,
@@ -344,7 +349,7 @@ impl Decider {
     }
 
     /// Feeds one access event: a request in a warmed region makes its command useful.
-    pub fn observe(
+    pub(crate) fn observe(
         &mut self,
         ts_ms: u64,
         tenant: &str,
@@ -379,7 +384,7 @@ impl Decider {
     }
 
     /// Marks commands past their expiry with no demand as wasted.
-    pub fn expire(&mut self, now_ms: u64) {
+    pub(crate) fn expire(&mut self, now_ms: u64) {
         for decision in self.decisions.iter_mut() {
             if decision.verdict == Verdict::Pending && decision.command.is_expired(now_ms) {
                 decision.verdict = Verdict::Wasted;
@@ -396,12 +401,12 @@ impl Decider {
     }
 
     /// Recent decisions, newest first.
-    pub fn recent(&self) -> impl Iterator<Item = &Decision> {
+    pub(crate) fn recent(&self) -> impl Iterator<Item = &Decision> {
         self.decisions.iter().rev()
     }
 
     /// The totals.
-    pub fn counts(&self) -> DecisionCounts {
+    pub(crate) fn counts(&self) -> DecisionCounts {
         self.counts
     }
 }

@@ -18,7 +18,7 @@ macro_rules! features {
         }
 
         /// Feature names in model order; the model file lists the same names.
-        pub const FEATURE_NAMES: [&str; FEATURE_COUNT] = [$(stringify!($name)),+];
+        pub(crate) const FEATURE_NAMES: [&str; FEATURE_COUNT] = [$(stringify!($name)),+];
 
         impl Features {
             /// The values in [`FEATURE_NAMES`] order.

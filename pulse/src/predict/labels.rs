@@ -13,7 +13,7 @@ use super::features::Features;
 use super::tracker::Tracker;
 
 /// Requests a newly reached region must make for the label to be viral.
-pub const MIN_REGION_DEMAND: u32 = 5;
+pub(crate) const MIN_REGION_DEMAND: u32 = 5;
 
 /// One scoring moment with its label.
 #[derive(Debug, Clone, Serialize)]

@@ -32,16 +32,17 @@ use std::sync::Arc;
 
 use models::{AccessEventRef, PrewarmCommand, TenantId};
 
-pub use decide::{
-    Candidate, Decider, Decision, DecisionCounts, DecisionPolicy, Skip, Verdict, command_id,
-};
-pub use features::{FEATURE_COUNT, FEATURE_NAMES, Features};
-pub use labels::{MIN_REGION_DEMAND, Sample};
+pub(crate) use decide::{Candidate, Decider};
+pub use decide::{Decision, DecisionCounts, DecisionPolicy, Skip, Verdict};
+pub use features::{FEATURE_COUNT, Features};
+pub(crate) use labels::MIN_REGION_DEMAND;
+pub use labels::Sample;
+pub(crate) use model::reliability;
 pub use model::{
-    Calibration, Evaluation, MAX_Z, MODEL_FORMAT, ModelError, ReliabilityBin, Score, ScoringModel,
-    TrainOptions, TrainingMetrics, Transform, default_model, reliability,
+    Calibration, Evaluation, ModelError, ReliabilityBin, Score, ScoringModel, TrainOptions,
+    TrainingMetrics, Transform, default_model,
 };
-pub use retrain::{RetrainOutcome, retrain};
+pub(crate) use retrain::{RetrainOutcome, retrain};
 
 use crate::heat::{HeatMap, Window};
 use features::{FEATURE_WINDOWS, extract, is_bursting};

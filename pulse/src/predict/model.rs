@@ -24,10 +24,10 @@ pub fn default_model() -> ScoringModel {
 }
 
 /// Largest standardised value a feature may have when scored.
-pub const MAX_Z: f64 = 4.0;
+pub(crate) const MAX_Z: f64 = 4.0;
 
 /// The model file format this build reads and writes.
-pub const MODEL_FORMAT: u32 = 2;
+pub(crate) const MODEL_FORMAT: u32 = 2;
 
 /// Why a model could not be trained or loaded.
 #[derive(Debug, thiserror::Error)]
@@ -171,7 +171,7 @@ pub struct ReliabilityBin {
 
 /// A reliability table in tenths from (confidence, outcome) pairs; empty bins are left
 /// out.
-pub fn reliability(scored: &[(f64, bool)]) -> Vec<ReliabilityBin> {
+pub(crate) fn reliability(scored: &[(f64, bool)]) -> Vec<ReliabilityBin> {
     (0..10)
         .filter_map(|i| {
             let (lower, upper) = (i as f64 / 10.0, (i + 1) as f64 / 10.0);

@@ -7,7 +7,7 @@ use super::model::{Evaluation, ScoringModel, TrainOptions};
 
 /// What a retrain decided.
 #[derive(Debug, Clone)]
-pub enum RetrainOutcome {
+pub(crate) enum RetrainOutcome {
     /// The candidate is not worse on the held-out samples: use it.
     Replace {
         /// The new model.
@@ -39,7 +39,7 @@ fn f1(e: &Evaluation) -> f64 {
 }
 
 /// Retrains on `samples` (oldest first); the newest `held_out_share` only measure.
-pub fn retrain(
+pub(crate) fn retrain(
     current: &ScoringModel,
     samples: &[Sample],
     held_out_share: f64,
