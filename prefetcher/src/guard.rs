@@ -35,8 +35,8 @@ use bytes::Bytes;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::sync::Notify;
 
-use crate::proxy::{Framing, HeadCheck, check_request_head};
-use crate::status::{H2Abuse, RefusalReason};
+use crate::request_head::{Framing, HeadCheck, RefusalReason, check_request_head};
+use crate::status::H2Abuse;
 
 /// The HTTP/2 connection preface: such a connection has no HTTP/1 heads to check.
 const H2_PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";

@@ -63,6 +63,7 @@
 mod admission;
 mod agent;
 mod cache;
+mod cache_key;
 mod config;
 mod events;
 #[cfg(feature = "testing")]
@@ -75,6 +76,7 @@ mod origin;
 mod prewarm;
 mod proxy;
 mod publisher;
+mod request_head;
 mod run;
 mod semantics;
 mod server;
@@ -90,6 +92,7 @@ pub use agent::{
     LogFollower, LogFormat, MalformedLine, Position, SkipReason, WarmConfig, spawn_agent,
 };
 pub use cache::{Entry, Freshness, L1Cache, Lookup, Storability, classify, origin_age, xfetch_due};
+pub use cache_key::normalise_key;
 pub use config::{
     CacheConfig, Config, ConfigError, ConnectionLimits, FlightConfig, Http2Config, KafkaConfig,
     OffsetReset, OriginConfig, PrefetchConfig, RequestLimits, TenantConfig, TlsListenConfig,
@@ -107,11 +110,11 @@ pub use origin::{
     ClientAddr, OriginClient, Tenant, fill_headers, forwarded_headers, prewarm_headers,
 };
 pub use prewarm::{PrewarmConsumer, check_prewarm, handle_prewarm};
-pub use proxy::{
-    CheckedHead, Framing, HeadCheck, MAX_HEAD_FIELDS, Node, PrewarmError, PrewarmOutcome,
-    admin_app, app, check_request_head, normalise_key,
-};
+pub use proxy::{Node, PrewarmError, PrewarmOutcome, admin_app, app};
 pub use publisher::EventPublisher;
+pub use request_head::{
+    CheckedHead, Framing, HeadCheck, MAX_HEAD_FIELDS, RefusalReason, check_request_head,
+};
 pub use run::{NodeHandle, NodeOptions, StartError, spawn_node, spawn_node_with};
 pub use semantics::{
     CDN_CACHE_CONTROL, EDGE_PULSE_CACHE_CONTROL, MAX_AGE_SECS, RequestDirectives,
@@ -120,4 +123,4 @@ pub use semantics::{
     strip_hop_by_hop, variant_of,
 };
 pub use server::{ServeOptions, serve, serve_node, serve_node_tls, shutdown_signal};
-pub use status::{CacheStatus, ClientLimit, H2Abuse, RefusalReason, RejectReason, X_CACHE};
+pub use status::{CacheStatus, ClientLimit, H2Abuse, RejectReason, X_CACHE};

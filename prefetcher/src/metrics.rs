@@ -9,7 +9,8 @@ use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
 
 use crate::flight::FillError;
-use crate::status::{CacheStatus, ClientLimit, H2Abuse, RefusalReason, RejectReason};
+use crate::request_head::RefusalReason;
+use crate::status::{CacheStatus, ClientLimit, H2Abuse, RejectReason};
 
 #[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
 struct StatusLabels {

@@ -50,10 +50,10 @@ pub use self::formats::{LogFormat, MalformedLine, SkipReason};
 use self::formats::{outcome, parse_line};
 pub use self::metrics::AgentMetrics;
 use self::warm::{WarmConsumer, Warmer};
+use crate::cache_key::normalise_key;
 use crate::config::ConfigError;
 use crate::events::{OutcomeRecord, OutcomeRef};
 use crate::metrics::Metrics;
-use crate::proxy::normalise_key;
 use crate::publisher::{EventPublisher, NotSent};
 use crate::server::{ServeOptions, serve};
 

@@ -1,10 +1,10 @@
 //! The node: one edge (or shield) node's state and its public surface ([`Node`],
 //! [`app`], [`admin_app`]). The jobs are split by module:
 //!
-//! - `head`: the checks that refuse ambiguous or smuggled request heads
-//!   ([`check_request_head`]), before anything else.
-//! - `request`: a client request's path: limits, tenant routing, cache lookup, and
-//!   leading, joining or bypassing a fill.
+//! - `request`: a client request's path: the head checks of `crate::request_head`
+//!   (ambiguous or smuggled heads refused before anything else), limits, tenant
+//!   routing, the cache key (`crate::cache_key`), cache lookup, and leading, joining
+//!   or bypassing a fill.
 //! - `response`: building responses: hit/stale/collapsed bodies, `Age`, `x-cache`,
 //!   errors.
 //! - `fill`: the fill task: origin fetch, streaming to subscribers, cache write.
@@ -15,7 +15,6 @@
 //!   consumer that calls it is `crate::prewarm`).
 
 mod fill;
-mod head;
 mod prewarm;
 mod range;
 mod request;
@@ -41,10 +40,7 @@ use crate::flight::FlightRegistry;
 use crate::metrics::Metrics;
 use crate::origin::{OriginClient, Tenant};
 
-pub(crate) use head::check_request_parts;
-pub use head::{CheckedHead, Framing, HeadCheck, MAX_HEAD_FIELDS, check_request_head};
 pub use prewarm::{PrewarmError, PrewarmOutcome};
-pub use request::normalise_key;
 
 /// One edge (or shield) node. Cheap to clone.
 #[derive(Clone)]

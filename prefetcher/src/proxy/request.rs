@@ -8,7 +8,7 @@ use axum::body::Body;
 use axum::extract::Request;
 use axum::response::Response;
 use http::{HeaderValue, Method, StatusCode, Uri, header};
-use models::{CacheKey, Domain, IdError, Priority};
+use models::{Domain, Priority};
 use tokio::time::Instant;
 
 use super::fill::FillRequest;
@@ -20,32 +20,14 @@ use super::response::{
 use super::upload::{TimedBody, TimedOut};
 use super::{Node, millis};
 use crate::cache::{Entry, Lookup};
+use crate::cache_key::normalise_key;
 use crate::config::{RequestLimits, WaitTimeoutPolicy};
 use crate::events::{OutcomeRecord, unix_now_ms};
 use crate::flight::{Acquire, FillError, FlightKey, FlightSubscriber, HeadOutcome};
 use crate::origin::{ClientAddr, Tenant, fill_headers, strip_hop_by_hop};
+use crate::request_head::RefusalReason;
 use crate::semantics::{self, RequestDirectives, is_conditional, variant_of};
-use crate::status::{CacheStatus, RefusalReason, X_CACHE};
-
-/// The normalised cache key of a request URI: the path, plus the query with its
-/// parameters sorted and empty ones dropped, so `?b=2&a=1` and `?a=1&b=2&` share.
-pub fn normalise_key(uri: &Uri) -> Result<CacheKey, IdError> {
-    let path = match uri.path() {
-        "" => "/",
-        p => p,
-    };
-    let mut params: Vec<&str> = uri
-        .query()
-        .unwrap_or("")
-        .split('&')
-        .filter(|p| !p.is_empty())
-        .collect();
-    if params.is_empty() {
-        return CacheKey::new(path);
-    }
-    params.sort_unstable();
-    CacheKey::new(format!("{path}?{}", params.join("&")))
-}
+use crate::status::{CacheStatus, X_CACHE};
 
 /// The 414, 431 or 413 for a request past `limits`, checked before any other work;
 /// `None` when it fits.
@@ -196,7 +178,7 @@ impl Node {
         head_verdict: Option<Result<(), RefusalReason>>,
     ) -> Response {
         let verdict = head_verdict.unwrap_or_else(|| {
-            super::check_request_parts(
+            crate::request_head::check_request_parts(
                 request.method(),
                 request.uri(),
                 request.version(),
@@ -773,16 +755,7 @@ impl Node {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn keys_are_normalised_and_validated() {
-        let k = |s: &str| normalise_key(&s.parse::<Uri>().unwrap()).map(|k| k.to_string());
-        assert_eq!(k("/a?b=2&a=1").unwrap(), "/a?a=1&b=2");
-        assert_eq!(k("/a?a=1&&b=2&").unwrap(), "/a?a=1&b=2");
-        assert_eq!(k("/a?").unwrap(), "/a");
-        assert_eq!(k("http://h.example/x").unwrap(), "/x");
-        assert!(k("/a/../b").is_err());
-    }
+    use models::CacheKey;
 
     #[tokio::test]
     async fn an_access_event_keeps_its_answer_time_while_it_waits_in_the_queue() {
