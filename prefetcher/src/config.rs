@@ -90,8 +90,11 @@ pub(crate) fn check_tenant_hosts(
 }
 
 /// The whole node configuration.
+///
+/// Deserialising it also carries deprecated fields over to their new ones (see
+/// [`Config::deprecations`]).
 #[derive(Debug, Clone, Serialize, Deserialize)]
-#[serde(deny_unknown_fields, default)]
+#[serde(deny_unknown_fields, default, remote = "Self")]
 pub struct Config {
     /// Where the proxy listens (HTTP/1.1 and h2c).
     pub listen: SocketAddr,
@@ -139,6 +142,20 @@ pub struct TlsListenConfig {
     pub cert_file: PathBuf,
     /// PEM file: the private key (PKCS#8, PKCS#1 or SEC1).
     pub key_file: PathBuf,
+}
+
+impl Serialize for Config {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        Config::serialize(self, serializer)
+    }
+}
+
+impl<'de> Deserialize<'de> for Config {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let mut config = Config::deserialize(deserializer)?;
+        config.carry_deprecated();
+        Ok(config)
+    }
 }
 
 impl Default for Config {
@@ -212,10 +229,14 @@ pub struct Http2Config {
     pub keep_alive_interval_ms: u64,
     /// How long a keep-alive ping may go unanswered.
     pub keep_alive_timeout_ms: u64,
-    /// How long a client may leave a response waiting for flow-control window (a
-    /// zero window never updated) while no response body of its connection moves:
-    /// then the connection is closed.
-    pub send_stall_timeout_ms: u64,
+    /// Deprecated: `server.send_timeout_ms`, the one send timeout of HTTP/1 and
+    /// HTTP/2 alike, now also bounds a client that leaves a response waiting for
+    /// flow-control window. Still read: given alone, it sets `server.send_timeout_ms`
+    /// (a warning at start names the new field); given beside a different
+    /// `server.send_timeout_ms`, validation refuses both. A `server.send_timeout_ms` at
+    /// its default counts as not given.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub send_stall_timeout_ms: Option<u64>,
 }
 
 impl Default for Http2Config {
@@ -227,7 +248,7 @@ impl Default for Http2Config {
             max_local_error_reset_streams: 1024,
             keep_alive_interval_ms: 20_000,
             keep_alive_timeout_ms: 20_000,
-            send_stall_timeout_ms: 30_000,
+            send_stall_timeout_ms: None,
         }
     }
 }
@@ -336,13 +357,11 @@ impl Http2Config {
                 return Err(invalid(name, "must be positive"));
             }
         }
-        for (name, v) in [
-            ("http2.keep_alive_timeout_ms", self.keep_alive_timeout_ms),
-            ("http2.send_stall_timeout_ms", self.send_stall_timeout_ms),
-        ] {
-            if v == 0 {
-                return Err(invalid(name, "must be positive"));
-            }
+        if self.keep_alive_timeout_ms == 0 {
+            return Err(invalid("http2.keep_alive_timeout_ms", "must be positive"));
+        }
+        if self.send_stall_timeout_ms == Some(0) {
+            return Err(invalid("http2.send_stall_timeout_ms", "must be positive"));
         }
         Ok(())
     }
@@ -744,6 +763,31 @@ impl Config {
         })
     }
 
+    /// Carries deprecated fields given alone over to their new ones:
+    /// `http2.send_stall_timeout_ms` to `server.send_timeout_ms` (while the latter is
+    /// at its default).
+    fn carry_deprecated(&mut self) {
+        if let Some(stall) = self.http2.send_stall_timeout_ms
+            && self.server.send_timeout_ms == ConnectionLimits::default().send_timeout_ms
+        {
+            self.server.send_timeout_ms = stall;
+        }
+    }
+
+    /// The deprecated fields this configuration sets, each with what to write
+    /// instead: to be logged when the node starts.
+    pub fn deprecations(&self) -> Vec<String> {
+        let mut found = Vec::new();
+        if self.http2.send_stall_timeout_ms.is_some() {
+            found.push(
+                "config field `http2.send_stall_timeout_ms` is deprecated: set \
+                 `server.send_timeout_ms`, the one send timeout of HTTP/1 and HTTP/2"
+                    .to_owned(),
+            );
+        }
+        found
+    }
+
     /// Checks every field that could make the node misbehave; the error names it.
     pub fn validate(&self) -> Result<()> {
         let c = &self.cache;
@@ -812,6 +856,18 @@ impl Config {
         }
         self.validate_kafka()?;
         self.http2.validate()?;
+        if let Some(stall) = self.http2.send_stall_timeout_ms
+            && stall != self.server.send_timeout_ms
+        {
+            return Err(invalid(
+                "http2.send_stall_timeout_ms",
+                format!(
+                    "deprecated, and {stall} differs from server.send_timeout_ms ({}), the \
+                     one send timeout of HTTP/1 and HTTP/2: set only server.send_timeout_ms",
+                    self.server.send_timeout_ms
+                ),
+            ));
+        }
         self.server.validate()?;
         let o = &self.origin;
         for (name, v) in [
@@ -1059,7 +1115,7 @@ mod tests {
                 h.keep_alive_timeout_ms = 0
             }),
             ("http2.send_stall_timeout_ms", |h| {
-                h.send_stall_timeout_ms = 0
+                h.send_stall_timeout_ms = Some(0)
             }),
         ];
         for (field, break_it) in bad {
@@ -1073,6 +1129,48 @@ mod tests {
             ..Http2Config::default()
         };
         c.validate().unwrap();
+    }
+
+    #[test]
+    fn the_deprecated_send_stall_timeout_sets_the_send_timeout_or_is_refused_beside_another() {
+        let parse = |toml: &str| toml::from_str::<Config>(toml).unwrap();
+        let with_tenant = |mut c: Config| {
+            c.tenants = vec![tenant("t", &["*"], "http://127.0.0.1:1")];
+            c
+        };
+        // Alone: it is the send timeout, and the node is told to warn.
+        let alone = with_tenant(parse("[http2]\nsend_stall_timeout_ms = 500\n"));
+        assert_eq!(alone.server.send_timeout_ms, 500);
+        alone.validate().unwrap();
+        let warnings = alone.deprecations();
+        assert_eq!(warnings.len(), 1);
+        assert!(
+            warnings[0].contains("http2.send_stall_timeout_ms")
+                && warnings[0].contains("server.send_timeout_ms"),
+            "{warnings:?}"
+        );
+        // Beside the same value: accepted, still warned about.
+        let same = with_tenant(parse(
+            "[server]\nsend_timeout_ms = 700\n[http2]\nsend_stall_timeout_ms = 700\n",
+        ));
+        same.validate().unwrap();
+        assert_eq!(same.deprecations().len(), 1);
+        // Beside a different value: refused, naming both.
+        let both = with_tenant(parse(
+            "[server]\nsend_timeout_ms = 700\n[http2]\nsend_stall_timeout_ms = 500\n",
+        ));
+        let e = both.validate().unwrap_err().to_string();
+        assert!(
+            e.contains("http2.send_stall_timeout_ms") && e.contains("server.send_timeout_ms"),
+            "{e}"
+        );
+        // The new field alone: nothing deprecated.
+        let new = with_tenant(parse("[server]\nsend_timeout_ms = 700\n"));
+        assert!(new.deprecations().is_empty());
+        assert_eq!(new.http2.send_stall_timeout_ms, None);
+        // Serialised back, the deprecated field is left out when unset.
+        let text = toml::to_string(&Config::default()).unwrap();
+        assert!(!text.contains("send_stall_timeout_ms"), "{text}");
     }
 
     #[test]

@@ -60,7 +60,6 @@
 //! `run` on all but `testing`, which is on top; `agent` on `publisher`, `prewarm`,
 //! `limits`, `proxy` (key normalisation) and below, and nothing on it.
 
-mod admission;
 mod agent;
 mod cache;
 mod cache_key;
@@ -69,8 +68,8 @@ mod events;
 #[cfg(feature = "testing")]
 mod faults;
 mod flight;
-mod guard;
 mod limits;
+mod listener;
 mod metrics;
 mod origin;
 mod prewarm;
@@ -79,14 +78,11 @@ mod publisher;
 mod request_head;
 mod run;
 mod semantics;
-mod server;
 mod status;
-mod supervise;
 #[cfg(feature = "testing")]
 pub mod testing;
 mod tls;
 
-pub use admission::ConnectionLimiter;
 pub use agent::{
     AgentConfig, AgentError, AgentHandle, AgentMetrics, AgentTenant, FollowStats, Line, LineMapper,
     LogFollower, LogFormat, MalformedLine, Position, SkipReason, WarmConfig, spawn_agent,
@@ -104,13 +100,14 @@ pub use flight::{
     VaryMatch,
 };
 pub use limits::{FillClass, FillLimiter, FillSlot, retry_after_secs};
+pub use listener::{ConnectionLimiter, ServeOptions, serve, shutdown_signal};
 pub use metrics::Metrics;
 pub use models::Priority;
 pub use origin::{
     ClientAddr, OriginClient, Tenant, fill_headers, forwarded_headers, prewarm_headers,
 };
 pub use prewarm::{PrewarmConsumer, check_prewarm, handle_prewarm};
-pub use proxy::{Node, PrewarmError, PrewarmOutcome, admin_app, app};
+pub use proxy::{Node, PrewarmError, PrewarmOutcome, admin_app, app, serve_node, serve_node_tls};
 pub use publisher::EventPublisher;
 pub use request_head::{
     CheckedHead, Framing, HeadCheck, MAX_HEAD_FIELDS, RefusalReason, check_request_head,
@@ -122,5 +119,4 @@ pub use semantics::{
     merge_not_modified, normalise_accept_encoding, not_modified, not_modified_headers,
     strip_hop_by_hop, variant_of,
 };
-pub use server::{ServeOptions, serve, serve_node, serve_node_tls, shutdown_signal};
 pub use status::{CacheStatus, ClientLimit, H2Abuse, RejectReason, X_CACHE};

@@ -53,9 +53,9 @@ use self::warm::{WarmConsumer, Warmer};
 use crate::cache_key::normalise_key;
 use crate::config::ConfigError;
 use crate::events::{OutcomeRecord, OutcomeRef};
+use crate::listener::{ServeOptions, serve};
 use crate::metrics::Metrics;
 use crate::publisher::{EventPublisher, NotSent};
-use crate::server::{ServeOptions, serve};
 
 /// Why the agent could not start.
 #[derive(Debug, thiserror::Error)]

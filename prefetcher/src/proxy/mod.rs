@@ -11,6 +11,8 @@
 //! - `range`: `Range` requests (RFC 9110 §14): 206 and `multipart/byteranges` cut
 //!   from the cache or a fill's streamed body, 416, `If-Range`.
 //! - `upload`: a forwarded request body under the body timeout.
+//! - `serve`: the node behind its client listeners ([`serve_node`],
+//!   [`serve_node_tls`]): the node's hyper service, plugged into `crate::listener`.
 //! - `prewarm`: the pre-warm entry into the same single-flight path (the Kafka
 //!   consumer that calls it is `crate::prewarm`).
 
@@ -19,6 +21,7 @@ mod prewarm;
 mod range;
 mod request;
 mod response;
+mod serve;
 mod upload;
 
 use std::collections::HashMap;
@@ -32,15 +35,16 @@ use axum::routing::get;
 use http::{HeaderValue, header};
 use models::TenantId;
 
-use crate::admission::ConnectionLimiter;
 use crate::cache::L1Cache;
 use crate::config::{Config, ConfigError};
 use crate::events::{EventSink, NoopSink, OutcomeRecord};
 use crate::flight::FlightRegistry;
+use crate::listener::ConnectionLimiter;
 use crate::metrics::Metrics;
 use crate::origin::{OriginClient, Tenant};
 
 pub use prewarm::{PrewarmError, PrewarmOutcome};
+pub use serve::{serve_node, serve_node_tls};
 
 /// One edge (or shield) node. Cheap to clone.
 #[derive(Clone)]

@@ -175,7 +175,7 @@ impl Node {
         &self,
         request: Request,
         client_addr: Option<ClientAddr>,
-        head_verdict: Option<Result<(), RefusalReason>>,
+        head_verdict: Option<crate::listener::Verdict>,
     ) -> Response {
         let verdict = head_verdict.unwrap_or_else(|| {
             crate::request_head::check_request_parts(
