@@ -10,6 +10,8 @@
 //! - `fill`: the fill task: origin fetch, streaming to subscribers, cache write.
 //! - `range`: `Range` requests (RFC 9110 §14): 206 and `multipart/byteranges` cut
 //!   from the cache or a fill's streamed body, 416, `If-Range`.
+//! - `pass_through`: a request passed to the origin (body forwarded, unsafe methods
+//!   invalidating what they change).
 //! - `upload`: a forwarded request body under the body timeout.
 //! - `serve`: the node behind its client listeners ([`serve_node`],
 //!   [`serve_node_tls`]): the node's hyper service, plugged into `crate::listener`.
@@ -17,6 +19,7 @@
 //!   consumer that calls it is `crate::prewarm`).
 
 mod fill;
+mod pass_through;
 mod prewarm;
 mod range;
 mod request;
