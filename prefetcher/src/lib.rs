@@ -9,31 +9,47 @@
 //! Every response says how it was answered in `x-cache` ([`CacheStatus`]).
 //!
 //! # Layout
-//! - `config`: [`Config`] (TOML, defaults, `validate()`).
-//! - `status`: the `x-cache` vocabulary ([`X_CACHE`], [`CacheStatus`]) and the
-//!   pre-warm [`RejectReason`]s, each its own metric label.
+//! - `config/`: [`Config`] (TOML, defaults, `validate()`, deprecated fields carried
+//!   over), one file per part of the node: `client` (`[tls]`, `[limits]`, `[server]`,
+//!   `[http2]`), `caching` (`[cache]`, `[flight]`, `[prefetch]`), `kafka`, `origin`.
+//! - `status`: the `x-cache` vocabulary ([`X_CACHE`], [`CacheStatus`]), the
+//!   pre-warm [`RejectReason`]s, [`H2Abuse`] and [`ClientLimit`], each its own metric
+//!   label.
+//! - `request_head`: [`check_request_head`] and the rules it shares with parsed
+//!   requests: ambiguous and smuggled request heads refused ([`RefusalReason`]).
+//! - `cache_key`: [`normalise_key`], a request target's cache key (the proxy's and
+//!   the edge agent's).
 //! - `semantics`: HTTP caching rules that need no state (RFC 9111 directives, the
 //!   RFC 9213 targeted fields, `Age`, `Vary` and variant keys, hop-by-hop fields,
 //!   conditional requests, the `304` merge).
-//! - `cache`: [`L1Cache`] (entries and the variants of each URL), freshness,
-//!   jitter, stale windows, XFetch.
-//! - `flight`: [`FlightRegistry`], [`FillPermit`], [`FlightSubscriber`], [`FillError`].
+//! - `cache/`: [`L1Cache`] (`mod`: the store and the variants of each URL), `entry`
+//!   ([`Entry`], [`Freshness`]), `freshness` ([`classify`], jitter, stale windows,
+//!   [`xfetch_due`]).
+//! - `flight/`: [`FlightRegistry`], [`FillPermit`], [`FlightSubscriber`],
+//!   [`FillError`]; its invariants' tests in `flight/tests.rs`.
 //! - `origin`: [`OriginClient`] (timeouts, pooled connections, `http://` and
 //!   `https://`) and [`Tenant`].
 //! - `tls`: rustls configurations: the client listener's (certificate and key files,
 //!   ALPN) and the origin client's (system roots or `origin.ca_file`, server names).
 //! - `limits`: [`FillLimiter`], the user and prefetch classes of origin fills (the
-//!   adaptive prefetch limit, shedding, `Retry-After` under overload).
-//! - `admission`: [`ConnectionLimiter`], the client connections the node and one
-//!   address may hold, and an address's request rate.
-//! - `supervise`: client connections under supervision: header, idle and send
-//!   timeouts by one sweeper per listener, the per-request rate and header-count
-//!   checks, the drain at shutdown.
-//! - `proxy`: [`Node`] and its routers [`app`], [`admin_app`]; by job:
-//!   `proxy::head` ([`check_request_head`]: ambiguous and smuggled request heads
-//!   refused), `proxy::request` (limits, tenant routing, lookup, lead/join), `proxy::response`
+//!   adaptive prefetch limit, shedding, `Retry-After` under overload). About origin
+//!   fills, not client connections: outside `listener/`.
+//! - `listener/`: the client listeners, accepting, admitting, guarding and
+//!   supervising connections: `mod` ([`serve`], [`ServeOptions`], the accept loop,
+//!   graceful shutdown, [`shutdown_signal`]), `activity` (what a connection did),
+//!   `admission` ([`ConnectionLimiter`]: connections per node and per address, an
+//!   address's request rate), `supervise` (one sweeper per listener: the header,
+//!   idle and send timeouts, the one stall detector of HTTP/1 and HTTP/2, the drain),
+//!   `gate` (per-request rate and header-count checks, the one response-body
+//!   wrapper), `guard` (HTTP/1 heads checked on the raw bytes), `h2_abuse` (HTTP/2
+//!   connection errors by [`H2Abuse`]), `io` (counted sockets, the first head read
+//!   apart).
+//! - `proxy/`: [`Node`] and its routers [`app`], [`admin_app`]; by job:
+//!   `proxy::request` (limits, tenant routing, lookup, lead/join), `proxy::response`
 //!   (hit/stale/collapsed responses, `Age`, `x-cache`), `proxy::fill` (origin fetch,
-//!   streaming, cache write), `proxy::prewarm` ([`Node::prewarm`]).
+//!   streaming, cache write), `proxy::pass_through` (to the origin, unsafe-method
+//!   invalidation), `proxy::prewarm` ([`Node::prewarm`]), `proxy::serve`
+//!   ([`serve_node`], [`serve_node_tls`]: the node behind its listeners).
 //! - `faults` (feature `testing`): the seam where tests make a fill task panic
 //!   (`Node::panic_next_fill`); the proxy owns it, `testing` re-exports it.
 //! - `events`: the [`EventSink`] hook for access events, stamped at answer time.
@@ -41,55 +57,51 @@
 //! - `prewarm`: [`PrewarmConsumer`], pre-warm commands from Kafka, checked and counted.
 //! - `run`: [`spawn_node`], a whole node (listeners, publisher, consumer) in-process.
 //! - `metrics`: Prometheus [`Metrics`].
-//! - `guard`: per-connection guards of the proxy listeners: HTTP/1 heads checked on
-//!   the raw bytes, HTTP/2 send stalls, HTTP/2 connection errors by [`H2Abuse`].
-//! - `server`: [`serve_node`] (the proxy listener), [`serve_node_tls`] (the same over
-//!   TLS) and [`serve`] (a router): HTTP/1.1 + h2c (h2 by ALPN over TLS), graceful
-//!   shutdown.
 //! - `testing` (feature `testing`): a synthetic origin, test clients, a node runner.
-//! - `agent`: the edge agent beside an nginx or Varnish node ([`spawn_agent`]): its
-//!   access log to access events, pre-warm commands to requests to the local cache.
+//! - `agent/`: the edge agent beside an nginx or Varnish node ([`spawn_agent`]): its
+//!   access log to access events (`agent::lines`), pre-warm commands to requests to
+//!   the local cache.
 //!
 //! Modules depend on each other without a cycle, and no production module names
 //! `testing` (checked by `tests/tests/module_graph.rs`). `status`, `config`, `events`,
-//! `semantics` and `flight` depend on no other module; `tls` on `config`; `limits`,
-//! `cache`, `metrics`, `origin` and `faults` on those; `admission` on `config`,
-//! `metrics`, `status`; `supervise` on `admission` and below; `publisher` on `config`,
-//! `events`, `metrics`; `proxy` on everything so far
-//! but `publisher` and `supervise`; `guard` on `proxy`; `server` on `guard`, `proxy` and `supervise`; `prewarm` on `proxy`, `publisher` and below;
-//! `run` on all but `testing`, which is on top; `agent` on `publisher`, `prewarm`,
-//! `limits`, `proxy` (key normalisation) and below, and nothing on it.
+//! `semantics`, `flight`, `request_head` and `cache_key` depend on no other module;
+//! `tls` on `config`; `limits`, `cache`, `metrics`, `origin` and `faults` on those;
+//! `listener` on `config`, `metrics`, `origin`, `request_head`, `status` (and on no
+//! `proxy`); `publisher` on `config`, `events`, `metrics`; `proxy` on everything so
+//! far but `publisher` (it plugs the node into `listener`); `prewarm` on `proxy`,
+//! `publisher` and below; `run` on all but `testing`, which is on top; `agent` on
+//! `listener`, `publisher`, `prewarm`, `limits`, `cache_key` and below (nothing of
+//! `proxy`), and nothing on it.
 
-mod admission;
 mod agent;
 mod cache;
+mod cache_key;
 mod config;
 mod events;
 #[cfg(feature = "testing")]
 mod faults;
 mod flight;
-mod guard;
 mod limits;
+mod listener;
 mod metrics;
 mod origin;
 mod prewarm;
 mod proxy;
 mod publisher;
+mod request_head;
 mod run;
 mod semantics;
-mod server;
 mod status;
-mod supervise;
 #[cfg(feature = "testing")]
 pub mod testing;
 mod tls;
 
-pub use admission::ConnectionLimiter;
 pub use agent::{
     AgentConfig, AgentError, AgentHandle, AgentMetrics, AgentTenant, FollowStats, Line, LineMapper,
     LogFollower, LogFormat, MalformedLine, Position, SkipReason, WarmConfig, spawn_agent,
 };
 pub use cache::{Entry, Freshness, L1Cache, Lookup, Storability, classify, origin_age, xfetch_due};
+pub use cache_key::normalise_key;
 pub use config::{
     CacheConfig, Config, ConfigError, ConnectionLimits, FlightConfig, Http2Config, KafkaConfig,
     OffsetReset, OriginConfig, PrefetchConfig, RequestLimits, TenantConfig, TlsListenConfig,
@@ -101,17 +113,18 @@ pub use flight::{
     VaryMatch,
 };
 pub use limits::{FillClass, FillLimiter, FillSlot, retry_after_secs};
+pub use listener::{ConnectionLimiter, ServeOptions, serve, shutdown_signal};
 pub use metrics::Metrics;
 pub use models::Priority;
 pub use origin::{
     ClientAddr, OriginClient, Tenant, fill_headers, forwarded_headers, prewarm_headers,
 };
 pub use prewarm::{PrewarmConsumer, check_prewarm, handle_prewarm};
-pub use proxy::{
-    CheckedHead, Framing, HeadCheck, MAX_HEAD_FIELDS, Node, PrewarmError, PrewarmOutcome,
-    admin_app, app, check_request_head, normalise_key,
-};
+pub use proxy::{Node, PrewarmError, PrewarmOutcome, admin_app, app, serve_node, serve_node_tls};
 pub use publisher::EventPublisher;
+pub use request_head::{
+    CheckedHead, Framing, HeadCheck, MAX_HEAD_FIELDS, RefusalReason, check_request_head,
+};
 pub use run::{NodeHandle, NodeOptions, StartError, spawn_node, spawn_node_with};
 pub use semantics::{
     CDN_CACHE_CONTROL, EDGE_PULSE_CACHE_CONTROL, MAX_AGE_SECS, RequestDirectives,
@@ -119,5 +132,4 @@ pub use semantics::{
     merge_not_modified, normalise_accept_encoding, not_modified, not_modified_headers,
     strip_hop_by_hop, variant_of,
 };
-pub use server::{ServeOptions, serve, serve_node, serve_node_tls, shutdown_signal};
-pub use status::{CacheStatus, ClientLimit, H2Abuse, RefusalReason, RejectReason, X_CACHE};
+pub use status::{CacheStatus, ClientLimit, H2Abuse, RejectReason, X_CACHE};

@@ -9,7 +9,8 @@ use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
 
 use crate::flight::FillError;
-use crate::status::{CacheStatus, ClientLimit, H2Abuse, RefusalReason, RejectReason};
+use crate::request_head::RefusalReason;
+use crate::status::{CacheStatus, ClientLimit, H2Abuse, RejectReason};
 
 #[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
 struct StatusLabels {
@@ -32,10 +33,17 @@ struct ClientLimitLabels {
 }
 
 /// The client-limit counters and the connection gauges, shared with the listeners:
-/// one counter per [`ClientLimit`], created up front so counting never locks.
+/// one counter per [`ClientLimit`], created up front so counting never locks; and
+/// what the guards of the proxy listeners find (HTTP/2 connections ended for abuse,
+/// request heads refused before the node answered them), the same counters as the
+/// node's [`Metrics::h2_connection_errors`] and [`Metrics::refusals`].
 #[derive(Clone)]
 pub(crate) struct ClientCounters {
     limits: Vec<Counter>,
+    /// One per [`H2Abuse`], in its `ALL` order.
+    h2_abuse: Vec<Counter>,
+    /// One per [`RefusalReason`], in its `ALL` order.
+    refused: Vec<Counter>,
     /// Open client connections (every proxy listener).
     pub(crate) open: Gauge,
     /// Client addresses tracked for the per-address limits.
@@ -47,6 +55,11 @@ impl Default for ClientCounters {
     fn default() -> Self {
         ClientCounters {
             limits: ClientLimit::ALL
+                .iter()
+                .map(|_| Counter::default())
+                .collect(),
+            h2_abuse: H2Abuse::ALL.iter().map(|_| Counter::default()).collect(),
+            refused: RefusalReason::ALL
                 .iter()
                 .map(|_| Counter::default())
                 .collect(),
@@ -65,6 +78,22 @@ impl ClientCounters {
     /// Times `limit` acted so far.
     pub(crate) fn get(&self, limit: ClientLimit) -> u64 {
         self.limits[limit.index()].get()
+    }
+
+    /// Counts one HTTP/2 connection ended for `abuse`.
+    pub(crate) fn h2_connection_error(&self, abuse: H2Abuse) {
+        self.h2_abuse[abuse.index()].inc();
+    }
+
+    /// HTTP/2 connections ended for `abuse` so far.
+    #[cfg(test)]
+    pub(crate) fn h2_connection_errors(&self, abuse: H2Abuse) -> u64 {
+        self.h2_abuse[abuse.index()].get()
+    }
+
+    /// Counts one request head refused as ambiguous or smuggled.
+    pub(crate) fn refused(&self, reason: RefusalReason) {
+        self.refused[reason.index()].inc();
     }
 }
 
@@ -148,7 +177,7 @@ impl Metrics {
             requests_family,
         );
         let refused_family = Family::<ReasonLabels, Counter>::default();
-        let requests_refused = RefusalReason::ALL
+        let requests_refused: Vec<Counter> = RefusalReason::ALL
             .iter()
             .map(|r| {
                 refused_family
@@ -162,7 +191,7 @@ impl Metrics {
             refused_family,
         );
         let h2_family = Family::<ReasonLabels, Counter>::default();
-        let h2_connection_errors = H2Abuse::ALL
+        let h2_connection_errors: Vec<Counter> = H2Abuse::ALL
             .iter()
             .map(|a| {
                 h2_family
@@ -191,6 +220,8 @@ impl Metrics {
                         .clone()
                 })
                 .collect(),
+            h2_abuse: h2_connection_errors.clone(),
+            refused: requests_refused.clone(),
             open: Gauge::default(),
             addresses: Gauge::default(),
         };

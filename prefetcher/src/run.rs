@@ -30,10 +30,11 @@ use tokio::task::JoinHandle;
 
 use crate::config::{Config, ConfigError};
 use crate::events::ChannelSink;
+use crate::listener::{ServeOptions, serve};
 use crate::prewarm::PrewarmConsumer;
 use crate::proxy::{Node, admin_app};
+use crate::proxy::{serve_node, serve_node_tls};
 use crate::publisher::EventPublisher;
-use crate::server::{ServeOptions, serve, serve_node, serve_node_tls};
 
 /// Why a node could not start.
 #[derive(Debug, thiserror::Error)]
@@ -110,6 +111,9 @@ pub async fn spawn_node_with(
     options: NodeOptions,
 ) -> Result<NodeHandle, StartError> {
     config.validate()?;
+    for deprecated in config.deprecations() {
+        tracing::warn!("{deprecated}");
+    }
     let tls = match &config.tls {
         Some(tls) => Some((tls.listen, crate::tls::server_config(tls)?)),
         None => None,

@@ -1,10 +1,10 @@
 //! How a request was answered and why a pre-warm command was refused: the `x-cache`
 //! header's name and values, [`CacheStatus`] for the header, the metric labels and the
 //! access events alike, so the three never disagree, and [`RejectReason`] for the
-//! pre-warm `reason` label; [`RefusalReason`] for a client request refused as
-//! ambiguous or smuggled, and [`H2Abuse`] for an HTTP/2 connection ended for
+//! pre-warm `reason` label, and [`H2Abuse`] for an HTTP/2 connection ended for
 //! misbehaving. Each gives its labels (`as_str`) and lists every value (`ALL`), so the
-//! metrics pre-create one series per value from the enum itself.
+//! metrics pre-create one series per value from the enum itself. (Why a request head
+//! was refused, `RefusalReason`, lives beside the checks, in `request_head`.)
 
 use models::{DecodeError, Outcome};
 use prometheus_client::encoding::{EncodeLabelValue, LabelValueEncoder};
@@ -166,95 +166,6 @@ impl std::fmt::Display for RejectReason {
 impl EncodeLabelValue for RejectReason {
     fn encode(&self, encoder: &mut LabelValueEncoder) -> Result<(), std::fmt::Error> {
         std::fmt::Write::write_str(encoder, self.as_str())
-    }
-}
-
-/// Why a client request was refused with `400` before the cache, a flight or the
-/// origin saw it (request smuggling and ambiguous heads): the `reason` label of
-/// `prefetcher_requests_refused_total`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum RefusalReason {
-    /// Not an HTTP/1 head the parser accepts (obs-fold, a bare CR, a control
-    /// character, a bad request line or field name).
-    Malformed,
-    /// A line ends in a bare LF instead of CRLF.
-    BareLf,
-    /// A field value holds a control character (NUL, CR, LF, DEL …).
-    ControlChar,
-    /// HTTP/1.1 without `Host`.
-    MissingHost,
-    /// More than one `Host`.
-    DuplicateHost,
-    /// A `Host` (or `:authority`) that is not `host[:port]`.
-    InvalidHost,
-    /// An absolute-form target (or `:authority`) naming another authority than `Host`.
-    HostMismatch,
-    /// A target that is neither origin-form nor an `http(s)` absolute-form without
-    /// user info, or one whose path does not normalise to a cache key.
-    BadTarget,
-    /// Both `Content-Length` and `Transfer-Encoding`.
-    LengthAndChunked,
-    /// More than one `Content-Length` (equal values too).
-    DuplicateLength,
-    /// A `Content-Length` that is not one decimal number (a list, a sign, spaces).
-    InvalidLength,
-    /// A `Transfer-Encoding` other than one `chunked` on HTTP/1.1.
-    TransferEncoding,
-    /// `CONNECT`: the node is no tunnel.
-    Connect,
-}
-
-impl RefusalReason {
-    /// Every reason, in declaration order (metrics pre-create one series each).
-    pub const ALL: [RefusalReason; 13] = [
-        RefusalReason::Malformed,
-        RefusalReason::BareLf,
-        RefusalReason::ControlChar,
-        RefusalReason::MissingHost,
-        RefusalReason::DuplicateHost,
-        RefusalReason::InvalidHost,
-        RefusalReason::HostMismatch,
-        RefusalReason::BadTarget,
-        RefusalReason::LengthAndChunked,
-        RefusalReason::DuplicateLength,
-        RefusalReason::InvalidLength,
-        RefusalReason::TransferEncoding,
-        RefusalReason::Connect,
-    ];
-
-    /// The metric label.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            RefusalReason::Malformed => "malformed",
-            RefusalReason::BareLf => "bare_lf",
-            RefusalReason::ControlChar => "control_char",
-            RefusalReason::MissingHost => "missing_host",
-            RefusalReason::DuplicateHost => "duplicate_host",
-            RefusalReason::InvalidHost => "invalid_host",
-            RefusalReason::HostMismatch => "host_mismatch",
-            RefusalReason::BadTarget => "bad_target",
-            RefusalReason::LengthAndChunked => "length_and_chunked",
-            RefusalReason::DuplicateLength => "duplicate_length",
-            RefusalReason::InvalidLength => "invalid_length",
-            RefusalReason::TransferEncoding => "transfer_encoding",
-            RefusalReason::Connect => "connect",
-        }
-    }
-
-    /// The reason with this label.
-    pub fn parse(label: &str) -> Option<RefusalReason> {
-        RefusalReason::ALL.into_iter().find(|r| r.as_str() == label)
-    }
-
-    /// Position in [`RefusalReason::ALL`].
-    pub(crate) fn index(self) -> usize {
-        self as usize
-    }
-}
-
-impl std::fmt::Display for RefusalReason {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.as_str())
     }
 }
 
@@ -425,6 +336,7 @@ impl EncodeLabelValue for ClientLimit {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::request_head::RefusalReason;
 
     #[test]
     fn header_values_round_trip_and_index_matches_order() {

@@ -25,8 +25,9 @@ use tokio::task::JoinHandle;
 
 use crate::config::Config;
 pub use crate::faults::PanicPoint;
+use crate::listener::{ServeOptions, serve};
 use crate::proxy::Node;
-use crate::server::{ServeOptions, serve, serve_node};
+use crate::proxy::serve_node;
 use crate::status::{CacheStatus, X_CACHE};
 
 /// How the synthetic origin answers.

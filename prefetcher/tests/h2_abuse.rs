@@ -366,7 +366,7 @@ async fn a_client_that_never_opens_its_window_is_cut_off() {
     let origin = SyntheticOrigin::start("origin").await;
     origin.set_body_size(256 * 1024);
     let mut c = config(&origin.url());
-    c.http2.send_stall_timeout_ms = 200;
+    c.server.send_timeout_ms = 200;
     let node = TestNode::start(c).await;
     // SETTINGS_INITIAL_WINDOW_SIZE = 0 and never a WINDOW_UPDATE; SETTINGS and PINGs
     // are answered, so the connection looks alive.

@@ -37,11 +37,11 @@ use tokio::task::JoinSet;
 
 use super::config::AgentConfig;
 use super::metrics::AgentMetrics;
+use crate::cache_key::normalise_key;
 use crate::events::unix_now_ms;
 use crate::limits::FillLimiter;
 use crate::metrics::Metrics;
 use crate::prewarm::{LoggingContext, RecentCommands, check_prewarm, subscribe_prewarm};
-use crate::proxy::normalise_key;
 use crate::status::RejectReason;
 
 /// One checked pre-warm: the request to send.

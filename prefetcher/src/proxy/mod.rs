@@ -1,25 +1,30 @@
 //! The node: one edge (or shield) node's state and its public surface ([`Node`],
 //! [`app`], [`admin_app`]). The jobs are split by module:
 //!
-//! - `head`: the checks that refuse ambiguous or smuggled request heads
-//!   ([`check_request_head`]), before anything else.
-//! - `request`: a client request's path: limits, tenant routing, cache lookup, and
-//!   leading, joining or bypassing a fill.
+//! - `request`: a client request's path: the head checks of `crate::request_head`
+//!   (ambiguous or smuggled heads refused before anything else), limits, tenant
+//!   routing, the cache key (`crate::cache_key`), cache lookup, and leading, joining
+//!   or bypassing a fill.
 //! - `response`: building responses: hit/stale/collapsed bodies, `Age`, `x-cache`,
 //!   errors.
 //! - `fill`: the fill task: origin fetch, streaming to subscribers, cache write.
 //! - `range`: `Range` requests (RFC 9110 §14): 206 and `multipart/byteranges` cut
 //!   from the cache or a fill's streamed body, 416, `If-Range`.
+//! - `pass_through`: a request passed to the origin (body forwarded, unsafe methods
+//!   invalidating what they change).
 //! - `upload`: a forwarded request body under the body timeout.
+//! - `serve`: the node behind its client listeners ([`serve_node`],
+//!   [`serve_node_tls`]): the node's hyper service, plugged into `crate::listener`.
 //! - `prewarm`: the pre-warm entry into the same single-flight path (the Kafka
 //!   consumer that calls it is `crate::prewarm`).
 
 mod fill;
-mod head;
+mod pass_through;
 mod prewarm;
 mod range;
 mod request;
 mod response;
+mod serve;
 mod upload;
 
 use std::collections::HashMap;
@@ -33,18 +38,16 @@ use axum::routing::get;
 use http::{HeaderValue, header};
 use models::TenantId;
 
-use crate::admission::ConnectionLimiter;
 use crate::cache::L1Cache;
 use crate::config::{Config, ConfigError};
 use crate::events::{EventSink, NoopSink, OutcomeRecord};
 use crate::flight::FlightRegistry;
+use crate::listener::ConnectionLimiter;
 use crate::metrics::Metrics;
 use crate::origin::{OriginClient, Tenant};
 
-pub(crate) use head::check_request_parts;
-pub use head::{CheckedHead, Framing, HeadCheck, MAX_HEAD_FIELDS, check_request_head};
 pub use prewarm::{PrewarmError, PrewarmOutcome};
-pub use request::normalise_key;
+pub use serve::{serve_node, serve_node_tls};
 
 /// One edge (or shield) node. Cheap to clone.
 #[derive(Clone)]

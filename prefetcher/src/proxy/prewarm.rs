@@ -8,8 +8,8 @@ use models::{CacheKey, Priority, TenantId};
 
 use super::Node;
 use super::fill::FillRequest;
-use super::request::normalise_key;
 use crate::cache::Lookup;
+use crate::cache_key::normalise_key;
 use crate::flight::{Acquire, FlightKey};
 use crate::origin::prewarm_headers;
 use crate::status::RejectReason;

@@ -2,13 +2,12 @@
 //! lookup, then leading, joining or bypassing the key's fill.
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use axum::body::Body;
 use axum::extract::Request;
 use axum::response::Response;
 use http::{HeaderValue, Method, StatusCode, Uri, header};
-use models::{CacheKey, Domain, IdError, Priority};
+use models::{Domain, Priority};
 use tokio::time::Instant;
 
 use super::fill::FillRequest;
@@ -17,35 +16,16 @@ use super::response::{
     content_length, entry_response, error_response, fill_error_response, flight_response,
     not_modified_response, origin_head, with_head,
 };
-use super::upload::{TimedBody, TimedOut};
 use super::{Node, millis};
 use crate::cache::{Entry, Lookup};
+use crate::cache_key::normalise_key;
 use crate::config::{RequestLimits, WaitTimeoutPolicy};
 use crate::events::{OutcomeRecord, unix_now_ms};
 use crate::flight::{Acquire, FillError, FlightKey, FlightSubscriber, HeadOutcome};
 use crate::origin::{ClientAddr, Tenant, fill_headers, strip_hop_by_hop};
+use crate::request_head::RefusalReason;
 use crate::semantics::{self, RequestDirectives, is_conditional, variant_of};
-use crate::status::{CacheStatus, RefusalReason, X_CACHE};
-
-/// The normalised cache key of a request URI: the path, plus the query with its
-/// parameters sorted and empty ones dropped, so `?b=2&a=1` and `?a=1&b=2&` share.
-pub fn normalise_key(uri: &Uri) -> Result<CacheKey, IdError> {
-    let path = match uri.path() {
-        "" => "/",
-        p => p,
-    };
-    let mut params: Vec<&str> = uri
-        .query()
-        .unwrap_or("")
-        .split('&')
-        .filter(|p| !p.is_empty())
-        .collect();
-    if params.is_empty() {
-        return CacheKey::new(path);
-    }
-    params.sort_unstable();
-    CacheKey::new(format!("{path}?{}", params.join("&")))
-}
+use crate::status::CacheStatus;
 
 /// The 414, 431 or 413 for a request past `limits`, checked before any other work;
 /// `None` when it fits.
@@ -123,7 +103,7 @@ fn has_body(headers: &http::HeaderMap) -> bool {
 }
 
 /// Unsafe methods (RFC 9110 §9.2.1) whose success invalidates the URL (RFC 9111 §4.4).
-fn is_unsafe(method: &Method) -> bool {
+pub(super) fn is_unsafe(method: &Method) -> bool {
     !matches!(
         *method,
         Method::GET | Method::HEAD | Method::OPTIONS | Method::TRACE
@@ -193,10 +173,10 @@ impl Node {
         &self,
         request: Request,
         client_addr: Option<ClientAddr>,
-        head_verdict: Option<Result<(), RefusalReason>>,
+        head_verdict: Option<crate::listener::Verdict>,
     ) -> Response {
         let verdict = head_verdict.unwrap_or_else(|| {
-            super::check_request_parts(
+            crate::request_head::check_request_parts(
                 request.method(),
                 request.uri(),
                 request.version(),
@@ -649,140 +629,14 @@ impl Node {
             }
         }
     }
-
-    async fn pass_through(
-        &self,
-        tenant: &Tenant,
-        request: Request,
-        client_addr: Option<ClientAddr>,
-    ) -> Response {
-        self.inner.metrics.request(CacheStatus::Bypass);
-        let unsafe_target = is_unsafe(request.method())
-            .then(|| normalise_key(request.uri()).ok())
-            .flatten()
-            .map(|key| {
-                let host = request
-                    .headers()
-                    .get(header::HOST)
-                    .and_then(|h| h.to_str().ok())
-                    .or_else(|| request.uri().authority().map(|a| a.as_str()))
-                    .unwrap_or("")
-                    .to_ascii_lowercase();
-                (
-                    FlightKey::new(tenant.id.clone(), key),
-                    request.uri().clone(),
-                    host,
-                )
-            });
-        // A streamed (chunked) body past the limit is cut off: the upload fails.
-        let max_body =
-            usize::try_from(self.inner.config.limits.max_body_bytes).unwrap_or(usize::MAX);
-        // A stalled upload fails too, and is answered 408.
-        let timed_out = TimedOut::default();
-        let request = if http_body::Body::is_end_stream(request.body()) {
-            request.map(|body| Body::new(http_body_util::Limited::new(body, max_body)))
-        } else {
-            let timeout = Duration::from_millis(self.inner.config.server.body_timeout_ms);
-            request.map(|body| {
-                Body::new(TimedBody::new(
-                    http_body_util::Limited::new(body, max_body),
-                    timeout,
-                    timed_out.clone(),
-                    self.clone(),
-                ))
-            })
-        };
-        match self
-            .inner
-            .origin
-            .forward(tenant, request, client_addr)
-            .await
-        {
-            Ok(response) => {
-                let (mut parts, body) = response.into_parts();
-                strip_hop_by_hop(&mut parts.headers);
-                if let Some((target, uri, host)) = unsafe_target
-                    && (parts.status.is_success() || parts.status.is_redirection())
-                {
-                    self.invalidate_after_unsafe(tenant, &target, &uri, &host, &parts.headers);
-                }
-                semantics::add_via(&mut parts.headers, http::Version::HTTP_11);
-                parts.headers.insert(
-                    X_CACHE,
-                    HeaderValue::from_static(CacheStatus::Bypass.as_str()),
-                );
-                Response::from_parts(parts, Body::new(body))
-            }
-            Err(_) if timed_out.get() => error_response(
-                StatusCode::REQUEST_TIMEOUT,
-                Some(CacheStatus::Bypass),
-                "request body not received in time",
-            ),
-            Err(e) => error_response(e.status(), Some(CacheStatus::Bypass), &e.to_string()),
-        }
-    }
-
-    /// RFC 9111 §4.4: a successful unsafe request invalidates the stored responses of
-    /// its URL and of the URLs in `Location` and `Content-Location` when they are of
-    /// the same origin (a relative reference, or the request's own host and port), so
-    /// a response can never invalidate another site's entries.
-    fn invalidate_after_unsafe(
-        &self,
-        tenant: &Tenant,
-        target: &FlightKey,
-        request_uri: &Uri,
-        request_host: &str,
-        response: &http::HeaderMap,
-    ) {
-        self.inner.cache.invalidate_url(target);
-        for name in [header::LOCATION, header::CONTENT_LOCATION] {
-            let Some(uri) = response
-                .get(&name)
-                .and_then(|v| v.to_str().ok())
-                .and_then(|v| v.parse::<Uri>().ok())
-            else {
-                continue;
-            };
-            let same_origin = match uri.authority() {
-                None => true,
-                Some(authority) => authority.as_str().eq_ignore_ascii_case(request_host),
-            };
-            if !same_origin {
-                continue;
-            }
-            let uri = if uri.path().starts_with('/') || uri.host().is_some() {
-                uri
-            } else {
-                // A relative reference: resolved against the request's directory.
-                let base = request_uri.path();
-                let dir = &base[..base.rfind('/').map_or(0, |i| i + 1)];
-                match format!("{dir}{uri}").parse::<Uri>() {
-                    Ok(u) => u,
-                    Err(_) => continue,
-                }
-            };
-            if let Ok(key) = normalise_key(&uri) {
-                self.inner
-                    .cache
-                    .invalidate_url(&FlightKey::new(tenant.id.clone(), key));
-            }
-        }
-    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use models::CacheKey;
 
-    #[test]
-    fn keys_are_normalised_and_validated() {
-        let k = |s: &str| normalise_key(&s.parse::<Uri>().unwrap()).map(|k| k.to_string());
-        assert_eq!(k("/a?b=2&a=1").unwrap(), "/a?a=1&b=2");
-        assert_eq!(k("/a?a=1&&b=2&").unwrap(), "/a?a=1&b=2");
-        assert_eq!(k("/a?").unwrap(), "/a");
-        assert_eq!(k("http://h.example/x").unwrap(), "/x");
-        assert!(k("/a/../b").is_err());
-    }
+    use crate::status::X_CACHE;
 
     #[tokio::test]
     async fn an_access_event_keeps_its_answer_time_while_it_waits_in_the_queue() {

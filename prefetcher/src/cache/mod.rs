@@ -4,17 +4,21 @@
 //! `stale-while-revalidate` and `stale-if-error` windows; variants of a URL whose
 //! responses `Vary`; XFetch early refresh.
 //!
+//! By what they hold: `entry` (a stored response, [`Entry`], and its windows,
+//! [`Freshness`]), `freshness` (what an origin response may be stored for,
+//! [`classify`], and XFetch, [`xfetch_due`]); this file the store itself
+//! ([`L1Cache`]: lookups, the variants of each URL, invalidation).
+//!
 //! Storage is moka (bounded in bytes by a weigher, per-entry expiry at the end of the
 //! grace window); freshness decisions use [`tokio::time::Instant`] so tests can pause
 //! time.
 
 use std::collections::VecDeque;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 
-use bytes::Bytes;
-use http::{HeaderMap, HeaderName, HeaderValue, StatusCode, header};
+use http::{HeaderMap, HeaderName};
 use moka::notification::RemovalCause;
 use prometheus_client::metrics::counter::Counter;
 use rand::Rng;
@@ -22,180 +26,13 @@ use tokio::time::Instant;
 
 use crate::config::CacheConfig;
 use crate::flight::FlightKey;
-use crate::semantics::{MAX_AGE_SECS, ResponseDirectives, Vary, variant_of};
+use crate::semantics::variant_of;
 
-/// How long a stored response may be used, from when it came from the origin.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub struct Freshness {
-    /// Freshness lifetime left (jitter applied, upstream `Age` taken off).
-    pub ttl: Duration,
-    /// Past `ttl`: served stale while one refresh runs (`stale-while-revalidate`, or
-    /// the config's grace when the origin is silent).
-    pub grace: Duration,
-    /// Past `ttl`: served stale instead of an origin error (`stale-if-error`, or the
-    /// config's grace when the origin is silent).
-    pub if_error: Duration,
-    /// Past every window: kept this long only to be revalidated with its validators.
-    pub keep: Duration,
-}
+mod entry;
+mod freshness;
 
-/// One stored response.
-#[derive(Debug)]
-pub struct Entry {
-    /// Status from the origin.
-    pub status: StatusCode,
-    /// The headers a hit answers with, built once at fill time: the origin's
-    /// (hop-by-hop and `Age` removed) followed by an `x-cache` and an `Age` slot that
-    /// each response overwrites in place, so the hit path clones one map and
-    /// allocates nothing else for its head.
-    pub headers: HeaderMap,
-    /// The complete body.
-    pub body: Bytes,
-    fresh_until: Instant,
-    stale_until: Instant,
-    error_until: Instant,
-    keep_until: Instant,
-    fill_time: Duration,
-    fetched_at: Instant,
-    initial_age: u64,
-    prefetched: AtomicBool,
-    weight: u32,
-}
-
-/// The `Age` an origin sent, in seconds (RFC 9111 §5.1); 0 when absent or invalid,
-/// the first member of a list. A previous cache (a shield tier) sends one; the
-/// freshness lifetime is counted from the origin's response, not from when this node
-/// got it.
-pub fn origin_age(headers: &HeaderMap) -> u64 {
-    crate::semantics::age_of(headers)
-}
-
-impl Entry {
-    /// A stored response, fresh for `ttl` then servable stale for `grace`, fetched
-    /// now with no `Age` from the origin (see [`with_age`](Self::with_age)). Any
-    /// `Age` in `headers` is dropped; `x-cache` and `Age` slots are appended.
-    pub fn new(
-        status: StatusCode,
-        headers: HeaderMap,
-        body: Bytes,
-        ttl: Duration,
-        grace: Duration,
-        fill_time: Duration,
-        prefetched: bool,
-    ) -> Entry {
-        let freshness = Freshness {
-            ttl,
-            grace,
-            ..Freshness::default()
-        };
-        Entry::stored(status, headers, body, freshness, fill_time, prefetched)
-    }
-
-    /// A stored response with every window of `freshness`.
-    pub fn stored(
-        status: StatusCode,
-        mut headers: HeaderMap,
-        body: Bytes,
-        freshness: Freshness,
-        fill_time: Duration,
-        prefetched: bool,
-    ) -> Entry {
-        let now = Instant::now();
-        headers.remove(header::AGE);
-        headers.insert(
-            crate::status::X_CACHE,
-            HeaderValue::from_static(crate::status::CacheStatus::Hit.as_str()),
-        );
-        headers.insert(header::AGE, HeaderValue::from_static("0"));
-        let header_bytes: usize = headers
-            .iter()
-            .map(|(k, v)| k.as_str().len() + v.len() + 32)
-            .sum();
-        let weight = (body.len() + header_bytes + 256).min(u32::MAX as usize) as u32;
-        let fresh_until = now + freshness.ttl;
-        let stale_until = fresh_until + freshness.grace;
-        let error_until = fresh_until + freshness.if_error;
-        let keep_until = stale_until
-            .max(error_until)
-            .max(fresh_until + freshness.keep);
-        Entry {
-            status,
-            headers,
-            body,
-            fresh_until,
-            stale_until,
-            error_until,
-            keep_until,
-            fill_time,
-            fetched_at: now,
-            initial_age: 0,
-            prefetched: AtomicBool::new(prefetched),
-            weight,
-        }
-    }
-
-    /// Records when the response came from the origin and the `Age` it carried
-    /// ([`origin_age`]), from which [`age`](Self::age) counts.
-    pub fn with_age(mut self, fetched_at: Instant, initial_age: u64) -> Entry {
-        self.fetched_at = fetched_at;
-        self.initial_age = initial_age.min(MAX_AGE_SECS);
-        self
-    }
-
-    /// The `Age` to send at `now` (RFC 9111 §4.2.3, without clock-based corrections):
-    /// whole seconds since the response was fetched from the origin, plus the `Age`
-    /// the origin sent.
-    pub fn age(&self, now: Instant) -> u64 {
-        let resident = now.saturating_duration_since(self.fetched_at).as_secs();
-        self.initial_age.saturating_add(resident).min(MAX_AGE_SECS)
-    }
-
-    /// When the response came from the origin.
-    pub fn fetched_at(&self) -> Instant {
-        self.fetched_at
-    }
-
-    /// The `Age` the origin sent, in seconds.
-    pub fn initial_age(&self) -> u64 {
-        self.initial_age
-    }
-
-    /// Whether a background (pre-warm) fill stored this entry and no user has hit it
-    /// yet. The first caller to see `true` gets it; later callers see `false`.
-    pub fn take_prefetched(&self) -> bool {
-        self.prefetched.load(Ordering::Relaxed) && self.prefetched.swap(false, Ordering::AcqRel)
-    }
-
-    /// How long the origin fill took.
-    pub fn fill_time(&self) -> Duration {
-        self.fill_time
-    }
-
-    /// Whether the entry is fresh at `now`.
-    pub fn is_fresh(&self, now: Instant) -> bool {
-        now < self.fresh_until
-    }
-
-    /// How much longer the entry stays fresh at `now`.
-    pub fn fresh_for(&self, now: Instant) -> Duration {
-        self.fresh_until.saturating_duration_since(now)
-    }
-
-    /// Whether the entry may stand in for an origin error at `now` (`stale-if-error`).
-    pub fn usable_on_error(&self, now: Instant) -> bool {
-        now < self.error_until
-    }
-
-    /// Whether the entry carries a validator (`ETag` or `Last-Modified`) for a
-    /// conditional refresh.
-    pub fn has_validators(&self) -> bool {
-        self.headers.contains_key(header::ETAG) || self.headers.contains_key(header::LAST_MODIFIED)
-    }
-
-    fn lifetime(&self) -> Duration {
-        self.keep_until.saturating_duration_since(Instant::now())
-    }
-}
+pub use entry::{Entry, Freshness, origin_age};
+pub use freshness::{Storability, classify, xfetch_due};
 
 /// What a lookup found.
 #[derive(Debug)]
@@ -451,159 +288,13 @@ impl L1Cache {
     }
 }
 
-/// XFetch (Vattani et al.): refresh early when `fill · β · −ln(u) ≥ time left`, so
-/// the chance rises as expiry nears and with slower fills; `u` is uniform in [0, 1).
-pub fn xfetch_due(fill: Duration, remaining: Duration, beta: f64, u: f64) -> bool {
-    let u = u.clamp(f64::MIN_POSITIVE, 1.0);
-    fill.as_secs_f64() * beta * -u.ln() >= remaining.as_secs_f64()
-}
-
-/// What may be done with an origin response.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub enum Storability {
-    /// Store it with these windows.
-    Store(Freshness),
-    /// Give it to the requests already waiting on this fill, but do not store it.
-    ShareOnly,
-    /// Per-user (`private`, `no-store`, `Set-Cookie`, `Vary: *`): only the leader's
-    /// client gets it; waiters fetch on their own.
-    Private,
-}
-
-/// Statuses heuristically cacheable (RFC 9110 §15.1), less 206 (ranges are not
-/// stored here), 405, 414 and 501 (rare and cheap to ask again).
-fn heuristically_cacheable(status: StatusCode) -> bool {
-    matches!(
-        status.as_u16(),
-        200 | 203 | 204 | 300 | 301 | 308 | 404 | 410
-    )
-}
-
-/// Statuses this cache stores when the origin gives them explicit freshness
-/// (RFC 9111 §3: a status the cache understands); redirects that are not
-/// heuristically cacheable need `max-age` or `Expires`.
-fn storable_with_explicit_freshness(status: StatusCode) -> bool {
-    heuristically_cacheable(status) || matches!(status.as_u16(), 302 | 307)
-}
-
-/// The share of a response's `Last-Modified` age used as heuristic freshness
-/// (RFC 9111 §4.2.2 suggests 10 %), and its cap.
-const HEURISTIC_FRACTION: f64 = 0.1;
-const HEURISTIC_MAX: Duration = Duration::from_secs(24 * 3600);
-
-/// Decides what to do with an origin response (not a 5xx, which is never stored).
-/// `u` is a uniform draw in [0, 1) for the jitter.
-pub fn classify(
-    status: StatusCode,
-    headers: &HeaderMap,
-    config: &CacheConfig,
-    now: SystemTime,
-    u: f64,
-) -> Storability {
-    // Set-Cookie responses are per user in practice, whatever the RFC allows.
-    if headers.contains_key(header::SET_COOKIE) {
-        return Storability::Private;
-    }
-    let d = ResponseDirectives::parse(headers);
-    if d.private || d.no_store || Vary::parse(headers) == Vary::Any {
-        return Storability::Private;
-    }
-    let explicit = match d.s_maxage.or(d.max_age) {
-        Some(secs) => Some(Duration::from_secs(secs)),
-        None if d.targeted => None,
-        None => expires_ttl(headers, now),
-    };
-    let storable = if explicit.is_some() {
-        storable_with_explicit_freshness(status)
-    } else {
-        heuristically_cacheable(status) || (d.public && storable_with_explicit_freshness(status))
-    };
-    if !storable || status.is_server_error() {
-        return Storability::ShareOnly;
-    }
-    let jitter = config.jitter;
-    let ttl = match explicit {
-        // The origin's lifetime is a ceiling: jitter may only shorten it.
-        Some(t) => t.mul_f64(1.0 - jitter * u),
-        // Silent origin: the configured default, if the operator set one ...
-        None if config.default_ttl_ms > 0 => {
-            Duration::from_millis(config.default_ttl_ms).mul_f64(1.0 + jitter * (2.0 * u - 1.0))
-        }
-        // ... else a share of the time since the last modification (RFC 9111 §4.2.2).
-        None => heuristic_ttl(headers, now),
-    };
-    // The lifetime runs from the origin's response: time it already spent in a
-    // cache upstream (its `Age`) is used up, and so is that much of the stale windows
-    // once it is past the lifetime.
-    let age = Duration::from_secs(origin_age(headers));
-    let ttl = if d.no_cache { Duration::ZERO } else { ttl };
-    let overdue = age.saturating_sub(ttl);
-    let ttl = ttl.saturating_sub(age);
-    let validators =
-        headers.contains_key(header::ETAG) || headers.contains_key(header::LAST_MODIFIED);
-    let config_grace = Duration::from_millis(config.stale_grace_ms);
-    let (grace, if_error) = if d.forbids_stale() {
-        (Duration::ZERO, Duration::ZERO)
-    } else {
-        (
-            d.stale_while_revalidate
-                .map_or(config_grace, Duration::from_secs)
-                .saturating_sub(overdue),
-            d.stale_if_error
-                .map_or(config_grace, Duration::from_secs)
-                .saturating_sub(overdue),
-        )
-    };
-    let keep = if validators {
-        Duration::from_millis(config.keep_for_revalidation_ms)
-    } else {
-        Duration::ZERO
-    };
-    if ttl.is_zero() && grace.is_zero() && if_error.is_zero() && !validators {
-        // Nothing this cache could ever do with it.
-        return Storability::ShareOnly;
-    }
-    Storability::Store(Freshness {
-        ttl,
-        grace,
-        if_error,
-        keep,
-    })
-}
-
-fn http_date(headers: &HeaderMap, name: header::HeaderName) -> Option<SystemTime> {
-    headers
-        .get(name)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| httpdate::parse_http_date(v).ok())
-}
-
-fn expires_ttl(headers: &HeaderMap, now: SystemTime) -> Option<Duration> {
-    if !headers.contains_key(header::EXPIRES) {
-        return None;
-    }
-    // An unparsable Expires means "already expired" (RFC 9111 §5.3).
-    let Some(expires) = http_date(headers, header::EXPIRES) else {
-        return Some(Duration::ZERO);
-    };
-    let date = http_date(headers, header::DATE).unwrap_or(now);
-    Some(expires.duration_since(date).unwrap_or(Duration::ZERO))
-}
-
-fn heuristic_ttl(headers: &HeaderMap, now: SystemTime) -> Duration {
-    let Some(modified) = http_date(headers, header::LAST_MODIFIED) else {
-        return Duration::ZERO;
-    };
-    let date = http_date(headers, header::DATE).unwrap_or(now);
-    date.duration_since(modified)
-        .unwrap_or(Duration::ZERO)
-        .mul_f64(HEURISTIC_FRACTION)
-        .min(HEURISTIC_MAX)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::time::SystemTime;
+
+    use bytes::Bytes;
+    use http::{StatusCode, header};
     use models::{CacheKey, TenantId};
 
     fn headers(pairs: &[(&str, &str)]) -> HeaderMap {

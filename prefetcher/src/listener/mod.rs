@@ -1,26 +1,36 @@
-//! The accept loop: HTTP/1.1 and h2c on one listener (HTTP/1.1 and h2 by ALPN on a
-//! TLS listener), graceful shutdown.
+//! The client listeners: accepting, admitting, guarding and supervising client
+//! connections. HTTP/1.1 and h2c on one listener (HTTP/1.1 and h2 by ALPN on a TLS
+//! listener), graceful shutdown.
 //!
 //! Each accepted connection is first admitted (`admission`: the node-wide and
 //! per-address connection limits; a refused one is closed at once), then served under
-//! supervision (`supervise`: header, idle and send timeouts; per-request rate and
-//! header-count checks). The proxy listeners take their limits from the node's
-//! `[server]` configuration; [`serve`] (the admin listener, test origins) only the
-//! default timeouts.
+//! supervision (`supervise`: one sweeper per listener for the header, idle and send
+//! timeouts, HTTP/1 and HTTP/2 alike) behind its gate (`gate`: the per-request rate
+//! and header-count checks, and the one response-body wrapper the sweeper reads).
+//! Its socket is counted and its first head read apart (`io`); what it did is its
+//! `activity`. The proxy listeners take their limits from the node's `[server]`
+//! configuration; [`serve`] (the admin listener, test origins) only the default
+//! timeouts.
 //!
-//! Every proxy connection also runs behind its guards (`crate::guard`): HTTP/1 heads
-//! are checked on the raw bytes, an HTTP/2 client that never opens its window is cut
-//! off after `http2.send_stall_timeout_ms`, and HTTP/2 connection errors are counted
-//! by reason. The `[http2]` bounds apply to every listener.
+//! Every proxy connection also runs behind its guard (`guard`): HTTP/1 heads are
+//! checked on the raw bytes (by `crate::request_head`), and HTTP/2 connection errors
+//! are counted by reason (`h2_abuse`). The `[http2]` bounds apply to every listener.
 //!
-//! The proxy listener ([`serve_node`]) hands each request straight to
-//! [`Node::handle`]: the proxy has no routes, so an axum `Router` in front of it
-//! (path matching, extensions, body boxing) was pure per-request cost on the hit
-//! path. The admin listener and tests use [`serve`] with a `Router`.
+//! The listener serves any hyper service; the node's own (its requests straight to
+//! `Node::handle`, no router) is the proxy's: `serve_node` and `serve_node_tls` live
+//! in `crate::proxy`, which plugs the node into [`serve_with`]. The admin listener and
+//! tests use [`serve`] with a `Router`.
+
+mod activity;
+mod admission;
+mod gate;
+mod guard;
+mod h2_abuse;
+mod io;
+mod supervise;
 
 use std::convert::Infallible;
 use std::future::Future;
-use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -34,17 +44,20 @@ use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::TcpListener;
 use tokio_rustls::TlsAcceptor;
 
-use crate::admission::{Activity, ConnectionLimiter};
+pub use admission::ConnectionLimiter;
+pub(crate) use guard::{ConnGuard, Verdict};
+
+use activity::Activity;
+use gate::{Gate, ResponseBody};
+use guard::HeadGuard;
+use h2_abuse::h2_abuse;
+use io::{CountingIo, Prefixed, read_first_head};
+use supervise::{Supervised, Supervisor};
+
 use crate::config::Http2Config;
-use crate::guard::{ConnGuard, HeadGuard, WatchedBody, h2_abuse, send_stalled};
 use crate::metrics::ClientCounters;
 use crate::origin::ClientAddr;
-use crate::proxy::Node;
-use crate::status::H2Abuse;
-use crate::supervise::{
-    CountingIo, Gate, Prefixed, Supervised, Supervisor, TrackedBody, count_connection_error,
-    read_first_head,
-};
+use crate::status::ClientLimit;
 
 /// Options of [`serve`].
 #[derive(Debug, Clone)]
@@ -78,7 +91,7 @@ pub async fn serve(
     let service = TowerToHyperService::new(router);
     let listening = Listening {
         tls: None,
-        guarded: None,
+        guarded: false,
         limiter: ConnectionLimiter::unlimited(),
         http2: Http2Config::default(),
     };
@@ -92,87 +105,17 @@ pub async fn serve(
     .await;
 }
 
-/// Serves `node`'s proxy on `listener` (the same requests and answers as
-/// [`app`](crate::app), without a router), like [`serve`].
-pub async fn serve_node(
-    listener: TcpListener,
-    node: Node,
-    shutdown: impl Future<Output = ()>,
-    options: ServeOptions,
-) {
-    let listening = Listening::proxy(&node, None);
-    let service = move |client, guard| ProxyService(node.clone(), client, guard);
-    serve_with(listener, service, listening, shutdown, options).await;
-}
-
-/// Serves `node`'s proxy over TLS on `listener`, like [`serve_node`]: HTTP/2 or
-/// HTTP/1.1 as the client's ALPN chooses (`tls` should offer both). Each handshake
-/// runs in the connection's own task within the header timeout, so a slow or silent
-/// client never holds up the accept loop. The plain and TLS listeners of one node
-/// share its connection limits.
-pub async fn serve_node_tls(
-    listener: TcpListener,
-    node: Node,
-    tls: Arc<rustls::ServerConfig>,
-    shutdown: impl Future<Output = ()>,
-    options: ServeOptions,
-) {
-    let listening = Listening::proxy(&node, Some(TlsAcceptor::from(tls)));
-    let service = move |client, guard| ProxyService(node.clone(), client, guard);
-    serve_with(listener, service, listening, shutdown, options).await;
-}
-
 /// What a listener serves its connections with.
-struct Listening {
-    tls: Option<TlsAcceptor>,
-    /// The node whose connections run behind the guards and whose metrics count what
-    /// they find (the proxy listeners); `None` for a plain router.
-    guarded: Option<Node>,
-    limiter: ConnectionLimiter,
-    http2: Http2Config,
-}
-
-impl Listening {
-    fn proxy(node: &Node, tls: Option<TlsAcceptor>) -> Listening {
-        Listening {
-            tls,
-            guarded: Some(node.clone()),
-            limiter: node.connections().clone(),
-            http2: node.config().http2.clone(),
-        }
-    }
-}
-
-/// A node as a hyper service for one connection: one boxed future per request,
-/// nothing else; the client's address and whether it came over TLS ride along
-/// without touching the request's extensions (which would allocate per request), and
-/// so does the connection's guard: an HTTP/1 request takes its head's verdict from
-/// it, an HTTP/2 response body is watched for a stalled client.
-#[derive(Clone)]
-struct ProxyService(Node, ClientAddr, Option<Arc<ConnGuard>>);
-
-impl hyper::service::Service<http::Request<Incoming>> for ProxyService {
-    type Response = http::Response<Body>;
-    type Error = Infallible;
-    type Future = Pin<Box<dyn Future<Output = Result<Self::Response, Infallible>> + Send>>;
-
-    fn call(&self, request: http::Request<Incoming>) -> Self::Future {
-        let (node, peer, guard) = (self.0.clone(), self.1, self.2.clone());
-        Box::pin(async move {
-            let h2 = request.version() == http::Version::HTTP_2;
-            let verdict = match &guard {
-                Some(guard) if !h2 => guard.next_verdict(),
-                _ => None,
-            };
-            let response = node
-                .handle_guarded(request.map(Body::new), Some(peer), verdict)
-                .await;
-            Ok(match guard {
-                Some(guard) if h2 => response.map(|body| Body::new(WatchedBody::new(body, guard))),
-                _ => response,
-            })
-        })
-    }
+pub(crate) struct Listening {
+    /// The TLS acceptor of a TLS listener.
+    pub(crate) tls: Option<TlsAcceptor>,
+    /// Whether connections run behind their [`ConnGuard`] and the guard's findings
+    /// are counted (the proxy listeners); not for a plain router.
+    pub(crate) guarded: bool,
+    /// The admission (and the counters) of the listener's connections.
+    pub(crate) limiter: ConnectionLimiter,
+    /// The HTTP/2 bounds.
+    pub(crate) http2: Http2Config,
 }
 
 /// Applies `http2` to `builder`'s HTTP/2 side.
@@ -204,7 +147,11 @@ fn configure_limits(builder: &mut auto::Builder<TokioExecutor>, limiter: &Connec
     }
 }
 
-async fn serve_with<S>(
+/// Serves `listener` until `shutdown` resolves, then lets open connections finish for
+/// up to `options.grace`: each accepted connection admitted, supervised and gated,
+/// and served by the service `service_for` makes for it (from the client's address
+/// and, on a guarded listener, the connection's guard).
+pub(crate) async fn serve_with<S>(
     listener: TcpListener,
     service_for: impl Fn(ClientAddr, Option<Arc<ConnGuard>>) -> S,
     listening: Listening,
@@ -236,7 +183,6 @@ async fn serve_with<S>(
     configure_limits(&mut builder, &limiter);
     let supervisor = Supervisor::start(limiter.limits(), limiter.counters());
     let max_headers = limiter.limits().max_headers;
-    let send_stall = Duration::from_millis(http2.send_stall_timeout_ms);
     tokio::pin!(shutdown);
     loop {
         tokio::select! {
@@ -260,12 +206,10 @@ async fn serve_with<S>(
                 let _ = stream.set_nodelay(true);
                 let supervised = supervisor.register(activity);
                 let stream = CountingIo::new(stream, Arc::clone(supervised.activity()));
-                let guard = guarded
-                    .as_ref()
-                    .map(|node| (node.clone(), Arc::new(ConnGuard::default())));
+                let guard = guarded.then(|| Arc::new(ConnGuard::default()));
                 let client = ClientAddr { addr: peer, tls: tls.is_some() };
                 let service = Gate::new(
-                    service_for(client, guard.as_ref().map(|(_, g)| Arc::clone(g))),
+                    service_for(client, guard.clone()),
                     slot,
                     Arc::clone(supervised.activity()),
                     max_headers,
@@ -276,7 +220,6 @@ async fn serve_with<S>(
                     counters: limiter.counters(),
                     guard,
                     max_head,
-                    send_stall,
                 };
                 match &tls {
                     Some(acceptor) => {
@@ -315,7 +258,7 @@ async fn serve_with<S>(
 trait GatedService:
     hyper::service::Service<
         http::Request<Incoming>,
-        Response = http::Response<TrackedBody>,
+        Response = http::Response<ResponseBody>,
         Error = Infallible,
         Future: Send + 'static,
     > + Send
@@ -326,7 +269,7 @@ trait GatedService:
 impl<S> GatedService for S where
     S: hyper::service::Service<
             http::Request<Incoming>,
-            Response = http::Response<TrackedBody>,
+            Response = http::Response<ResponseBody>,
             Error = Infallible,
             Future: Send + 'static,
         > + Send
@@ -339,10 +282,9 @@ struct Connection {
     builder: auto::Builder<TokioExecutor>,
     supervised: Supervised,
     counters: ClientCounters,
-    /// The node and the connection's guard, on a proxy listener.
-    guard: Option<(Node, Arc<ConnGuard>)>,
+    /// The connection's guard, on a proxy listener.
+    guard: Option<Arc<ConnGuard>>,
     max_head: usize,
-    send_stall: Duration,
 }
 
 impl Connection {
@@ -371,7 +313,7 @@ impl Connection {
         IO: AsyncRead + AsyncWrite + Unpin + Send + 'static,
         S: GatedService,
     {
-        let Some((node, guard)) = self.guard else {
+        let Some(guard) = self.guard else {
             let connection = self.builder.serve_connection(TokioIo::new(io), service);
             let ended = self
                 .supervised
@@ -385,37 +327,44 @@ impl Connection {
         };
         let io = HeadGuard::new(io, Arc::clone(&guard), self.max_head);
         let connection = self.builder.serve_connection(TokioIo::new(io), service);
+        // `None`: dropped by the sweeper (a timeout, a stalled client; counted there)
+        // or at the end of the shutdown's grace.
         let ended = self
             .supervised
-            .run_graceful(connection, |c| c.graceful_shutdown());
-        let metrics = node.metrics();
-        tokio::select! {
-            ended = ended => {
-                let error = match ended {
-                    Some(Err(e)) => Some(e),
-                    _ => None,
-                };
-                let abuse = guard
-                    .goaway_sent()
-                    .or_else(|| error.as_ref().and_then(|e| h2_abuse(&**e)));
-                if let Some(abuse) = abuse {
-                    metrics.h2_connection_error(abuse);
-                    tracing::debug!(reason = abuse.as_str(), "HTTP/2 connection ended for abuse");
-                } else if let Some(e) = error {
-                    count_connection_error(&*e, &self.counters);
-                    tracing::trace!(error = %e, "connection ended with an error");
-                }
-            }
-            () = send_stalled(&guard, self.send_stall) => {
-                // Dropping the connection closes it: the stalled streams can never
-                // finish, so a graceful GOAWAY would wait for nothing.
-                metrics.h2_connection_error(H2Abuse::SendStall);
-                tracing::debug!("HTTP/2 client stalled its responses; connection closed");
-            }
+            .run_graceful(connection, |c| c.graceful_shutdown())
+            .await;
+        let error = match ended {
+            Some(Err(e)) => Some(e),
+            _ => None,
+        };
+        let abuse = guard
+            .goaway_sent()
+            .or_else(|| error.as_ref().and_then(|e| h2_abuse(&**e)));
+        if let Some(abuse) = abuse {
+            self.counters.h2_connection_error(abuse);
+            tracing::debug!(reason = abuse.as_str(), "HTTP/2 connection ended for abuse");
+        } else if let Some(e) = error {
+            count_connection_error(&*e, &self.counters);
+            tracing::trace!(error = %e, "connection ended with an error");
         }
         for reason in guard.unanswered_refusals() {
-            metrics.refused(reason);
+            self.counters.refused(reason);
         }
+    }
+}
+
+/// Counts what ended a connection with an error, where it is a limit: an HTTP/1.1
+/// head the parser refused as too large (hyper answered 431).
+fn count_connection_error(error: &(dyn std::error::Error + 'static), counters: &ClientCounters) {
+    let mut source = Some(error);
+    while let Some(e) = source {
+        if let Some(e) = e.downcast_ref::<hyper::Error>()
+            && e.is_parse_too_large()
+        {
+            counters.count(ClientLimit::HeadTooLarge);
+            return;
+        }
+        source = e.source();
     }
 }
 

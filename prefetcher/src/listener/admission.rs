@@ -20,64 +20,14 @@
 
 use std::collections::{HashMap, VecDeque};
 use std::net::IpAddr;
-use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
 
-use futures::task::AtomicWaker;
-
+use super::activity::{ABORT, Activity};
 use crate::config::{ConnectionLimits, IpNetwork};
 use crate::metrics::ClientCounters;
 use crate::status::ClientLimit;
-
-/// Run on.
-pub(crate) const RUN: u8 = 0;
-/// Close gracefully (idle, or the listener shuts down).
-pub(crate) const CLOSE: u8 = 1;
-/// Drop the connection now.
-pub(crate) const ABORT: u8 = 2;
-
-/// What a connection did, as its own task and its requests record it, for the
-/// sweeper (`supervise`) and for admission to judge; and how to tell it to close.
-/// Counters only grow.
-#[derive(Debug, Default)]
-pub(crate) struct Activity {
-    /// Reads that returned bytes.
-    pub(crate) reads: AtomicU64,
-    /// Writes that took bytes.
-    pub(crate) writes: AtomicU64,
-    /// The last write found the socket full.
-    pub(crate) write_blocked: AtomicBool,
-    /// Requests handed to the service: 0 until the first request head is complete
-    /// (the connection is *unproven* until then).
-    pub(crate) started: AtomicU64,
-    /// Requests whose response body is done (or dropped).
-    pub(crate) finished: AtomicU64,
-    /// The connection speaks HTTP/2: bytes between requests are frames (pings,
-    /// window updates), not a request head on its way.
-    pub(crate) h2: AtomicBool,
-    /// [`RUN`], [`CLOSE`] or [`ABORT`]; only ever raised.
-    pub(crate) signal: AtomicU8,
-    /// The connection's task, woken when told to close.
-    pub(crate) waker: AtomicWaker,
-}
-
-impl Activity {
-    /// Tells the connection to close ([`CLOSE`]) or to drop ([`ABORT`]).
-    pub(crate) fn tell(&self, signal: u8) {
-        self.signal.fetch_max(signal, Ordering::AcqRel);
-        self.waker.wake();
-    }
-
-    /// Bumps a counter only this connection's task writes: no read-modify-write.
-    pub(crate) fn bump(counter: &AtomicU64) {
-        counter.store(counter.load(Ordering::Relaxed) + 1, Ordering::Relaxed);
-    }
-
-    fn proven_or_closing(&self) -> bool {
-        self.started.load(Ordering::Relaxed) > 0 || self.signal.load(Ordering::Relaxed) >= ABORT
-    }
-}
 
 /// A connection that had not sent a complete request head when it was admitted, in
 /// admission order: the candidates for eviction.
@@ -495,6 +445,7 @@ fn parse_open_file_limit(limits: &str) -> Option<usize> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::listener::activity::RUN;
 
     fn limiter(f: impl FnOnce(&mut ConnectionLimits)) -> ConnectionLimiter {
         let mut limits = ConnectionLimits::default();

@@ -4,7 +4,7 @@
 //!
 //! Two entries share one set of rules ([`check_fields`]):
 //! - [`check_request_head`]: the raw bytes of an HTTP/1 head, parsed with `httparse`
-//!   as hyper parses them. Run by the connection's head guard (`crate::guard`) on
+//!   as hyper parses them. Run by the connection's head guard (`listener`) on
 //!   the bytes as they arrive, because hyper hides some ambiguities once it has
 //!   parsed a head: it drops a `Content-Length` sent beside `Transfer-Encoding`,
 //!   merges equal duplicate `Content-Length`s and takes bare-LF line ends.
@@ -27,16 +27,107 @@
 //!   `CONNECT`.
 //!
 //! An accepted head has exactly one authority and one framing ([`CheckedHead`]).
+//!
+//! A leaf: pure functions of the bytes and the parsed parts, naming no other module
+//! of the crate, so both the listener (raw heads) and the proxy (parsed requests)
+//! use it without depending on each other.
 
 use std::mem::MaybeUninit;
 
 use http::{HeaderMap, Method, Uri, Version};
 
-use crate::status::RefusalReason;
-
 /// Most fields an HTTP/1 head may have here: hyper's own default (past it hyper
 /// answers 431 itself).
 pub const MAX_HEAD_FIELDS: usize = 100;
+
+/// Why a client request was refused with `400` before the cache, a flight or the
+/// origin saw it (request smuggling and ambiguous heads): the `reason` label of
+/// `prefetcher_requests_refused_total`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum RefusalReason {
+    /// Not an HTTP/1 head the parser accepts (obs-fold, a bare CR, a control
+    /// character, a bad request line or field name).
+    Malformed,
+    /// A line ends in a bare LF instead of CRLF.
+    BareLf,
+    /// A field value holds a control character (NUL, CR, LF, DEL …).
+    ControlChar,
+    /// HTTP/1.1 without `Host`.
+    MissingHost,
+    /// More than one `Host`.
+    DuplicateHost,
+    /// A `Host` (or `:authority`) that is not `host[:port]`.
+    InvalidHost,
+    /// An absolute-form target (or `:authority`) naming another authority than `Host`.
+    HostMismatch,
+    /// A target that is neither origin-form nor an `http(s)` absolute-form without
+    /// user info, or one whose path does not normalise to a cache key.
+    BadTarget,
+    /// Both `Content-Length` and `Transfer-Encoding`.
+    LengthAndChunked,
+    /// More than one `Content-Length` (equal values too).
+    DuplicateLength,
+    /// A `Content-Length` that is not one decimal number (a list, a sign, spaces).
+    InvalidLength,
+    /// A `Transfer-Encoding` other than one `chunked` on HTTP/1.1.
+    TransferEncoding,
+    /// `CONNECT`: the node is no tunnel.
+    Connect,
+}
+
+impl RefusalReason {
+    /// Every reason, in declaration order (metrics pre-create one series each).
+    pub const ALL: [RefusalReason; 13] = [
+        RefusalReason::Malformed,
+        RefusalReason::BareLf,
+        RefusalReason::ControlChar,
+        RefusalReason::MissingHost,
+        RefusalReason::DuplicateHost,
+        RefusalReason::InvalidHost,
+        RefusalReason::HostMismatch,
+        RefusalReason::BadTarget,
+        RefusalReason::LengthAndChunked,
+        RefusalReason::DuplicateLength,
+        RefusalReason::InvalidLength,
+        RefusalReason::TransferEncoding,
+        RefusalReason::Connect,
+    ];
+
+    /// The metric label.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RefusalReason::Malformed => "malformed",
+            RefusalReason::BareLf => "bare_lf",
+            RefusalReason::ControlChar => "control_char",
+            RefusalReason::MissingHost => "missing_host",
+            RefusalReason::DuplicateHost => "duplicate_host",
+            RefusalReason::InvalidHost => "invalid_host",
+            RefusalReason::HostMismatch => "host_mismatch",
+            RefusalReason::BadTarget => "bad_target",
+            RefusalReason::LengthAndChunked => "length_and_chunked",
+            RefusalReason::DuplicateLength => "duplicate_length",
+            RefusalReason::InvalidLength => "invalid_length",
+            RefusalReason::TransferEncoding => "transfer_encoding",
+            RefusalReason::Connect => "connect",
+        }
+    }
+
+    /// The reason with this label.
+    pub fn parse(label: &str) -> Option<RefusalReason> {
+        RefusalReason::ALL.into_iter().find(|r| r.as_str() == label)
+    }
+
+    /// Position in [`RefusalReason::ALL`].
+    pub(crate) fn index(self) -> usize {
+        self as usize
+    }
+}
+
+impl std::fmt::Display for RefusalReason {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
 
 /// How a request body is delimited.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

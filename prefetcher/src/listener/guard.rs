@@ -1,4 +1,4 @@
-//! Per-connection guards of the proxy listener, for a node that faces the open
+//! The per-connection guard of the proxy listeners, for a node that faces the open
 //! internet:
 //!
 //! - [`HeadGuard`] reads along with hyper on an HTTP/1 connection and checks every
@@ -9,12 +9,11 @@
 //!   connection's [`ConnGuard`] for the service, which answers a refused head `400`.
 //!   If it ever loses the thread (a head too large, a malformed chunk: hyper fails
 //!   those too) it stops, and the service checks the parsed request instead.
-//! - [`ConnGuard`] also watches HTTP/2 response bodies for a client that never opens
-//!   its flow-control window ([`WatchedBody`], [`send_stalled`]).
 //! - On an HTTP/2 connection it reads the frames the node writes for the error
-//!   `GOAWAY` it sends: `h2` names the limit a client broke (rapid reset, CONTINUATION
-//!   flood …) only in that frame's debug data ([`ConnGuard::goaway_sent`]);
-//!   [`h2_abuse`] names the other connection errors (keep-alive timeout).
+//!   `GOAWAY` it sends ([`ConnGuard::goaway_sent`], read by `h2_abuse`).
+//!
+//! (A client that never opens its HTTP/2 flow-control window is the sweeper's, like
+//! any client that takes none of its response: `supervise`.)
 //!
 //! # Invariants
 //! - The guard never changes a byte: it reads what hyper reads, after hyper asked.
@@ -26,17 +25,13 @@
 use std::collections::VecDeque;
 use std::pin::Pin;
 use std::sync::Mutex;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::task::{Context, Poll};
-use std::time::Duration;
 
-use axum::body::Body;
-use bytes::Bytes;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
-use tokio::sync::Notify;
 
-use crate::proxy::{Framing, HeadCheck, check_request_head};
-use crate::status::{H2Abuse, RefusalReason};
+use super::h2_abuse::{FrameScan, goaway_abuse};
+use crate::request_head::{Framing, HeadCheck, RefusalReason, check_request_head};
+use crate::status::H2Abuse;
 
 /// The HTTP/2 connection preface: such a connection has no HTTP/1 heads to check.
 const H2_PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
@@ -52,12 +47,6 @@ pub(crate) struct ConnGuard {
     /// guard and the service of one connection run in one task, so it is never
     /// contended, and it is held for a push or a pop.
     verdicts: Mutex<VecDeque<Verdict>>,
-    /// HTTP/2 response bodies ready for the client to take, that it has not.
-    client_owes: AtomicUsize,
-    /// Polls of HTTP/2 response bodies: the client took data (or made room for it).
-    body_polls: AtomicU64,
-    /// Fires with the first HTTP/2 response body: the stall watch starts then.
-    first_h2_body: Notify,
     /// What the first error `GOAWAY` the node sent on this connection named: `h2`
     /// says which limit a client broke only in the frame's debug data.
     goaway: Mutex<Option<H2Abuse>>,
@@ -358,189 +347,6 @@ impl<IO: AsyncWrite + Unpin> AsyncWrite for HeadGuard<IO> {
     }
 }
 
-/// Frame boundaries in the bytes the node writes on an HTTP/2 connection, to read
-/// the `GOAWAY`s it sends.
-#[derive(Debug, Default)]
-struct FrameScan {
-    head: [u8; 9],
-    head_len: usize,
-    payload_left: usize,
-    /// The payload so far of a `GOAWAY` being written (its first bytes only).
-    goaway: Option<Vec<u8>>,
-}
-
-impl FrameScan {
-    /// Most of a `GOAWAY` payload kept: the codes and the start of the debug data.
-    const KEEP: usize = 8 + 64;
-
-    /// Follows `data`; returns the error code and debug data of a `GOAWAY` that
-    /// ends in it.
-    fn scan(&mut self, mut data: &[u8]) -> Option<(u32, Vec<u8>)> {
-        let mut found = None;
-        while !data.is_empty() {
-            if self.head_len < 9 {
-                let take = (9 - self.head_len).min(data.len());
-                self.head[self.head_len..self.head_len + take].copy_from_slice(&data[..take]);
-                self.head_len += take;
-                data = &data[take..];
-                if self.head_len == 9 {
-                    let [a, b, c, kind, ..] = self.head;
-                    self.payload_left = u32::from_be_bytes([0, a, b, c]) as usize;
-                    self.goaway = (kind == 0x7).then(Vec::new);
-                }
-            } else {
-                let take = self.payload_left.min(data.len());
-                if let Some(payload) = &mut self.goaway {
-                    let keep = take.min(Self::KEEP.saturating_sub(payload.len()));
-                    payload.extend_from_slice(&data[..keep]);
-                }
-                self.payload_left -= take;
-                data = &data[take..];
-            }
-            if self.head_len == 9 && self.payload_left == 0 {
-                self.head_len = 0;
-                if let Some(payload) = self.goaway.take()
-                    && payload.len() >= 8
-                    && found.is_none()
-                {
-                    let code = u32::from_be_bytes([payload[4], payload[5], payload[6], payload[7]]);
-                    found = Some((code, payload[8..].to_vec()));
-                }
-            }
-        }
-        found
-    }
-}
-
-/// The abuse a `GOAWAY` with this error code and debug data names (`h2` names its
-/// `ENHANCE_YOUR_CALM` limits in the debug data); `None` for `NO_ERROR`.
-fn goaway_abuse(code: u32, debug_data: &[u8]) -> Option<H2Abuse> {
-    for (name, abuse) in [
-        (&b"too_many_resets"[..], H2Abuse::RapidReset),
-        (b"too_many_internal_resets", H2Abuse::LocalErrorResets),
-        (b"too_many_continuations", H2Abuse::ContinuationFlood),
-        (b"header_list_way_too_large", H2Abuse::HeaderListTooLarge),
-        (b"too_many_data_frames", H2Abuse::DataFrameFlood),
-    ] {
-        if debug_data == name {
-            return Some(abuse);
-        }
-    }
-    reason_abuse(h2::Reason::from(code))
-}
-
-fn reason_abuse(reason: h2::Reason) -> Option<H2Abuse> {
-    Some(match reason {
-        h2::Reason::NO_ERROR => return None,
-        h2::Reason::ENHANCE_YOUR_CALM => H2Abuse::EnhanceYourCalm,
-        h2::Reason::PROTOCOL_ERROR => H2Abuse::ProtocolError,
-        h2::Reason::COMPRESSION_ERROR => H2Abuse::CompressionError,
-        h2::Reason::FRAME_SIZE_ERROR => H2Abuse::FrameSizeError,
-        h2::Reason::FLOW_CONTROL_ERROR => H2Abuse::FlowControlError,
-        _ => H2Abuse::Other,
-    })
-}
-
-/// An HTTP/2 response body that tells its connection's [`ConnGuard`] whether the
-/// client is taking it: a body whose last poll gave data (or that was never polled)
-/// waits for the client; one whose source is pending (a slow origin) does not.
-pub(crate) struct WatchedBody {
-    inner: Body,
-    guard: std::sync::Arc<ConnGuard>,
-    /// The last poll was `Pending`: the wait is on the source, not the client.
-    source_pending: bool,
-}
-
-impl WatchedBody {
-    pub(crate) fn new(inner: Body, guard: std::sync::Arc<ConnGuard>) -> Self {
-        guard.client_owes.fetch_add(1, Ordering::Relaxed);
-        guard.first_h2_body.notify_one();
-        WatchedBody {
-            inner,
-            guard,
-            source_pending: false,
-        }
-    }
-}
-
-impl http_body::Body for WatchedBody {
-    type Data = Bytes;
-    type Error = axum::Error;
-
-    fn poll_frame(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<http_body::Frame<Bytes>, axum::Error>>> {
-        let this = &mut *self;
-        this.guard.body_polls.fetch_add(1, Ordering::Relaxed);
-        let polled = Pin::new(&mut this.inner).poll_frame(cx);
-        let pending = polled.is_pending();
-        if pending != this.source_pending {
-            if pending {
-                this.guard.client_owes.fetch_sub(1, Ordering::Relaxed);
-            } else {
-                this.guard.client_owes.fetch_add(1, Ordering::Relaxed);
-            }
-            this.source_pending = pending;
-        }
-        polled
-    }
-
-    fn is_end_stream(&self) -> bool {
-        self.inner.is_end_stream()
-    }
-
-    fn size_hint(&self) -> http_body::SizeHint {
-        self.inner.size_hint()
-    }
-}
-
-impl Drop for WatchedBody {
-    fn drop(&mut self) {
-        if !self.source_pending {
-            self.guard.client_owes.fetch_sub(1, Ordering::Relaxed);
-        }
-    }
-}
-
-/// Resolves when the connection's client has held up a response body ready for it
-/// (flow-control window never opened) for a whole `timeout` without taking any of
-/// any body: the connection is then to be closed. Pending forever on a connection
-/// without HTTP/2 responses.
-pub(crate) async fn send_stalled(guard: &ConnGuard, timeout: Duration) {
-    guard.first_h2_body.notified().await;
-    let mut polls = guard.body_polls.load(Ordering::Relaxed);
-    loop {
-        tokio::time::sleep(timeout).await;
-        let now = guard.body_polls.load(Ordering::Relaxed);
-        if now == polls && guard.client_owes.load(Ordering::Relaxed) > 0 {
-            return;
-        }
-        polls = now;
-    }
-}
-
-/// The abuse an HTTP/2 connection error shows when no error `GOAWAY` went out
-/// ([`ConnGuard::goaway_sent`] names it better): the reason of a `GOAWAY` `h2`
-/// meant to send, hyper's keep-alive timeout. `None` for errors that are no
-/// client's misbehaviour (I/O, the client's own `GOAWAY`, HTTP/1).
-pub(crate) fn h2_abuse(error: &(dyn std::error::Error + 'static)) -> Option<H2Abuse> {
-    let mut next = Some(error);
-    while let Some(e) = next {
-        if let Some(e) = e.downcast_ref::<h2::Error>() {
-            return match e.reason() {
-                Some(reason) if e.is_go_away() && e.is_library() => reason_abuse(reason),
-                _ => None,
-            };
-        }
-        if e.to_string() == "keep-alive timed out" {
-            return Some(H2Abuse::KeepAliveTimeout);
-        }
-        next = e.source();
-    }
-    None
-}
-
 #[cfg(test)]
 mod tests {
     use std::sync::Arc;
@@ -598,30 +404,6 @@ mod tests {
         head_guard.feed(format!("GET / HTTP/1.1\r\nX: {}", "a".repeat(100)).as_bytes());
         assert_eq!(head_guard.follow, Follow::Off);
         assert_eq!(guard.next_verdict(), None);
-    }
-
-    #[test]
-    fn the_first_error_goaway_written_names_the_abuse() {
-        let mut scan = FrameScan::default();
-        let settings = [0, 0, 6, 0x4, 0, 0, 0, 0, 0, 0, 3, 0, 0, 0, 100];
-        let mut goaway = vec![0, 0, 8 + 15, 0x7, 0, 0, 0, 0, 0, 0, 0, 0, 1, 0, 0, 0, 0xb];
-        goaway.extend_from_slice(b"too_many_resets");
-        let stream = [&settings[..], &goaway[..]].concat();
-        // Split anywhere: the same GOAWAY.
-        for split in 0..stream.len() {
-            let mut scan = FrameScan::default();
-            let first = scan.scan(&stream[..split]);
-            let found = first.or(scan.scan(&stream[split..]));
-            assert_eq!(found, Some((0xb, b"too_many_resets".to_vec())), "{split}");
-        }
-        assert_eq!(scan.scan(&settings), None);
-        assert_eq!(
-            goaway_abuse(0xb, b"too_many_resets"),
-            Some(H2Abuse::RapidReset)
-        );
-        assert_eq!(goaway_abuse(0xb, b""), Some(H2Abuse::EnhanceYourCalm));
-        assert_eq!(goaway_abuse(0x1, b""), Some(H2Abuse::ProtocolError));
-        assert_eq!(goaway_abuse(0x0, b""), None);
     }
 
     #[test]

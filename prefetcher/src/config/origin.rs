@@ -1,0 +1,123 @@
+//! The origin client (`[origin]`) and the tenants (`[[tenants]]`): host names to
+//! tenants to origins, and how an origin URL and its TLS server name are read.
+
+use std::collections::HashSet;
+use std::path::PathBuf;
+
+use http::Uri;
+use models::TenantId;
+use serde::{Deserialize, Serialize};
+
+use super::{Result, invalid};
+
+/// Origin client timeouts and pool.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct OriginConfig {
+    /// TCP connect timeout.
+    pub connect_timeout_ms: u64,
+    /// Longest wait for the response head once connected.
+    pub header_timeout_ms: u64,
+    /// Longest gap between two body chunks.
+    pub body_idle_timeout_ms: u64,
+    /// Idle keep-alive connections kept per origin.
+    pub pool_max_idle: usize,
+    /// PEM file of the CAs that `https://` origins are verified against, instead of
+    /// the system's roots (a private PKI); read when the node starts.
+    pub ca_file: Option<PathBuf>,
+}
+
+impl Default for OriginConfig {
+    fn default() -> Self {
+        OriginConfig {
+            connect_timeout_ms: 2_000,
+            header_timeout_ms: 15_000,
+            body_idle_timeout_ms: 15_000,
+            pool_max_idle: 64,
+            ca_file: None,
+        }
+    }
+}
+
+/// One tenant: the host names that select it and its origin.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TenantConfig {
+    /// The tenant id (used in flight keys and events, never as a metric label).
+    pub id: TenantId,
+    /// Host names (without port) that select this tenant; `"*"` makes it the fallback.
+    #[serde(default)]
+    pub hosts: Vec<String>,
+    /// `http://` or `https://host[:port][/prefix]`: the origin, or a regional
+    /// prefetcher (shield). An `https://` origin is verified against the system's
+    /// roots (or `origin.ca_file`) for the name in `host_header`, else the URL's host,
+    /// which is also the SNI sent.
+    pub origin: String,
+    /// `Host` sent to the origin; defaults to the origin URL's authority. Set it when
+    /// the origin is a shield that maps host names to tenants. For an `https://`
+    /// origin its host name (without port) is the TLS server name.
+    #[serde(default)]
+    pub host_header: Option<String>,
+}
+
+/// Checks tenant `i`'s host names (no port, no path) and that no other tenant maps
+/// them: the host map is how a request finds its tenant, so it must be a function.
+pub(crate) fn check_tenant_hosts(
+    i: usize,
+    tenant_hosts: &[String],
+    seen: &mut HashSet<String>,
+) -> Result<()> {
+    for h in tenant_hosts {
+        let h = h.to_ascii_lowercase();
+        if h.is_empty() || h.contains(['/', ' ', ':']) {
+            return Err(invalid(
+                format!("tenants[{i}].hosts"),
+                format!("{h:?} is not a host name (no port, no path)"),
+            ));
+        }
+        if !seen.insert(h.clone()) {
+            return Err(invalid(
+                format!("tenants[{i}].hosts"),
+                format!("{h:?} already belongs to another tenant"),
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// The TLS server name (SNI, and the name the certificate must carry) of an
+/// `https://` origin at `authority`: the host of `host_header` when set, else the
+/// authority's host; without port or IPv6 brackets.
+pub(crate) fn tls_server_name(authority: &str, host_header: Option<&str>) -> String {
+    let host = host_header.unwrap_or(authority);
+    let name = match host.rsplit_once(':') {
+        Some((name, port)) if port.bytes().all(|b| b.is_ascii_digit()) => name,
+        _ => host,
+    };
+    name.trim_start_matches('[')
+        .trim_end_matches(']')
+        .to_ascii_lowercase()
+}
+
+/// The parts of an origin URL: `http://authority` (or `https://`) and a path prefix
+/// without a trailing '/'.
+pub(crate) fn parse_origin(origin: &str) -> std::result::Result<(String, String), String> {
+    let uri: Uri = origin.parse().map_err(|e| format!("not a URL: {e}"))?;
+    let scheme = match uri.scheme_str() {
+        Some(s @ ("http" | "https")) => s,
+        Some(other) => {
+            return Err(format!(
+                "scheme {other:?} is not supported (use http or https)"
+            ));
+        }
+        None => return Err("must start with http:// or https://".into()),
+    };
+    let authority = uri
+        .authority()
+        .ok_or_else(|| "must name a host".to_string())?;
+    if uri.query().is_some() {
+        return Err("must not have a query".into());
+    }
+    let prefix = uri.path().trim_end_matches('/').to_string();
+    Ok((format!("{scheme}://{authority}"), prefix))
+}
