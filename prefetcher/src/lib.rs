@@ -63,7 +63,7 @@
 //!   the local cache.
 //!
 //! Modules depend on each other without a cycle, and no production module names
-//! `testing` (checked by `tests/tests/module_graph.rs`). `status`, `config`, `events`,
+//! `testing` (checked by `tests/tests/module_graph/`). `status`, `config`, `events`,
 //! `semantics`, `flight`, `request_head` and `cache_key` depend on no other module;
 //! `tls` on `config`; `limits`, `cache`, `metrics`, `origin` and `faults` on those;
 //! `listener` on `config`, `metrics`, `origin`, `request_head`, `status` (and on no

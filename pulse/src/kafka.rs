@@ -25,7 +25,7 @@ use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 
 /// The librdkafka properties pulse sets itself on the clients that need them, and why
 /// an operator may not override them.
-pub const RESERVED_PROPERTIES: [(&str, &str); 11] = [
+pub(crate) const RESERVED_PROPERTIES: [(&str, &str); 11] = [
     ("bootstrap.servers", "set by --brokers"),
     (
         "metadata.broker.list",

@@ -87,16 +87,16 @@ pub use api::{AppState, app};
 pub use broker::{BrokerError, EmbeddedBroker};
 pub use checkpoint::{Checkpoint, CheckpointError, PartitionSnapshot, load as load_checkpoint};
 pub use fleet::{
-    Coverage, DEFAULT_MAX_PEER_BODY, DEFAULT_PEER_TIMEOUT, ErrorBody, MAX_MODEL_BYTES, MODEL_KEY,
-    MODEL_REJECT_REASONS, ModelPublisher, ModelTopic, ModelTopicError, ModelWatcher, PeerAnswer,
-    PeerFailure, PeerUrl, Peers, PeersConfig, PeersError, TopicState, partition_for_key,
+    Coverage, DEFAULT_PEER_TIMEOUT, ErrorBody, MAX_MODEL_BYTES, MODEL_KEY, MODEL_REJECT_REASONS,
+    ModelPublisher, ModelTopic, ModelTopicError, ModelWatcher, PeerAnswer, PeerFailure, PeerUrl,
+    Peers, PeersConfig, PeersError, TopicState, partition_for_key,
 };
 pub use heat::{
     ApplyError, ConfigError, EdgeSummary, EvictedTenant, HeatConfig, HeatMap, HotKey, KeyStats,
     OutcomeCounts, QueryError, RegionCount, SketchKind, TenantHeat, TenantSummary, Trend,
     Velocities, Window, WindowStats,
 };
-pub use ingest::{BatchObserver, Clock, Ingest, IngestConfig, IngestError, WallClock};
+pub use ingest::{BatchObserver, Clock, Ingest, IngestConfig, IngestError};
 pub use lab::{
     BacktestRow, Burst, BurstKind, EventFile, EventSource, FAMILIES, Family, FamilyRow,
     OfflineError, Replay, ReplayOptions, Trace, TraceSpec, ViralReferrers, backtest_commands,
@@ -110,16 +110,13 @@ pub use predict::{
     ModelError, Predictor, PredictorConfig, ReliabilityBin, Sample, Score, ScoringModel, Skip,
     TrainOptions, TrainingMetrics, Transform, Verdict, default_model,
 };
-pub use prewarm::{
-    FLEET_TRAINER_PARTITION, PrewarmLoop, PrewarmPublisher, Retrainer, retrain_once,
-};
+pub use prewarm::PrewarmPublisher;
 pub use reject::RejectReason;
 pub use service::{PulseConfig, PulseConfigError, PulseHandle, StartError, shutdown_signal, start};
 
 pub use clock::wall_clock_ms;
 pub use kafka::{
-    KafkaClients, KafkaPropertyError, RESERVED_PROPERTIES, check_properties, parse_property,
-    read_properties_file,
+    KafkaClients, KafkaPropertyError, check_properties, parse_property, read_properties_file,
 };
 /// The default topics, from the wire contract.
 pub use models::{EVENTS_TOPIC, PREWARM_TOPIC};

@@ -71,7 +71,7 @@ impl PrewarmPublisher {
 
 /// Runs on the ingest thread: feeds each live partition's predictor, publishes its
 /// commands.
-pub struct PrewarmLoop {
+pub(crate) struct PrewarmLoop {
     publisher: PrewarmPublisher,
     metrics: Arc<Metrics>,
     /// Each partition predictor's totals at its last batch.
@@ -80,7 +80,7 @@ pub struct PrewarmLoop {
 
 impl PrewarmLoop {
     /// A loop that publishes the predictors' commands with `publisher`.
-    pub fn new(publisher: PrewarmPublisher, metrics: Arc<Metrics>) -> Self {
+    pub(crate) fn new(publisher: PrewarmPublisher, metrics: Arc<Metrics>) -> Self {
         PrewarmLoop {
             publisher,
             metrics,
@@ -167,19 +167,19 @@ impl Drop for PrewarmLoop {
 /// partition's predictor. With a model topic, only the instance that owns partition 0
 /// trains, and a model it keeps is published for the whole fleet (every instance's
 /// watcher, its own included, puts it in use); without one, it is put in use here.
-pub struct Retrainer {
+pub(crate) struct Retrainer {
     thread: StoppableThread,
 }
 
 /// The owner of this partition of the events topic trains the fleet's model.
-pub const FLEET_TRAINER_PARTITION: i32 = 0;
+pub(crate) const FLEET_TRAINER_PARTITION: i32 = 0;
 
 /// Fewest labelled samples worth a retrain.
 const MIN_SAMPLES: usize = 200;
 
 impl Retrainer {
     /// Starts the retrain thread.
-    pub fn start(
+    pub(crate) fn start(
         partitions: SharedPartitions,
         interval: Duration,
         threshold: f64,
@@ -215,7 +215,7 @@ impl Retrainer {
     }
 
     /// Stops the thread and waits for it (dropping it does the same).
-    pub fn stop(self) {
+    pub(crate) fn stop(self) {
         self.thread.stop();
     }
 }
@@ -223,7 +223,7 @@ impl Retrainer {
 /// One retrain: copy every partition's samples out under the locks, fit outside
 /// them, and put a model that is not worse in use: published to the fleet with
 /// `fleet`, else set on every partition here. Returns the outcome's metric label.
-pub fn retrain_once(
+pub(crate) fn retrain_once(
     partitions: &SharedPartitions,
     threshold: f64,
     fleet: Option<&ModelPublisher>,

@@ -33,8 +33,7 @@ pub use model_topic::{
 };
 pub use partitioner::partition_for_key;
 pub use peers::{
-    DEFAULT_MAX_PEER_BODY, DEFAULT_PEER_TIMEOUT, PeerAnswer, PeerFailure, PeerUrl, Peers,
-    PeersConfig, PeersError,
+    DEFAULT_PEER_TIMEOUT, PeerAnswer, PeerFailure, PeerUrl, Peers, PeersConfig, PeersError,
 };
 
 /// Which partitions an answer covers, and whether that is all of them.

@@ -88,7 +88,7 @@ pub trait Clock: std::fmt::Debug + Send + Sync + 'static {
 
 /// The system's wall clock.
 #[derive(Debug, Clone, Copy, Default)]
-pub struct WallClock;
+pub(crate) struct WallClock;
 
 impl Clock for WallClock {
     fn now_ms(&self) -> u64 {

@@ -41,7 +41,7 @@ pub const DEFAULT_PEER_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// Largest answer body read from a peer. A heat map of the largest allowed size is a
 /// few MiB of JSON; more than this is a broken peer, not an answer.
-pub const DEFAULT_MAX_PEER_BODY: usize = 16 * 1024 * 1024;
+pub(super) const DEFAULT_MAX_PEER_BODY: usize = 16 * 1024 * 1024;
 
 /// Largest error body read from a peer's non-2xx answer: an [`ErrorBody`] is small.
 const MAX_ERROR_BODY: usize = 64 * 1024;
