@@ -1,8 +1,8 @@
 //! Every Kafka client pulse makes is built here, from one [`KafkaClients`]: the
 //! bootstrap servers plus a free map of librdkafka properties (SASL, TLS, tuning) that
-//! the operator can always reach, as the edges' `kafka.properties`. (This workspace
-//! builds librdkafka without OpenSSL: SASL/PLAIN works, TLS and SCRAM need rdkafka's
-//! `ssl` feature.)
+//! the operator can always reach, as the edges' `kafka.properties`. (librdkafka is
+//! built with the system OpenSSL, rdkafka's `ssl` feature: SSL, SASL_SSL and
+//! SASL_PLAINTEXT; SASL PLAIN, SCRAM and OAUTHBEARER are built in.)
 //!
 //! Each client's configuration is built in one order: `bootstrap.servers`, then the
 //! client's own settings (its group id, commit and fetch settings, producer limits),

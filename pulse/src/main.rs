@@ -46,11 +46,10 @@ enum Command {
 #[derive(Args, Debug, Clone, Default)]
 struct KafkaArgs {
     /// A librdkafka property for every Kafka client pulse makes, as KEY=VALUE (repeat
-    /// the flag): security.protocol=SASL_PLAINTEXT, sasl.mechanisms=PLAIN,
-    /// sasl.username=..., tuning (TLS and SCRAM need a build of rdkafka with its `ssl`
-    /// feature). It overrides pulse's own setting of that
-    /// property on each client, except those pulse's correctness depends on
-    /// (bootstrap.servers, group.id, enable.auto.commit, enable.auto.offset.store,
+    /// the flag): security.protocol=SASL_SSL, ssl.ca.location=/path/ca.pem,
+    /// sasl.mechanisms=PLAIN, sasl.username=..., tuning. It overrides pulse's own
+    /// setting of that property on each client, except those pulse's correctness
+    /// depends on (bootstrap.servers, group.id, enable.auto.commit, enable.auto.offset.store,
     /// group.protocol, partition.assignment.strategy, enable.partition.eof,
     /// auto.offset.reset, transactional.id), which are refused. Flags show in `ps`:
     /// put passwords in --kafka-properties.

@@ -1,5 +1,6 @@
 //! pulse, a prefetcher node and the edge agent through a broker that requires SASL
-//! (SASL_PLAINTEXT, mechanism PLAIN), each given the credentials as librdkafka
+//! (mechanism PLAIN) over TLS (SASL_SSL, the shape of a managed Kafka) or over
+//! plaintext (SASL_PLAINTEXT), each given the credentials and the CA as librdkafka
 //! properties (pulse's `kafka_properties`, the edges' `kafka.properties`):
 //! - events flow edge → pulse: a node's user requests and the lines of a log the agent
 //!   follows reach the events topic, and pulse counts them;
@@ -8,13 +9,20 @@
 //!   and the agent warm it;
 //! - pulse given a wrong password does not count nothing in silence: its ingest
 //!   consumer counts the broker's refusal (`pulse_consume_errors_total{reason=
-//!   "authentication"}`).
+//!   "authentication"}`);
+//! - over TLS, pulse that does not trust the broker's CA (no `ssl.ca.location`,
+//!   certificate verification on) counts the failed handshakes the same way
+//!   (`pulse_consume_errors_total{reason="other"}`: librdkafka's `SSL` error) and
+//!   consumes nothing.
 //!
 //! The broker: `KAFKA_SASL_BOOTSTRAP_SERVERS` (`scripts/test` starts one with
-//! `KAFKA_SASL=1 KAFKA_PORT=29092 scripts/kafka start`), the user and password in
-//! `KAFKA_SASL_USERNAME` / `KAFKA_SASL_PASSWORD` (default: the script's test user,
-//! `edge-pulse` / `edge-pulse-secret`). Without the variable the test fails, naming
-//! it: it is never skipped.
+//! `KAFKA_SASL=1 KAFKA_TLS=1 KAFKA_PORT=29092 scripts/kafka start`), the user and
+//! password in `KAFKA_SASL_USERNAME` / `KAFKA_SASL_PASSWORD` (default: the script's test
+//! user, `edge-pulse` / `edge-pulse-secret`). `KAFKA_SASL_CA` names the CA certificate
+//! the broker's is signed by (`$KAFKA_RUN_DIR/tls/ca.pem`, which `scripts/test` sets):
+//! with it every client speaks SASL_SSL and trusts that CA; without it, SASL_PLAINTEXT
+//! (a broker started without `KAFKA_TLS=1`). Without the servers variable the test
+//! fails, naming it: it is never skipped.
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -31,6 +39,7 @@ use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
 use rdkafka::client::DefaultClientContext;
 
 const SERVERS_ENV: &str = "KAFKA_SASL_BOOTSTRAP_SERVERS";
+const CA_ENV: &str = "KAFKA_SASL_CA";
 const TENANT: &str = "acme";
 const HOST: &str = "acme.example";
 const REGION: &str = "eu-west";
@@ -41,17 +50,38 @@ fn servers() -> String {
         Ok(s) if !s.trim().is_empty() => s,
         _ => panic!(
             "{SERVERS_ENV} is not set: this test needs a broker that requires SASL \
-             (KAFKA_SASL=1 KAFKA_PORT=29092 KAFKA_RUN_DIR=/tmp/edge-pulse-kafka-sasl \
-             scripts/kafka start; {SERVERS_ENV}=127.0.0.1:29092)"
+             (KAFKA_SASL=1 KAFKA_TLS=1 KAFKA_PORT=29092 \
+             KAFKA_RUN_DIR=/tmp/edge-pulse-kafka-sasl scripts/kafka start; \
+             {SERVERS_ENV}=127.0.0.1:29092 {CA_ENV}=/tmp/edge-pulse-kafka-sasl/tls/ca.pem)"
         ),
     }
 }
 
-/// The librdkafka properties of a SASL/PLAIN client with `password`.
+/// The CA certificate the broker's is signed by, when its listener speaks TLS.
+fn ca() -> Option<String> {
+    std::env::var(CA_ENV).ok().filter(|s| !s.trim().is_empty())
+}
+
+/// The librdkafka properties of a SASL/PLAIN client with `password`: over TLS,
+/// trusting [`ca`], when there is one.
 fn sasl(password: &str) -> BTreeMap<String, String> {
+    let mut properties = sasl_untrusted(password);
+    if let Some(ca) = ca() {
+        properties.insert("ssl.ca.location".into(), ca);
+    }
+    properties
+}
+
+/// [`sasl`] without the CA: over TLS, a client that cannot verify the broker.
+fn sasl_untrusted(password: &str) -> BTreeMap<String, String> {
     let user = std::env::var("KAFKA_SASL_USERNAME").unwrap_or_else(|_| "edge-pulse".into());
+    let protocol = if ca().is_some() {
+        "SASL_SSL"
+    } else {
+        "SASL_PLAINTEXT"
+    };
     [
-        ("security.protocol", "SASL_PLAINTEXT"),
+        ("security.protocol", protocol),
         ("sasl.mechanisms", "PLAIN"),
         ("sasl.username", user.as_str()),
         ("sasl.password", password),
@@ -97,10 +127,15 @@ async fn create_topics(servers: &str, topics: &[&str]) {
     }
 }
 
-async fn start_pulse(servers: &str, password: &str, events: &str, prewarm: &str) -> PulseHandle {
+async fn start_pulse(
+    servers: &str,
+    properties: BTreeMap<String, String>,
+    events: &str,
+    prewarm: &str,
+) -> PulseHandle {
     pulse::start(PulseConfig {
         brokers: Some(servers.to_owned()),
-        kafka_properties: sasl(password),
+        kafka_properties: properties,
         topic: events.to_owned(),
         prewarm_topic: prewarm.to_owned(),
         group: format!("{events}-pulse"),
@@ -150,7 +185,7 @@ async fn pulse_and_the_edges_run_through_a_sasl_broker() {
     let events_topic = unique("sasl-edge-events");
     let prewarm_topic = unique("sasl-prewarm");
     create_topics(&servers, &[&events_topic, &prewarm_topic]).await;
-    let pulse = start_pulse(&servers, &password(), &events_topic, &prewarm_topic).await;
+    let pulse = start_pulse(&servers, sasl(&password()), &events_topic, &prewarm_topic).await;
 
     // A prefetcher node, its Kafka clients through SASL.
     let origin = SyntheticOrigin::start("origin").await;
@@ -246,10 +281,17 @@ async fn pulse_and_the_edges_run_through_a_sasl_broker() {
     .await;
     assert_eq!(cache.fills_for("/warm"), 1);
     assert_eq!(
-        authentication_errors(&pulse).await,
+        consume_errors(&pulse, "authentication").await,
         0,
         "no authentication error with the right password"
     );
+    if ca().is_some() {
+        assert_eq!(
+            consume_errors(&pulse, "other").await,
+            0,
+            "no TLS error with the CA trusted"
+        );
+    }
 
     agent.shutdown().await;
     node.shutdown().await;
@@ -257,9 +299,15 @@ async fn pulse_and_the_edges_run_through_a_sasl_broker() {
 
     // A wrong password: pulse starts (the broker may be away for a while), counts the
     // broker's refusal and says so in /metrics, and consumes nothing.
-    let wrong = start_pulse(&servers, "not-the-password", &events_topic, &prewarm_topic).await;
+    let wrong = start_pulse(
+        &servers,
+        sasl("not-the-password"),
+        &events_topic,
+        &prewarm_topic,
+    )
+    .await;
     let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
-    while authentication_errors(&wrong).await == 0 {
+    while consume_errors(&wrong, "authentication").await == 0 {
         assert!(
             tokio::time::Instant::now() < deadline,
             "pulse with a wrong password did not report the broker's refusal in /metrics"
@@ -269,18 +317,61 @@ async fn pulse_and_the_edges_run_through_a_sasl_broker() {
     assert_eq!(wrong.metrics().consumed.get(), 0);
     assert_eq!(wrong.metrics().partitions_owned.get(), 0);
     wrong.shutdown().await;
+
+    // Over TLS, a CA pulse does not trust: the right password, but no ssl.ca.location and
+    // certificate verification on. Every handshake fails (librdkafka's `SSL` error, which
+    // pulse counts as `other`), pulse says so in /metrics and consumes nothing.
+    if ca().is_some() {
+        let mut properties = sasl_untrusted(&password());
+        properties.insert("enable.ssl.certificate.verification".into(), "true".into());
+        let untrusting = start_pulse(&servers, properties, &events_topic, &prewarm_topic).await;
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+        while consume_errors(&untrusting, "other").await == 0 {
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "pulse that does not trust the broker's CA did not report the failed \
+                 handshakes in /metrics"
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        assert_eq!(consume_errors(&untrusting, "authentication").await, 0);
+        assert_eq!(untrusting.metrics().consumed.get(), 0);
+        assert_eq!(untrusting.metrics().partitions_owned.get(), 0);
+        untrusting.shutdown().await;
+    }
 }
 
-/// `pulse_consume_errors_total{reason="authentication"}` from `pulse`'s `GET /metrics`
-/// (0 before the first).
-async fn authentication_errors(pulse: &PulseHandle) -> u64 {
+/// `pulse_consume_errors_total{reason="<reason>"}` from `pulse`'s `GET /metrics` (0
+/// before the first).
+async fn consume_errors(pulse: &PulseHandle, reason: &str) -> u64 {
     let fetched = TestClient::new()
         .get(pulse.api_addr(), "pulse", "/metrics")
         .await
         .expect("GET /metrics");
     assert_eq!(fetched.status, 200);
     let text = String::from_utf8(fetched.body.unwrap_or_default().to_vec()).unwrap();
+    let prefix = format!("pulse_consume_errors_total{{reason=\"{reason}\"}} ");
     text.lines()
-        .find_map(|l| l.strip_prefix("pulse_consume_errors_total{reason=\"authentication\"} "))
+        .find_map(|l| l.strip_prefix(prefix.as_str()))
         .map_or(0, |n| n.trim().parse().expect("a count"))
+}
+
+/// This build's librdkafka has TLS and the SASL mechanisms a managed Kafka asks for
+/// (rdkafka's `ssl` feature: OpenSSL, SCRAM and OAUTHBEARER come with it), read from
+/// librdkafka's own `builtin.features`.
+#[test]
+fn librdkafka_is_built_with_tls_and_sasl() {
+    let native = ClientConfig::new()
+        .create_native_config()
+        .expect("a librdkafka configuration");
+    let features = native
+        .get("builtin.features")
+        .expect("the builtin.features property");
+    let features: Vec<&str> = features.split(',').collect();
+    for wanted in ["ssl", "sasl_plain", "sasl_scram", "sasl_oauthbearer"] {
+        assert!(
+            features.contains(&wanted),
+            "librdkafka lacks {wanted}: builtin.features={features:?}"
+        );
+    }
 }
