@@ -215,13 +215,15 @@ impl KafkaClients {
     }
 }
 
-/// The kind of a client error, as a metric label: `authentication` (SASL or TLS
-/// refused), `transport`, `all_brokers_down` or `other`.
+/// The kind of a client error, as a metric label: `authentication` (SASL refused),
+/// `tls` (the handshake failed: an untrusted or mismatched certificate, TLS spoken to
+/// a plaintext listener), `transport`, `all_brokers_down` or `other`.
 pub(crate) fn error_kind(error: &KafkaError) -> &'static str {
     match error.rdkafka_error_code() {
         Some(RDKafkaErrorCode::Authentication | RDKafkaErrorCode::SaslAuthenticationFailed) => {
             "authentication"
         }
+        Some(RDKafkaErrorCode::SSL) => "tls",
         Some(RDKafkaErrorCode::BrokerTransportFailure) => "transport",
         Some(RDKafkaErrorCode::AllBrokersDown) => "all_brokers_down",
         _ => "other",

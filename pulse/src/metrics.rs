@@ -84,8 +84,8 @@ pub struct Metrics {
     /// Rejected messages forwarded to the dead-letter topic.
     pub dead_lettered: Counter,
     /// Errors the ingest consumer polled instead of a message, by kind
-    /// (`authentication`: the broker refused pulse's credentials; `transport`,
-    /// `all_brokers_down`, `other`).
+    /// (`authentication`: the broker refused pulse's credentials; `tls`: the TLS
+    /// handshake failed; `transport`, `all_brokers_down`, `other`).
     pub consume_errors: Family<ReasonLabel, Counter>,
     /// Messages behind the partitions' high watermarks, summed.
     pub consumer_lag: Gauge,

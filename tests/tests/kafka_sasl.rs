@@ -12,7 +12,7 @@
 //!   "authentication"}`);
 //! - over TLS, pulse that does not trust the broker's CA (no `ssl.ca.location`,
 //!   certificate verification on) counts the failed handshakes the same way
-//!   (`pulse_consume_errors_total{reason="other"}`: librdkafka's `SSL` error) and
+//!   (`pulse_consume_errors_total{reason="tls"}`: librdkafka's `SSL` error) and
 //!   consumes nothing.
 //!
 //! The broker: `KAFKA_SASL_BOOTSTRAP_SERVERS` (`scripts/test` starts one with
@@ -287,7 +287,7 @@ async fn pulse_and_the_edges_run_through_a_sasl_broker() {
     );
     if ca().is_some() {
         assert_eq!(
-            consume_errors(&pulse, "other").await,
+            consume_errors(&pulse, "tls").await,
             0,
             "no TLS error with the CA trusted"
         );
@@ -320,13 +320,13 @@ async fn pulse_and_the_edges_run_through_a_sasl_broker() {
 
     // Over TLS, a CA pulse does not trust: the right password, but no ssl.ca.location and
     // certificate verification on. Every handshake fails (librdkafka's `SSL` error, which
-    // pulse counts as `other`), pulse says so in /metrics and consumes nothing.
+    // pulse counts as `tls`), pulse says so in /metrics and consumes nothing.
     if ca().is_some() {
         let mut properties = sasl_untrusted(&password());
         properties.insert("enable.ssl.certificate.verification".into(), "true".into());
         let untrusting = start_pulse(&servers, properties, &events_topic, &prewarm_topic).await;
         let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
-        while consume_errors(&untrusting, "other").await == 0 {
+        while consume_errors(&untrusting, "tls").await == 0 {
             assert!(
                 tokio::time::Instant::now() < deadline,
                 "pulse that does not trust the broker's CA did not report the failed \
