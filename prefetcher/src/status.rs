@@ -197,8 +197,8 @@ pub enum H2Abuse {
     FrameSizeError,
     /// A flow-control window overflowed.
     FlowControlError,
-    /// The client left response data unsent past `http2.send_stall_timeout_ms`
-    /// (a zero flow-control window never updated).
+    /// The client left response data unsent past `server.send_timeout_ms` (a zero
+    /// flow-control window never updated; formerly `http2.send_stall_timeout_ms`).
     SendStall,
     /// The client did not answer a keep-alive `PING` in time.
     KeepAliveTimeout,

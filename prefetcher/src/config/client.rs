@@ -114,9 +114,12 @@ pub struct ConnectionLimits {
     /// keep-alive requests, HTTP/2 with no open stream); then it is closed
     /// (`idle_timeout`).
     pub idle_timeout_ms: u64,
-    /// Longest a response may wait on a client that takes none of its bytes (the
-    /// socket's send buffer full, nothing written since); then the connection is
-    /// closed (`send_timeout`).
+    /// Longest a response may wait on a client that takes none of its bytes, HTTP/1
+    /// and HTTP/2 alike: the socket's send buffer full with nothing written since
+    /// (`send_timeout`), or an HTTP/2 response body ready while the client polls no
+    /// body of its connection, its flow-control window never opened (counted in
+    /// `prefetcher_h2_connection_errors_total{reason="send_stall"}`); then the
+    /// connection is closed. (It replaces `http2.send_stall_timeout_ms`.)
     pub send_timeout_ms: u64,
     /// Longest gap between two reads of a request body the node forwards to the
     /// origin (a pass-through upload): past it the client gets 408 (or, if the origin
