@@ -51,10 +51,7 @@ async fn main() {
     let topic = format!(
         "pulse-bench-{}-{}",
         std::process::id(),
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .unwrap()
-            .as_secs()
+        pulse::wall_clock_ms() / 1000
     );
     let admin: AdminClient<DefaultClientContext> = ClientConfig::new()
         .set("bootstrap.servers", &brokers)

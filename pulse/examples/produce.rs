@@ -16,7 +16,7 @@
 use std::io::BufRead;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
 use clap::Parser;
@@ -64,12 +64,6 @@ impl ProducerContext for Deliveries {
     }
 }
 
-fn now_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as u64)
-}
-
 fn main() -> anyhow::Result<()> {
     let args = Args::parse();
     let file = std::fs::File::open(&args.file)
@@ -94,7 +88,7 @@ fn main() -> anyhow::Result<()> {
 
     let started = Instant::now();
     let shift = match (args.realtime, events.first()) {
-        (true, Some(first)) => Some((first.ts_ms, now_ms())),
+        (true, Some(first)) => Some((first.ts_ms, pulse::wall_clock_ms())),
         _ => None,
     };
     for mut event in events.iter().cloned() {
