@@ -74,20 +74,23 @@ impl KafkaArgs {
             .map_err(|e| anyhow::anyhow!("{KAFKA_PROPERTY_FLAGS}: {e}"))?;
         Ok(properties)
     }
+}
 
-    /// `source` reading a topic with these properties (checked for a file too).
-    fn apply(&self, source: EventSource) -> anyhow::Result<EventSource> {
-        let properties = self.properties()?;
-        Ok(match source {
-            EventSource::Topic { kafka, topic } => EventSource::Topic {
-                kafka: kafka
-                    .with_properties(properties)
-                    .map_err(|e| anyhow::anyhow!("{KAFKA_PROPERTY_FLAGS}: {e}"))?,
-                topic,
-            },
-            file => file,
-        })
-    }
+/// `source` reading a topic with the operator's `properties` (already checked by
+/// [`KafkaArgs::properties`]); a file is left as it is.
+fn with_properties(
+    source: EventSource,
+    properties: &BTreeMap<String, String>,
+) -> anyhow::Result<EventSource> {
+    Ok(match source {
+        EventSource::Topic { kafka, topic } => EventSource::Topic {
+            kafka: kafka
+                .with_properties(properties.clone())
+                .map_err(|e| anyhow::anyhow!("{KAFKA_PROPERTY_FLAGS}: {e}"))?,
+            topic,
+        },
+        file => file,
+    })
 }
 
 /// The flags that give librdkafka properties, as errors name them.
@@ -551,12 +554,17 @@ fn train(args: TrainArgs) -> anyhow::Result<()> {
         ridge: args.ridge,
         ..TrainOptions::default()
     };
+    // The properties file is read once, for every source.
+    let properties = args.kafka.properties()?;
     let events = args
         .events
         .into_iter()
-        .map(|source| args.kafka.apply(source))
+        .map(|source| with_properties(source, &properties))
         .collect::<anyhow::Result<Vec<_>>>()?;
-    let held_out = args.held_out.map(|s| args.kafka.apply(s)).transpose()?;
+    let held_out = args
+        .held_out
+        .map(|s| with_properties(s, &properties))
+        .transpose()?;
     let model = if args.families.is_empty() {
         pulse::train_model(&events, held_out.as_ref(), &options)?
     } else {
@@ -579,10 +587,11 @@ fn backtest(args: BacktestArgs) -> anyhow::Result<()> {
             .with_context(|| format!("--model: {}", path.display()))?,
         None => pulse::default_model(),
     };
+    let properties = args.kafka.properties()?;
     let source = args
         .events
         .clone()
-        .map(|s| args.kafka.apply(s))
+        .map(|s| with_properties(s, &properties))
         .transpose()?;
     let Some(source) = &source else {
         let families = families(&args.families, "--families")?;
