@@ -25,7 +25,6 @@
 //! fails, naming it: it is never skipped.
 
 use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
 use models::{CacheKey, PrewarmCommand, Reason, RegionId, RegionTargets, TenantId};
@@ -33,6 +32,7 @@ use prefetcher::testing::{SyntheticOrigin, TestClient, wait_until};
 use prefetcher::{
     AgentConfig, AgentTenant, Config, FlightKey, LogFormat, NodeHandle, spawn_agent, spawn_node,
 };
+use pulse::testing::unique_name;
 use pulse::{KafkaClients, PrewarmPublisher, PulseConfig, PulseHandle};
 use rdkafka::ClientConfig;
 use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
@@ -95,16 +95,6 @@ fn password() -> String {
     std::env::var("KAFKA_SASL_PASSWORD").unwrap_or_else(|_| "edge-pulse-secret".into())
 }
 
-fn unique(prefix: &str) -> String {
-    static NEXT: AtomicU32 = AtomicU32::new(0);
-    format!(
-        "{prefix}-{}-{}-{}",
-        std::process::id(),
-        pulse::wall_clock_ms(),
-        NEXT.fetch_add(1, Ordering::Relaxed)
-    )
-}
-
 /// Creates `topics` on the broker, through SASL.
 async fn create_topics(servers: &str, topics: &[&str]) {
     let mut config = ClientConfig::new();
@@ -149,7 +139,7 @@ async fn start_pulse(
 fn command(key: &str) -> PrewarmCommand {
     let now = pulse::wall_clock_ms();
     PrewarmCommand::new(
-        unique("sasl-command"),
+        unique_name("sasl-command"),
         TenantId::new(TENANT).unwrap(),
         CacheKey::new(key).unwrap(),
         0.9,
@@ -182,8 +172,8 @@ fn nginx_line(uri: &str) -> String {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn pulse_and_the_edges_run_through_a_sasl_broker() {
     let servers = servers();
-    let events_topic = unique("sasl-edge-events");
-    let prewarm_topic = unique("sasl-prewarm");
+    let events_topic = unique_name("sasl-edge-events");
+    let prewarm_topic = unique_name("sasl-prewarm");
     create_topics(&servers, &[&events_topic, &prewarm_topic]).await;
     let pulse = start_pulse(&servers, sasl(&password()), &events_topic, &prewarm_topic).await;
 
@@ -194,7 +184,7 @@ async fn pulse_and_the_edges_run_through_a_sasl_broker() {
         TenantId::new(TENANT).unwrap(),
         origin.url(),
     );
-    let node_id = unique("sasl-node");
+    let node_id = unique_name("sasl-node");
     config.region = Some(RegionId::new(REGION).unwrap());
     config.node = Some(node_id.parse().unwrap());
     config.kafka.brokers = Some(servers.clone());
@@ -210,7 +200,7 @@ async fn pulse_and_the_edges_run_through_a_sasl_broker() {
     let log = dir.path().join("access.log");
     std::fs::write(&log, "").unwrap();
     let cache = SyntheticOrigin::start("cache").await;
-    let agent_node = unique("sasl-agent");
+    let agent_node = unique_name("sasl-agent");
     let mut agent_config = AgentConfig {
         region: Some(RegionId::new(REGION).unwrap()),
         node: Some(agent_node.parse().unwrap()),

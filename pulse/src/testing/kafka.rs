@@ -23,6 +23,21 @@ use crate::broker::EmbeddedBroker;
 /// The environment variable naming a real broker.
 pub const BOOTSTRAP_ENV: &str = "KAFKA_BOOTSTRAP_SERVERS";
 
+/// `prefix` made unique to this call, this process and this moment: a topic, group or
+/// node name no other test (or earlier run against the same broker) uses.
+pub fn unique_name(prefix: &str) -> String {
+    static NEXT: AtomicU32 = AtomicU32::new(0);
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos();
+    format!(
+        "{prefix}-{}-{nanos}-{}",
+        std::process::id(),
+        NEXT.fetch_add(1, Ordering::Relaxed)
+    )
+}
+
 /// A broker for one test, with helpers for unique topics and ready-made clients.
 pub struct TestKafka {
     bootstrap_servers: String,
@@ -110,16 +125,7 @@ impl TestKafka {
 
     /// A topic name no other test (or earlier run against the same broker) uses.
     pub fn unique_topic(&self, prefix: &str) -> String {
-        static NEXT: AtomicU32 = AtomicU32::new(0);
-        let nanos = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .unwrap()
-            .as_nanos();
-        format!(
-            "{prefix}-{}-{nanos}-{}",
-            std::process::id(),
-            NEXT.fetch_add(1, Ordering::Relaxed)
-        )
+        unique_name(prefix)
     }
 
     /// Creates `name` with `partitions` partitions and waits until it is usable.
