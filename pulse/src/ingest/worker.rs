@@ -119,6 +119,8 @@ impl Worker {
                             .inc();
                         if reason == "authentication" {
                             tracing::error!(error = %e, "the broker refused pulse's credentials (--kafka-property sasl.*); continuing");
+                        } else if reason == "tls" {
+                            tracing::error!(error = %e, "the TLS handshake with the broker failed (--kafka-property ssl.*); continuing");
                         } else {
                             tracing::warn!(error = %e, "consume error; continuing");
                         }
