@@ -362,7 +362,8 @@ mod tests {
         let forged_same_id = other.signer("k1").unwrap().sign(b"payload");
         let unknown_id = other.signer("k9").unwrap().sign(b"payload");
         let not_hex = format!("k1:{}", "zz".repeat(32));
-        let cases: [(Option<&[u8]>, &[u8], SignatureError); 9] = [
+        type Case<'a> = (Option<&'a [u8]>, &'a [u8], SignatureError);
+        let cases: [Case<'_>; 9] = [
             (None, b"payload", SignatureError::Unsigned),
             (
                 Some(good.as_bytes()),
