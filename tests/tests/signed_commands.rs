@@ -128,9 +128,13 @@ async fn produce(producer: &FutureProducer, topic: &str, payload: &[u8], signatu
 /// The forged commands every verifier must refuse, each for a key of its own, with
 /// the reason it is counted under: no signature; a signature by a secret nobody
 /// holds under a configured id; a payload changed after signing; a key id nobody
-/// configured.
+/// configured. The good command each test sends after them is `/ok`.
 fn forgeries(good: &Signer) -> Vec<(&'static str, &'static str, Vec<u8>, Option<String>)> {
-    let unsigned = encode(&command("/unsigned"));
+    // It takes the id of the good command sent after it: refused before its id is
+    // remembered, it cannot make that one a `duplicate`.
+    let mut unsigned = command("/unsigned");
+    unsigned.id = command("/ok").id;
+    let unsigned = encode(&unsigned);
     let forged = encode(&command("/forged"));
     let forged_sig = signer(good.key_id(), SECRET_FORGED).sign(&forged);
     let original = encode(&command("/original"));
