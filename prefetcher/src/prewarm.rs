@@ -67,6 +67,7 @@ impl ConsumerContext for LoggingContext {
 
 /// Checks one message payload against the node and, if it passes and is not a
 /// repeat, pre-warms. `now_ms` is the wall clock in milliseconds since the Unix epoch.
+/// The signature (check 0) is the caller's, before this: [`check_signature`].
 pub fn handle_prewarm(
     node: &Node,
     region: &RegionId,

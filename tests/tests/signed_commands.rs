@@ -521,3 +521,75 @@ async fn pulse_serve_with_a_signing_key_signs_every_command() {
     let log = pulse.log_tail();
     assert!(log.contains("pre-warm commands are signed"), "{log}");
 }
+
+/// A key file that would leave the edge unable to check commands (a short secret, a
+/// key id twice, bad hex, no file) fails the start of a node and of an edge agent,
+/// naming the setting and the line, and never printing a secret.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_bad_key_file_fails_the_start_naming_the_setting() {
+    let kafka = TestKafka::start();
+    let dir = tempfile::tempdir().unwrap();
+    let keys = dir.path().join("prewarm.keys");
+    let origin = SyntheticOrigin::start("origin").await;
+    let cases = [
+        (format!("k1 {}\n", &SECRET_1[..40]), "line 1"),
+        (format!("k1 {SECRET_1}\nk1 {SECRET_2}\n"), "line 2"),
+        (format!("k1 {}\n", SECRET_1.replace('6', "x")), "not hex"),
+    ];
+    for (text, want) in cases {
+        std::fs::write(&keys, &text).unwrap();
+        let config = node_config(
+            &origin,
+            &kafka,
+            "prewarm",
+            "edge-events",
+            &unique("edge-bad"),
+            &keys,
+        );
+        let error = spawn_node(config)
+            .await
+            .expect_err("a bad key file")
+            .to_string();
+        assert!(
+            error.contains("kafka.prewarm_keys_file") && error.contains(want),
+            "{error}"
+        );
+        assert!(!error.contains(&SECRET_1[4..30]), "{error}");
+
+        let mut agent = AgentConfig {
+            region: Some(RegionId::new(REGION).unwrap()),
+            node: Some("agent-bad".parse().unwrap()),
+            log_path: dir.path().join("access.log"),
+            state_path: dir.path().join("position.json"),
+            tenants: vec![AgentTenant {
+                id: TenantId::new(TENANT).unwrap(),
+                hosts: vec![HOST.into()],
+            }],
+            ..AgentConfig::default()
+        };
+        agent.kafka.brokers = Some(kafka.bootstrap_servers().into());
+        agent.kafka.prewarm_keys_file = Some(keys.clone());
+        let error = spawn_agent(agent)
+            .await
+            .expect_err("a bad key file")
+            .to_string();
+        assert!(
+            error.contains("kafka.prewarm_keys_file") && error.contains(want),
+            "{error}"
+        );
+    }
+    std::fs::remove_file(&keys).unwrap();
+    let config = node_config(
+        &origin,
+        &kafka,
+        "prewarm",
+        "edge-events",
+        &unique("edge-bad"),
+        &keys,
+    );
+    let error = spawn_node(config)
+        .await
+        .expect_err("no key file")
+        .to_string();
+    assert!(error.contains("kafka.prewarm_keys_file"), "{error}");
+}

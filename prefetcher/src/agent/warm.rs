@@ -4,8 +4,9 @@
 //!
 //! Each message goes through [`check_signature`] (with `kafka.prewarm_keys_file`:
 //! `unsigned`, `unknown_key`, `bad_signature`, before the payload is parsed), then
-//! [`check_prewarm`](crate::prewarm::check_prewarm) (codec, `expired`, `other_region`), then the agent's own tenant map (`unknown_tenant`) and
-//! the ids it acted on ([`RecentCommands`]: `duplicate`);
+//! [`check_prewarm`](crate::prewarm::check_prewarm) (codec, `expired`,
+//! `other_region`), then the agent's own tenant map (`unknown_tenant`) and the ids it
+//! acted on ([`RecentCommands`]: `duplicate`);
 //! refusals are counted in `prefetcher_prefetches_rejected_total{reason}` as the
 //! prefetcher counts them. The key is normalised as a request's
 //! ([`normalise_key`](crate::normalise_key)) and requested with the tenant's first
