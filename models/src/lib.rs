@@ -26,6 +26,9 @@
 //! - `codec`: the JSON codec ([`encode`], [`decode`], and [`decode_event_ref`] and
 //!   [`encode_event_into`] that copy no string), its [`DecodeError`] and their
 //!   [`DecodeReason`]s.
+//! - `signature`: pre-warm command signatures: [`SigningKeys`] (key id → secret, from
+//!   a key file's text), the [`Signer`] and [`SigningKeys::verify`], HMAC-SHA256 over
+//!   the exact payload, carried in the [`SIGNATURE_HEADER`] message header.
 //! - `topic`: the default topic names ([`EVENTS_TOPIC`], [`PREWARM_TOPIC`]) and the
 //!   message-key rule ([`message_key`]).
 
@@ -35,6 +38,7 @@ mod compact;
 pub use compact::STRING_STOP;
 mod event;
 mod ids;
+mod signature;
 mod topic;
 
 pub use codec::{
@@ -48,6 +52,10 @@ pub use ids::{
     NodeId, NodeRef, RegionId, RegionRef, TenantId, TenantRef, is_topic_name,
 };
 
+pub use signature::{
+    KeyFileError, MAX_KEY_BYTES, MAX_KEY_ID_LEN, MIN_KEY_BYTES, SIGNATURE_HEADER, SignatureError,
+    Signer, SigningKeys, is_key_id,
+};
 pub use topic::{EVENTS_TOPIC, PREWARM_TOPIC, message_key, write_message_key};
 
 /// The schema version this build writes and accepts.

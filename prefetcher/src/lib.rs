@@ -54,7 +54,8 @@
 //!   (`Node::panic_next_fill`); the proxy owns it, `testing` re-exports it.
 //! - `events`: the [`EventSink`] hook for access events, stamped at answer time.
 //! - `publisher`: [`EventPublisher`], access events to Kafka (bounded, never blocking).
-//! - `prewarm`: [`PrewarmConsumer`], pre-warm commands from Kafka, checked and counted.
+//! - `prewarm`: [`PrewarmConsumer`], pre-warm commands from Kafka, checked (signature
+//!   first, [`check_signature`], when keys are configured) and counted.
 //! - `run`: [`spawn_node`], a whole node (listeners, publisher, consumer) in-process.
 //! - `metrics`: Prometheus [`Metrics`].
 //! - `testing` (feature `testing`): a synthetic origin, test clients, a node runner.
@@ -119,7 +120,7 @@ pub use models::Priority;
 pub use origin::{
     ClientAddr, OriginClient, Tenant, fill_headers, forwarded_headers, prewarm_headers,
 };
-pub use prewarm::{PrewarmConsumer, check_prewarm, handle_prewarm};
+pub use prewarm::{PrewarmConsumer, check_prewarm, check_signature, handle_prewarm};
 pub use proxy::{Node, PrewarmError, PrewarmOutcome, admin_app, app, serve_node, serve_node_tls};
 pub use publisher::EventPublisher;
 pub use request_head::{

@@ -7,6 +7,11 @@
 //! `prefetcher_prefetches_rejected_total{reason}`, never a crash or a stalled
 //! partition:
 //!
+//! 0. with `kafka.prewarm_keys_file` set, the signature, before a byte of the payload
+//!    is parsed ([`check_signature`]): `unsigned` (no `edge-pulse-sig` header),
+//!    `unknown_key` (a key id not in the file), `bad_signature` (the HMAC does not match
+//!    the payload, or the header is malformed or repeated). Without keys, commands are
+//!    not authenticated: anyone who can produce to the topic is obeyed;
 //! 1. the codec (`too_large`, `malformed`, `invalid_field`, `unsupported_version`):
 //!    it already refuses a key that is a URL, escapes with `..`, or is oversized;
 //! 2. `expired`: past `expires_at_ms`;
@@ -25,10 +30,10 @@
 use std::collections::{HashMap, VecDeque};
 use std::time::Duration;
 
-use models::{PrewarmCommand, RegionId, decode};
+use models::{PrewarmCommand, RegionId, SIGNATURE_HEADER, SigningKeys, decode};
 use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext, Rebalance, StreamConsumer};
 use rdkafka::error::{KafkaError, KafkaResult};
-use rdkafka::message::Message;
+use rdkafka::message::{Headers, Message};
 use rdkafka::{ClientContext, TopicPartitionList};
 use tokio::sync::watch;
 
@@ -62,6 +67,7 @@ impl ConsumerContext for LoggingContext {
 
 /// Checks one message payload against the node and, if it passes and is not a
 /// repeat, pre-warms. `now_ms` is the wall clock in milliseconds since the Unix epoch.
+/// The signature (check 0) is the caller's, before this: [`check_signature`].
 pub fn handle_prewarm(
     node: &Node,
     region: &RegionId,
@@ -136,6 +142,46 @@ impl RecentCommands {
     }
 }
 
+/// Check 0 of the list above: with `keys`, `message` must carry one
+/// [`SIGNATURE_HEADER`] that is a valid HMAC of its exact payload by one of them;
+/// without keys every message passes. Every consumer of `prewarm` (the node's, the
+/// edge agent's) runs it first.
+pub fn check_signature(
+    keys: Option<&SigningKeys>,
+    message: &impl Message,
+) -> Result<(), RejectReason> {
+    let Some(keys) = keys else {
+        return Ok(());
+    };
+    let mut signature = None;
+    if let Some(headers) = message.headers() {
+        for header in headers.iter().filter(|h| h.key == SIGNATURE_HEADER) {
+            // A second signature header could make two readers disagree on which one
+            // counts: refused, as a missing value is.
+            if signature.is_some() || header.value.is_none() {
+                return Err(RejectReason::BadSignature);
+            }
+            signature = header.value;
+        }
+    }
+    keys.verify(signature, message.payload().unwrap_or_default())
+        .map(|_| ())
+        .map_err(RejectReason::from)
+}
+
+/// Logs, once at start, whether a consumer authenticates commands (`who` names it).
+pub(crate) fn log_authentication(who: &str, keys: Option<&SigningKeys>) {
+    match keys {
+        Some(keys) => tracing::info!(
+            keys = ?keys.ids().collect::<Vec<_>>(),
+            "{who}: pre-warm commands must be signed with one of these keys"
+        ),
+        None => tracing::info!(
+            "{who}: pre-warm commands are not authenticated (no kafka.prewarm_keys_file)"
+        ),
+    }
+}
+
 /// Checks 1 to 3 of the list above (codec, `expired`, `other_region`) on one message
 /// payload for a node in `region`: every consumer of `prewarm` (the node's, the edge
 /// agent's) runs these same checks, then its own `unknown_tenant` lookup.
@@ -158,6 +204,7 @@ pub fn check_prewarm(
 /// A node's pre-warm consumer.
 pub struct PrewarmConsumer {
     consumer: StreamConsumer<LoggingContext>,
+    keys: Option<SigningKeys>,
     node: Node,
     region: RegionId,
     topic: String,
@@ -174,8 +221,9 @@ impl std::fmt::Debug for PrewarmConsumer {
 
 impl PrewarmConsumer {
     /// A consumer for `node`, configured by its validated config (Kafka on), already
-    /// subscribed to `kafka.prewarm_topic`.
-    pub fn new(node: Node) -> Result<PrewarmConsumer, KafkaError> {
+    /// subscribed to `kafka.prewarm_topic`. With `keys` (the node's
+    /// [`KafkaConfig::prewarm_keys`]) it acts only on commands signed by one of them.
+    pub fn new(node: Node, keys: Option<SigningKeys>) -> Result<PrewarmConsumer, KafkaError> {
         let config: &Config = node.config();
         let Some(region) = config.region.clone() else {
             return Err(KafkaError::ClientCreation(
@@ -187,6 +235,7 @@ impl PrewarmConsumer {
         let topic = kafka.prewarm_topic.clone();
         Ok(PrewarmConsumer {
             consumer,
+            keys,
             node,
             region,
             topic,
@@ -197,6 +246,7 @@ impl PrewarmConsumer {
     /// stored offsets.
     pub async fn run(self, mut shutdown: watch::Receiver<bool>) {
         tracing::info!(topic = %self.topic, region = %self.region, "pre-warm consumer started");
+        log_authentication("pre-warm consumer", self.keys.as_ref());
         let metrics = self.node.metrics();
         let mut recent = RecentCommands::new(RecentCommands::DEFAULT_CAPACITY);
         loop {
@@ -215,13 +265,16 @@ impl PrewarmConsumer {
             };
             metrics.prefetches_received.inc();
             let now_ms = unix_now_ms();
-            match handle_prewarm(
-                &self.node,
-                &self.region,
-                &mut recent,
-                message.payload(),
-                now_ms,
-            ) {
+            let handled = check_signature(self.keys.as_ref(), &message).and_then(|()| {
+                handle_prewarm(
+                    &self.node,
+                    &self.region,
+                    &mut recent,
+                    message.payload(),
+                    now_ms,
+                )
+            });
+            match handled {
                 Ok(outcome) => tracing::debug!(?outcome, "pre-warm"),
                 Err(reason) => {
                     metrics.prewarm_rejected(reason);
@@ -274,7 +327,83 @@ pub(crate) fn subscribe_prewarm(
 
 #[cfg(test)]
 mod tests {
+    use models::{SignatureError, Signer};
+    use rdkafka::message::{Header, OwnedHeaders, OwnedMessage, Timestamp};
+
     use super::*;
+
+    const SECRET: &str = "000102030405060708090a0b0c0d0e0f101112131415161718191a1b1c1d1e1f";
+
+    fn message(payload: &[u8], signatures: &[Option<&str>]) -> OwnedMessage {
+        let mut headers = OwnedHeaders::new().insert(Header {
+            key: "other",
+            value: Some("x"),
+        });
+        for value in signatures {
+            headers = headers.insert(Header {
+                key: SIGNATURE_HEADER,
+                value: *value,
+            });
+        }
+        OwnedMessage::new(
+            Some(payload.to_vec()),
+            None,
+            "prewarm".into(),
+            Timestamp::NotAvailable,
+            0,
+            0,
+            Some(headers),
+        )
+    }
+
+    fn signer(id: &str, secret: &str) -> Signer {
+        SigningKeys::parse(&format!("{id} {secret}"))
+            .unwrap()
+            .signer(id)
+            .unwrap()
+    }
+
+    /// Without keys nothing is asked of a message; with keys, only one signature header
+    /// that is a valid HMAC of the payload passes, and each refusal has its reason.
+    #[test]
+    fn with_keys_only_a_message_signed_by_one_of_them_passes() {
+        let keys = SigningKeys::parse(&format!("k1 {SECRET}")).unwrap();
+        let good = signer("k1", SECRET).sign(b"{}");
+        let forged = signer("k1", &SECRET.replace('0', "f")).sign(b"{}");
+        let unknown = signer("k7", SECRET).sign(b"{}");
+        assert_eq!(check_signature(None, &message(b"{}", &[])), Ok(()));
+        assert_eq!(
+            check_signature(Some(&keys), &message(b"{}", &[Some(&good)])),
+            Ok(())
+        );
+        let refused = [
+            (message(b"{}", &[]), SignatureError::Unsigned),
+            (
+                message(b"{ }", &[Some(&good)]),
+                SignatureError::BadSignature,
+            ),
+            (
+                message(b"{}", &[Some(&forged)]),
+                SignatureError::BadSignature,
+            ),
+            (
+                message(b"{}", &[Some(&unknown)]),
+                SignatureError::UnknownKey,
+            ),
+            (message(b"{}", &[None]), SignatureError::BadSignature),
+            (
+                message(b"{}", &[Some(&good), Some(&good)]),
+                SignatureError::BadSignature,
+            ),
+        ];
+        for (i, (message, want)) in refused.into_iter().enumerate() {
+            assert_eq!(
+                check_signature(Some(&keys), &message),
+                Err(RejectReason::from(want)),
+                "case {i}"
+            );
+        }
+    }
 
     /// A command acted on is a repeat until it expires, then no longer.
     #[test]

@@ -102,7 +102,8 @@ pub async fn spawn_node(config: Config) -> Result<NodeHandle, StartError> {
 }
 
 /// Validates `config`, reads the TLS listener's certificate and key (a bad file is
-/// a [`StartError::Config`] naming `tls.cert_file` or `tls.key_file`), binds
+/// a [`StartError::Config`] naming `tls.cert_file` or `tls.key_file`) and, with
+/// Kafka on, `kafka.prewarm_keys_file` (likewise), binds
 /// `config.listen` (port 0 picks a free one), `tls.listen` and `config.admin_listen`,
 /// and serves. With `kafka.brokers` set it also starts the
 /// access-event publisher and the pre-warm consumer; without, no Kafka client exists.
@@ -119,6 +120,11 @@ pub async fn spawn_node_with(
         None => None,
     };
     let kafka = config.kafka.enabled();
+    let prewarm_keys = if kafka {
+        config.kafka.prewarm_keys()?
+    } else {
+        None
+    };
     let (node, events_rx) = if kafka {
         let (sink, events_rx) = ChannelSink::new(config.kafka.event_buffer);
         (
@@ -159,7 +165,7 @@ pub async fn spawn_node_with(
         Some(events_rx) => Some((
             EventPublisher::new(&config, node.metrics())?,
             events_rx,
-            PrewarmConsumer::new(node.clone())?,
+            PrewarmConsumer::new(node.clone(), prewarm_keys)?,
         )),
         None => None,
     };

@@ -6,7 +6,7 @@
 //! metrics pre-create one series per value from the enum itself. (Why a request head
 //! was refused, `RefusalReason`, lives beside the checks, in `request_head`.)
 
-use models::{DecodeError, Outcome};
+use models::{DecodeError, Outcome, SignatureError};
 use prometheus_client::encoding::{EncodeLabelValue, LabelValueEncoder};
 
 /// The response header naming how a request was answered.
@@ -90,6 +90,12 @@ impl EncodeLabelValue for CacheStatus {
 /// `prefetcher_prefetches_rejected_total`, in the order the consumer checks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum RejectReason {
+    /// Signing keys are configured and the message carries no signature.
+    Unsigned,
+    /// The signature names a key id this node does not hold.
+    UnknownKey,
+    /// The signature does not match the payload, or is malformed.
+    BadSignature,
     /// Larger than a pre-warm command may be.
     TooLarge,
     /// Not a JSON object.
@@ -112,7 +118,10 @@ pub enum RejectReason {
 
 impl RejectReason {
     /// Every reason, in declaration order (metrics pre-create one series each).
-    pub const ALL: [RejectReason; 9] = [
+    pub const ALL: [RejectReason; 12] = [
+        RejectReason::Unsigned,
+        RejectReason::UnknownKey,
+        RejectReason::BadSignature,
         RejectReason::TooLarge,
         RejectReason::Malformed,
         RejectReason::InvalidField,
@@ -127,6 +136,9 @@ impl RejectReason {
     /// The metric label.
     pub fn as_str(self) -> &'static str {
         match self {
+            RejectReason::Unsigned => "unsigned",
+            RejectReason::UnknownKey => "unknown_key",
+            RejectReason::BadSignature => "bad_signature",
             RejectReason::TooLarge => "too_large",
             RejectReason::Malformed => "malformed",
             RejectReason::InvalidField => "invalid_field",
@@ -153,6 +165,16 @@ impl From<&DecodeError> for RejectReason {
             DecodeError::Malformed(_) => RejectReason::Malformed,
             DecodeError::InvalidField(_) => RejectReason::InvalidField,
             DecodeError::UnsupportedVersion { .. } => RejectReason::UnsupportedVersion,
+        }
+    }
+}
+
+impl From<SignatureError> for RejectReason {
+    fn from(error: SignatureError) -> RejectReason {
+        match error {
+            SignatureError::Unsigned => RejectReason::Unsigned,
+            SignatureError::UnknownKey => RejectReason::UnknownKey,
+            SignatureError::BadSignature => RejectReason::BadSignature,
         }
     }
 }
@@ -359,6 +381,9 @@ mod tests {
         assert_eq!(
             labels,
             [
+                "unsigned",
+                "unknown_key",
+                "bad_signature",
                 "too_large",
                 "malformed",
                 "invalid_field",
@@ -389,6 +414,13 @@ mod tests {
             DecodeError::UnsupportedVersion { found: 9 },
         ] {
             assert_eq!(RejectReason::from(&error).as_str(), error.reason());
+        }
+        for error in [
+            SignatureError::Unsigned,
+            SignatureError::UnknownKey,
+            SignatureError::BadSignature,
+        ] {
+            assert_eq!(RejectReason::from(error).as_str(), error.as_str());
         }
     }
 

@@ -286,6 +286,14 @@ struct ServeArgs {
     /// The topic pre-warm commands go to.
     #[arg(long, env = "PULSE_PREWARM_TOPIC", default_value = PREWARM_TOPIC)]
     prewarm_topic: String,
+    /// Sign every pre-warm command with a key of this file (`KEY_ID SECRET_HEX` lines,
+    /// `#` comments; the edges hold the same file): an HMAC-SHA256 of the payload in
+    /// the `edge-pulse-sig` header. Needs --prewarm-signing-key-id.
+    #[arg(long, env = "PULSE_PREWARM_SIGNING_KEYS")]
+    prewarm_signing_keys: Option<PathBuf>,
+    /// The id of the key in --prewarm-signing-keys that signs (the current one).
+    #[arg(long, env = "PULSE_PREWARM_SIGNING_KEY_ID")]
+    prewarm_signing_key_id: Option<String>,
     /// The scoring model file (JSON, from `pulse train`); the built-in model without it.
     #[arg(long, env = "PULSE_MODEL")]
     model: Option<PathBuf>,
@@ -367,6 +375,8 @@ impl ServeArgs {
             tenants_file: self.tenants_file,
             prewarm: !self.no_prewarm,
             prewarm_topic: self.prewarm_topic,
+            prewarm_signing_keys: self.prewarm_signing_keys,
+            prewarm_signing_key_id: self.prewarm_signing_key_id,
             model: self.model,
             threshold: self.threshold,
             cooldown_ms: self.cooldown_secs.saturating_mul(1000),
@@ -411,6 +421,9 @@ impl ServeArgs {
                     "--wasted-fill-cost (PULSE_WASTED_FILL_COST) or --tenant-fill-cost"
                 }
                 "prewarm_topic" => "--prewarm-topic (PULSE_PREWARM_TOPIC)",
+                "prewarm_signing_key_id" => {
+                    "--prewarm-signing-key-id (PULSE_PREWARM_SIGNING_KEY_ID)"
+                }
                 "peers" => "--peers (PULSE_PEERS)",
                 "peer_timeout_ms" => "--peer-timeout-ms (PULSE_PEER_TIMEOUT_MS)",
                 "model_topic" => "--model-topic (PULSE_MODEL_TOPIC)",

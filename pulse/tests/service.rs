@@ -81,7 +81,7 @@ async fn wait_consumed(pulse: &PulseHandle, n: u64) {
 #[test]
 fn a_bad_config_is_refused_naming_the_field() {
     assert_eq!(PulseConfig::default().validate(), Ok(()));
-    let cases: [(&str, PulseConfig); 8] = [
+    let cases: [(&str, PulseConfig); 11] = [
         (
             "brokers",
             PulseConfig {
@@ -138,6 +138,28 @@ fn a_bad_config_is_refused_naming_the_field() {
             "prewarm_topic",
             PulseConfig {
                 prewarm_topic: pulse::EVENTS_TOPIC.into(),
+                ..PulseConfig::default()
+            },
+        ),
+        (
+            "prewarm_signing_key_id",
+            PulseConfig {
+                prewarm_signing_keys: Some("/etc/edge-pulse/prewarm.keys".into()),
+                ..PulseConfig::default()
+            },
+        ),
+        (
+            "prewarm_signing_key_id",
+            PulseConfig {
+                prewarm_signing_key_id: Some("k1".into()),
+                ..PulseConfig::default()
+            },
+        ),
+        (
+            "prewarm_signing_key_id",
+            PulseConfig {
+                prewarm_signing_keys: Some("/etc/edge-pulse/prewarm.keys".into()),
+                prewarm_signing_key_id: Some("k 1".into()),
                 ..PulseConfig::default()
             },
         ),

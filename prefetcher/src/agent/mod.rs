@@ -242,6 +242,7 @@ impl std::fmt::Debug for AgentHandle {
 /// the position in `state_path` if it names the current log file.
 pub async fn spawn_agent(config: AgentConfig) -> Result<AgentHandle, AgentError> {
     config.validate()?;
+    let prewarm_keys = config.kafka.prewarm_keys()?;
     let region = config.region.clone().expect("validated");
     let node = config.node.clone().expect("validated");
     let metrics = Arc::new(Metrics::new());
@@ -264,7 +265,7 @@ pub async fn spawn_agent(config: AgentConfig) -> Result<AgentHandle, AgentError>
         &metrics,
     )?;
     let warmer = Warmer::new(&config, Arc::clone(&agent_metrics), Arc::clone(&metrics));
-    let consumer = WarmConsumer::new(&config, warmer.clone(), Arc::clone(&metrics))?;
+    let consumer = WarmConsumer::new(&config, prewarm_keys, warmer.clone(), Arc::clone(&metrics))?;
 
     let stop = Arc::new(AtomicBool::new(false));
     let resume = Position::load(&config.state_path);

@@ -2,9 +2,11 @@
 //! the prefetcher checks them, become background `GET`s of the key to the local
 //! cache.
 //!
-//! Each message goes through [`check_prewarm`](crate::prewarm::check_prewarm) (codec,
-//! `expired`, `other_region`), then the agent's own tenant map (`unknown_tenant`) and
-//! the ids it acted on ([`RecentCommands`]: `duplicate`);
+//! Each message goes through [`check_signature`] (with `kafka.prewarm_keys_file`:
+//! `unsigned`, `unknown_key`, `bad_signature`, before the payload is parsed), then
+//! [`check_prewarm`](crate::prewarm::check_prewarm) (codec, `expired`,
+//! `other_region`), then the agent's own tenant map (`unknown_tenant`) and the ids it
+//! acted on ([`RecentCommands`]: `duplicate`);
 //! refusals are counted in `prefetcher_prefetches_rejected_total{reason}` as the
 //! prefetcher counts them. The key is normalised as a request's
 //! ([`normalise_key`](crate::normalise_key)) and requested with the tenant's first
@@ -28,7 +30,7 @@ use http_body_util::{BodyExt, Empty};
 use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
-use models::{CacheKey, PrewarmCommand, RegionId, TenantId};
+use models::{CacheKey, PrewarmCommand, RegionId, SigningKeys, TenantId};
 use rdkafka::consumer::{Consumer, StreamConsumer};
 use rdkafka::error::KafkaError;
 use rdkafka::message::Message;
@@ -41,7 +43,10 @@ use crate::cache_key::normalise_key;
 use crate::events::unix_now_ms;
 use crate::limits::FillLimiter;
 use crate::metrics::Metrics;
-use crate::prewarm::{LoggingContext, RecentCommands, check_prewarm, subscribe_prewarm};
+use crate::prewarm::{
+    LoggingContext, RecentCommands, check_prewarm, check_signature, log_authentication,
+    subscribe_prewarm,
+};
 use crate::status::RejectReason;
 
 /// One checked pre-warm: the request to send.
@@ -243,6 +248,7 @@ impl Warmer {
 /// and hands it to the [`Warmer`] in a task of its own.
 pub(crate) struct WarmConsumer {
     consumer: StreamConsumer<LoggingContext>,
+    keys: Option<SigningKeys>,
     targets: WarmTargets,
     warmer: Warmer,
     metrics: Arc<Metrics>,
@@ -256,9 +262,11 @@ impl std::fmt::Debug for WarmConsumer {
 }
 
 impl WarmConsumer {
-    /// A consumer for a validated config, subscribed to `kafka.prewarm_topic`.
+    /// A consumer for a validated config, subscribed to `kafka.prewarm_topic`; with
+    /// `keys` it acts only on commands signed by one of them.
     pub(crate) fn new(
         config: &AgentConfig,
+        keys: Option<SigningKeys>,
         warmer: Warmer,
         metrics: Arc<Metrics>,
     ) -> Result<WarmConsumer, KafkaError> {
@@ -268,6 +276,7 @@ impl WarmConsumer {
         let limit = &config.warm.limit;
         Ok(WarmConsumer {
             consumer,
+            keys,
             targets: WarmTargets::new(config),
             warmer,
             metrics,
@@ -281,6 +290,7 @@ impl WarmConsumer {
     /// pre-warms in flight (they are bounded by `warm.timeout_ms`) and commits.
     pub(crate) async fn run(self, mut shutdown: watch::Receiver<bool>) {
         tracing::info!("edge agent: pre-warm consumer started");
+        log_authentication("edge agent", self.keys.as_ref());
         let mut tasks = JoinSet::new();
         let mut recent = RecentCommands::new(RecentCommands::DEFAULT_CAPACITY);
         loop {
@@ -299,7 +309,9 @@ impl WarmConsumer {
             };
             self.metrics.prefetches_received.inc();
             let now_ms = unix_now_ms();
-            match self.targets.check(message.payload(), now_ms) {
+            let checked = check_signature(self.keys.as_ref(), &message)
+                .and_then(|()| self.targets.check(message.payload(), now_ms));
+            match checked {
                 Ok(request) if recent.is_repeat(&request.id, now_ms) => {
                     self.metrics.prewarm_rejected(RejectReason::Duplicate);
                 }

@@ -1,6 +1,9 @@
 //! The Kafka section (`[kafka]`): the access-event publisher and the pre-warm
 //! consumer, and how the node checks it.
 
+use std::path::PathBuf;
+
+use models::SigningKeys;
 use serde::{Deserialize, Serialize};
 
 use super::{Config, Result, invalid};
@@ -41,6 +44,11 @@ pub struct KafkaConfig {
     pub group_id: Option<String>,
     /// Where a new consumer group starts reading the pre-warm topic.
     pub prewarm_offset_reset: OffsetReset,
+    /// A file of the keys pre-warm commands are signed with, one `KEY_ID SECRET_HEX`
+    /// a line (`#` comments): with it, a command is acted on only if its
+    /// `edge-pulse-sig` header is a valid HMAC by one of them; without it, commands
+    /// are not authenticated. Read at start ([`KafkaConfig::prewarm_keys`]).
+    pub prewarm_keys_file: Option<PathBuf>,
     /// Access events buffered between the proxy and the publisher; past it events are
     /// dropped (and counted), never waited for.
     pub event_buffer: usize,
@@ -63,6 +71,7 @@ impl Default for KafkaConfig {
             prewarm_topic: models::PREWARM_TOPIC.into(),
             group_id: None,
             prewarm_offset_reset: OffsetReset::Earliest,
+            prewarm_keys_file: None,
             event_buffer: 16_384,
             queue_max_messages: 100_000,
             linger_ms: 20,
@@ -76,6 +85,21 @@ impl KafkaConfig {
     /// Whether Kafka is on.
     pub fn enabled(&self) -> bool {
         self.brokers.is_some()
+    }
+
+    /// Reads and checks `prewarm_keys_file`: `None` without one. A file that cannot be
+    /// read, holds no key, or has a bad line (a short or non-hex secret, a key id twice)
+    /// is an error naming the field, the file and the line, never the secret.
+    pub fn prewarm_keys(&self) -> Result<Option<SigningKeys>> {
+        let Some(path) = &self.prewarm_keys_file else {
+            return Ok(None);
+        };
+        let field = "kafka.prewarm_keys_file";
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| invalid(field, format!("{}: {e}", path.display())))?;
+        SigningKeys::parse(&text)
+            .map(Some)
+            .map_err(|e| invalid(field, format!("{}: {e}", path.display())))
     }
 }
 
@@ -130,5 +154,76 @@ impl Config {
             return Err(invalid("kafka.message_timeout_ms", "must be positive"));
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::ConfigError;
+
+    const SECRET: &str = "000102030405060708090a0b0c0d0e0f101112131415161718191a1b1c1d1e1f";
+
+    fn keys_from(text: &str) -> Result<Option<SigningKeys>> {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("keys");
+        std::fs::write(&path, text).unwrap();
+        KafkaConfig {
+            prewarm_keys_file: Some(path),
+            ..KafkaConfig::default()
+        }
+        .prewarm_keys()
+    }
+
+    /// No file, no keys; a good file gives its keys, two of them during a roll.
+    #[test]
+    fn the_key_file_is_read_with_every_key_in_it() {
+        assert!(KafkaConfig::default().prewarm_keys().unwrap().is_none());
+        let text = format!(
+            "# rolling k1 to k2\nk1 {SECRET}\nk2 {}\n",
+            SECRET.replace('0', "9")
+        );
+        let keys = keys_from(&text).unwrap().unwrap();
+        assert_eq!(keys.ids().collect::<Vec<_>>(), ["k1", "k2"]);
+    }
+
+    /// A missing file, a short key, a duplicate id, bad hex: refused at start, naming
+    /// the field and the line, never showing the secret.
+    #[test]
+    fn a_bad_key_file_is_refused_naming_the_field() {
+        let cases = [
+            (
+                format!("k1 {}", &SECRET[..32]),
+                "line 1: the secret of \"k1\" is 16 bytes",
+            ),
+            (
+                format!("k1 {SECRET}\nk1 {SECRET}"),
+                "line 2: key id \"k1\" appears twice",
+            ),
+            (
+                format!("k1 {}", SECRET.replace('0', "g")),
+                "line 1: the secret of \"k1\" is not hex",
+            ),
+            (String::new(), "no key"),
+        ];
+        for (text, want) in cases {
+            match keys_from(&text) {
+                Err(ConfigError::Invalid { field, reason }) => {
+                    assert_eq!(field, "kafka.prewarm_keys_file");
+                    assert!(reason.contains(want), "{reason}");
+                    assert!(!reason.contains(&SECRET[8..24]), "{reason}");
+                }
+                other => panic!("{text:?}: expected an invalid field, got {other:?}"),
+            }
+        }
+        let missing = KafkaConfig {
+            prewarm_keys_file: Some("/nonexistent/keys".into()),
+            ..KafkaConfig::default()
+        };
+        let error = missing.prewarm_keys().unwrap_err().to_string();
+        assert!(
+            error.contains("kafka.prewarm_keys_file") && error.contains("/nonexistent/keys"),
+            "{error}"
+        );
     }
 }

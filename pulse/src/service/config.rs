@@ -53,6 +53,13 @@ pub struct PulseConfig {
     pub prewarm: bool,
     /// The topic pre-warm commands go to.
     pub prewarm_topic: String,
+    /// A file of pre-warm signing keys, one `KEY_ID SECRET_HEX` a line (`#`
+    /// comments): with it, every command carries an HMAC by the key
+    /// `prewarm_signing_key_id` in its `edge-pulse-sig` header. The edges hold the same
+    /// file (all the keys valid now); pulse uses one of them.
+    pub prewarm_signing_keys: Option<PathBuf>,
+    /// The id of the key in `prewarm_signing_keys` that signs (required with it).
+    pub prewarm_signing_key_id: Option<String>,
     /// The scoring model file (JSON, from `pulse train`); the shipped model without it.
     pub model: Option<PathBuf>,
     /// Minimum confidence for a pre-warm command, in [0, 1].
@@ -108,6 +115,8 @@ impl Default for PulseConfig {
             tenants_file: None,
             prewarm: true,
             prewarm_topic: PREWARM_TOPIC.to_owned(),
+            prewarm_signing_keys: None,
+            prewarm_signing_key_id: None,
             model: None,
             threshold: policy.threshold,
             cooldown_ms: policy.cooldown_ms,
@@ -216,6 +225,27 @@ impl PulseConfig {
         }
         if self.prewarm_topic.trim().is_empty() || self.prewarm_topic == self.topic {
             return refuse("prewarm_topic", "must be non-empty and differ from topic");
+        }
+        match (&self.prewarm_signing_keys, &self.prewarm_signing_key_id) {
+            (Some(_), None) => {
+                return refuse(
+                    "prewarm_signing_key_id",
+                    "required with prewarm_signing_keys: the id of the key that signs",
+                );
+            }
+            (None, Some(_)) => {
+                return refuse(
+                    "prewarm_signing_key_id",
+                    "set without prewarm_signing_keys, the file that holds the key",
+                );
+            }
+            (Some(_), Some(id)) if !models::is_key_id(id) => {
+                return refuse(
+                    "prewarm_signing_key_id",
+                    format!("{id:?}: 1 to 64 characters of A-Z a-z 0-9 . _ -"),
+                );
+            }
+            _ => {}
         }
         if !(1..=1_000).contains(&self.embedded_partitions) {
             return refuse("embedded_partitions", "1 to 1000");

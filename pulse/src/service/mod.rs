@@ -4,7 +4,8 @@
 //! service that ships.
 //!
 //! What `start` does, in order:
-//! 1. validates the config (the error names the field);
+//! 1. validates the config (the error names the field) and, with
+//!    `prewarm_signing_keys`, reads the key file and takes the signing key from it;
 //! 2. without `brokers`, starts an [`EmbeddedBroker`] and creates the topics on it;
 //! 3. reads the checkpoint file, if there is one of this topic: each partition's
 //!    snapshot waits for its partition to be assigned (an unreadable or older one: a
@@ -43,7 +44,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use axum::Router;
-use models::TenantId;
+use models::{Signer, SigningKeys, TenantId};
 use rdkafka::error::KafkaError;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
@@ -79,6 +80,15 @@ pub enum StartError {
         /// The file.
         path: PathBuf,
         /// What is wrong with it.
+        reason: String,
+    },
+    /// The signing key file cannot be read, has a bad line, or does not hold
+    /// `prewarm_signing_key_id`.
+    #[error("prewarm_signing_keys: {path}: {reason}")]
+    SigningKeys {
+        /// The file.
+        path: PathBuf,
+        /// What is wrong with it (never the secret).
         reason: String,
     },
     /// The model file cannot be read.
@@ -133,6 +143,7 @@ pub struct PulseHandle {
 /// Starts pulse as `config` says. See the module documentation for the order.
 pub async fn start(config: PulseConfig) -> Result<PulseHandle, StartError> {
     config.validate()?;
+    let signer = prewarm_signer(&config)?;
     let mut embedded = None;
     let brokers = match &config.brokers {
         Some(b) => b.clone(),
@@ -197,8 +208,15 @@ pub async fn start(config: PulseConfig) -> Result<PulseHandle, StartError> {
     let mut observer: Option<Box<dyn BatchObserver>> = None;
     let mut retrainer = None;
     if config.prewarm {
-        let publisher =
+        let mut publisher =
             PrewarmPublisher::new(&kafka, &config.prewarm_topic).map_err(StartError::Publisher)?;
+        match signer {
+            Some(signer) => {
+                tracing::info!(key_id = signer.key_id(), "pre-warm commands are signed");
+                publisher = publisher.with_signer(signer);
+            }
+            None => tracing::info!("pre-warm commands are not signed (no prewarm_signing_keys)"),
+        }
         observer = Some(Box::new(PrewarmLoop::new(publisher, metrics.clone())));
         if config.retrain_interval_secs > 0 {
             retrainer = Some(Retrainer::start(
@@ -361,6 +379,24 @@ fn restore(config: &PulseConfig) -> Result<Option<Snapshots>, StartError> {
     }
     tracing::info!(path = %path.display(), partitions = snapshots.len(), "checkpoint read; partitions restore on assign");
     Ok(Some((loaded.partition_count, snapshots)))
+}
+
+/// The signer of pre-warm commands: the key `prewarm_signing_key_id` of the
+/// `prewarm_signing_keys` file (both or neither, as validated); `None` without them.
+fn prewarm_signer(config: &PulseConfig) -> Result<Option<Signer>, StartError> {
+    let (Some(path), Some(key_id)) = (&config.prewarm_signing_keys, &config.prewarm_signing_key_id)
+    else {
+        return Ok(None);
+    };
+    let bad = |reason: String| StartError::SigningKeys {
+        path: path.clone(),
+        reason,
+    };
+    let text = std::fs::read_to_string(path).map_err(|e| bad(e.to_string()))?;
+    let keys = SigningKeys::parse(&text).map_err(|e| bad(e.to_string()))?;
+    keys.signer(key_id)
+        .map(Some)
+        .map_err(|e| bad(format!("{e} (prewarm_signing_key_id)")))
 }
 
 /// The allow-list: `tenants` and the lines of `tenants_file`; `None` when both are
@@ -533,6 +569,41 @@ mod tests {
                     .is_none()
             );
         }
+    }
+
+    /// The signer is the named key of the file; a file without it, a bad line, or a
+    /// missing file fails the start, naming the setting and never the secret.
+    #[test]
+    fn the_signer_is_the_named_key_of_the_key_file() {
+        let secret = "00112233445566778899aabbccddeeff00112233445566778899aabbccddeeff";
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("keys");
+        std::fs::write(
+            &path,
+            format!("old {secret}\nnew {}\n", secret.replace('0', "7")),
+        )
+        .unwrap();
+        let config = |id: &str| PulseConfig {
+            prewarm_signing_keys: Some(path.clone()),
+            prewarm_signing_key_id: Some(id.into()),
+            ..PulseConfig::default()
+        };
+        assert!(prewarm_signer(&PulseConfig::default()).unwrap().is_none());
+        let signer = prewarm_signer(&config("new")).unwrap().unwrap();
+        assert_eq!(signer.key_id(), "new");
+        let error = prewarm_signer(&config("newer")).unwrap_err().to_string();
+        assert!(
+            error.starts_with("prewarm_signing_keys:") && error.contains("\"newer\""),
+            "{error}"
+        );
+        std::fs::write(&path, format!("old {}\n", &secret[..20])).unwrap();
+        let error = prewarm_signer(&config("old")).unwrap_err().to_string();
+        assert!(
+            error.contains("line 1") && !error.contains(&secret[..20]),
+            "{error}"
+        );
+        std::fs::remove_file(&path).unwrap();
+        assert!(prewarm_signer(&config("old")).is_err());
     }
 
     /// The allow-list joins `tenants` and the file's lines (comments and blanks
