@@ -176,7 +176,7 @@ impl PrewarmConsumer {
     /// A consumer for `node`, configured by its validated config (Kafka on), already
     /// subscribed to `kafka.prewarm_topic`.
     pub fn new(node: Node) -> Result<PrewarmConsumer, KafkaError> {
-        let config: &Config = node.config();
+        let config: &Config = &node.config();
         let Some(region) = config.region.clone() else {
             return Err(KafkaError::ClientCreation(
                 "the pre-warm consumer needs `region` in the config".into(),

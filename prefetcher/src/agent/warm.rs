@@ -22,6 +22,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
+use arc_swap::ArcSwap;
 use bytes::Bytes;
 use http::{HeaderName, HeaderValue, Request, Uri, header};
 use http_body_util::{BodyExt, Empty};
@@ -243,7 +244,8 @@ impl Warmer {
 /// and hands it to the [`Warmer`] in a task of its own.
 pub(crate) struct WarmConsumer {
     consumer: StreamConsumer<LoggingContext>,
-    targets: WarmTargets,
+    /// Replaced whole by a reload (`agent::reload`).
+    targets: Arc<ArcSwap<WarmTargets>>,
     warmer: Warmer,
     metrics: Arc<Metrics>,
     max_in_flight: usize,
@@ -268,13 +270,18 @@ impl WarmConsumer {
         let limit = &config.warm.limit;
         Ok(WarmConsumer {
             consumer,
-            targets: WarmTargets::new(config),
+            targets: Arc::new(ArcSwap::from_pointee(WarmTargets::new(config))),
             warmer,
             metrics,
             // Slots plus the limiter's queue: past it the limiter sheds anyway, so
             // bounding the tasks here only bounds memory.
             max_in_flight: limit.max_fills + limit.max_queued,
         })
+    }
+
+    /// The targets commands are checked against, for a reload to replace.
+    pub(crate) fn targets(&self) -> Arc<ArcSwap<WarmTargets>> {
+        Arc::clone(&self.targets)
     }
 
     /// Reads and handles commands until `shutdown` turns true, then waits for the
@@ -299,7 +306,7 @@ impl WarmConsumer {
             };
             self.metrics.prefetches_received.inc();
             let now_ms = unix_now_ms();
-            match self.targets.check(message.payload(), now_ms) {
+            match self.targets.load().check(message.payload(), now_ms) {
                 Ok(request) if recent.is_repeat(&request.id, now_ms) => {
                     self.metrics.prewarm_rejected(RejectReason::Duplicate);
                 }
