@@ -160,7 +160,8 @@ fn main() -> anyhow::Result<()> {
             prefetcher::LOG_FORMAT_ENV
         );
     }
-    prefetcher::init_logging(cli.log_format, "prefetcher=info");
+    // The library's lines and this binary's own (its target is `edge_agent`).
+    prefetcher::init_logging(cli.log_format, "prefetcher=info,edge_agent=info");
     let name = cli.config.display();
     let checked = cli.config().and_then(|config| {
         check_agent_config(&config)?;
