@@ -136,7 +136,7 @@ pub use origin::{
 pub use prewarm::{PrewarmConsumer, check_prewarm, handle_prewarm};
 pub use proxy::{Node, PrewarmError, PrewarmOutcome, admin_app, app, serve_node, serve_node_tls};
 pub use publisher::EventPublisher;
-pub use reload::check_config;
+pub use reload::{check_config, report_check, until_shutdown};
 pub use request_head::{
     CheckedHead, Framing, HeadCheck, MAX_HEAD_FIELDS, RefusalReason, check_request_head,
 };

@@ -7,8 +7,10 @@ use std::path::PathBuf;
 use clap::Parser;
 use models::TenantId;
 use models::{NodeId, RegionId};
-use prefetcher::{Config, ConfigError, LogEncoding, WaitTimeoutPolicy, check_config, spawn_node};
-use tokio::signal::unix::SignalKind;
+use prefetcher::{
+    Config, ConfigError, LogEncoding, WaitTimeoutPolicy, check_config, report_check, spawn_node,
+    until_shutdown,
+};
 
 /// An edge caching proxy that collapses concurrent misses into one origin fill.
 ///
@@ -248,19 +250,8 @@ fn main() -> anyhow::Result<()> {
         Ok(config)
     });
     if cli.check_config {
-        match checked {
-            Ok(_) => {
-                println!("prefetcher: configuration {} is OK", cli.config_name());
-                return Ok(());
-            }
-            Err(error) => {
-                eprintln!(
-                    "prefetcher: configuration {} is invalid: {error}",
-                    cli.config_name()
-                );
-                std::process::exit(1);
-            }
-        }
+        let name = cli.config_name();
+        std::process::exit(report_check("prefetcher", &name, &checked));
     }
     let config = checked?;
     let mut runtime = tokio::runtime::Builder::new_multi_thread();
@@ -281,22 +272,14 @@ async fn run(cli: &Cli, config: Config) -> anyhow::Result<()> {
         kafka = handle.kafka_enabled(),
         "proxy listening"
     );
-    let mut hangups = tokio::signal::unix::signal(SignalKind::hangup())?;
-    let shutdown = prefetcher::shutdown_signal();
-    tokio::pin!(shutdown);
-    loop {
-        tokio::select! {
-            () = &mut shutdown => break,
-            _ = hangups.recv() => {
-                tracing::info!(config = %cli.config_name(), "SIGHUP: reading the configuration again");
-                // Logged and counted either way; the node goes on serving.
-                let _ = match cli.config() {
-                    Ok(config) => handle.reload(config),
-                    Err(error) => Err(handle.refuse_reload(error)),
-                };
-            }
-        }
-    }
+    until_shutdown(|| {
+        // Logged and counted either way; the node goes on serving.
+        let _ = match cli.config() {
+            Ok(config) => handle.reload(config),
+            Err(error) => Err(handle.refuse_reload(error)),
+        };
+    })
+    .await?;
     tracing::info!("shutting down: draining connections, flushing events");
     handle.shutdown().await;
     Ok(())

@@ -41,6 +41,40 @@ pub fn check_config(config: &Config) -> Result<(), ConfigError> {
     Ok(())
 }
 
+/// What `--check-config` prints for the configuration called `name`: one line on
+/// stdout when `checked` is good, else one on stderr naming the bad field; the exit
+/// status to end with (0 or 1), as `nginx -t` does.
+pub fn report_check<T>(binary: &str, name: &str, checked: &Result<T, ConfigError>) -> i32 {
+    match checked {
+        Ok(_) => {
+            println!("{binary}: configuration {name} is OK");
+            0
+        }
+        Err(error) => {
+            eprintln!("{binary}: configuration {name} is invalid: {error}");
+            1
+        }
+    }
+}
+
+/// Waits for SIGINT or SIGTERM ([`shutdown_signal`](crate::shutdown_signal)), calling
+/// `on_hangup` at each SIGHUP meanwhile (the binaries reload there).
+pub async fn until_shutdown(mut on_hangup: impl FnMut()) -> std::io::Result<()> {
+    use tokio::signal::unix::{SignalKind, signal};
+    let mut hangups = signal(SignalKind::hangup())?;
+    let shutdown = crate::shutdown_signal();
+    tokio::pin!(shutdown);
+    loop {
+        tokio::select! {
+            () = &mut shutdown => return Ok(()),
+            _ = hangups.recv() => {
+                tracing::info!("SIGHUP: reading the configuration again");
+                on_hangup();
+            }
+        }
+    }
+}
+
 /// Puts `wanted` in force in `node` (and its TLS listener's certificate in `cert`),
 /// or refuses it, keeping the running configuration. Counted and logged.
 pub(crate) fn reload_node(

@@ -273,3 +273,112 @@ fn edge_agent_check_config_passes_a_good_config_and_names_a_bad_field() {
     assert!(!out.status.success(), "{stderr}");
     assert!(stderr.contains("EDGE_AGENT_ACCESS_LOG_FORMAT"), "{stderr}");
 }
+
+/// One access-log line of `host`, as the shipped nginx `log_format` writes it.
+fn access_line(host: &str, n: usize) -> String {
+    format!(
+        "{{\"ts\":\"1700000000.5\",\"host\":\"{host}\",\"uri\":\"/k/{n}\",\"method\":\"GET\",\
+         \"status\":\"200\",\"cache\":\"MISS\",\"referer\":\"\",\"bytes\":\"10\",\
+         \"upstream_time\":\"0.020\",\"prewarm\":\"\"}}\n"
+    )
+}
+
+/// A metric's value on the agent's admin listener (blocking HTTP/1.0 by hand).
+fn agent_metric(admin: std::net::SocketAddr, name: &str) -> Option<f64> {
+    use std::io::{Read, Write};
+    let mut stream = std::net::TcpStream::connect(admin).ok()?;
+    stream
+        .write_all(b"GET /metrics HTTP/1.0\r\nHost: admin\r\n\r\n")
+        .ok()?;
+    let mut text = String::new();
+    stream.read_to_string(&mut text).ok()?;
+    text.lines()
+        .find_map(|l| l.strip_prefix(name)?.trim().parse().ok())
+}
+
+fn wait_metric(admin: std::net::SocketAddr, name: &str, at_least: f64) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while agent_metric(admin, name).is_none_or(|v| v < at_least) {
+        assert!(Instant::now() < deadline, "{name} never reached {at_least}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+#[test]
+fn sighup_gives_the_edge_agent_new_tenants_and_refuses_a_bad_config() {
+    use std::io::Write;
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let access = d.join("access.log");
+    std::fs::write(&access, "").unwrap();
+    let admin = TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap();
+    let admin_line = format!("admin_listen = \"{admin}\"");
+    let with_globex =
+        |text: String| text + "\n[[tenants]]\nid = \"globex\"\nhosts = [\"globex.example\"]\n";
+    let config = d.join("agent.toml");
+    std::fs::write(&config, agent_config(d, &admin_line, "")).unwrap();
+    let log = std::fs::File::create(d.join("agent.log")).unwrap();
+    let mut child = Command::new(EDGE_AGENT)
+        .args(["--config", config.to_str().unwrap()])
+        .env("RUST_LOG", "prefetcher=info")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(log)
+        .spawn()
+        .unwrap();
+    let signal = |name: &str| {
+        let _ = Command::new("kill")
+            .args([&format!("-{name}"), &child.id().to_string()])
+            .status();
+    };
+    let append = |host: &str, n: usize| {
+        let mut file = std::fs::OpenOptions::new()
+            .append(true)
+            .open(&access)
+            .unwrap();
+        file.write_all(access_line(host, n).as_bytes()).unwrap();
+    };
+    const QUEUED: &str = "edge_agent_events_queued_total";
+    const UNKNOWN: &str = "edge_agent_lines_skipped_total{reason=\"unknown_host\"}";
+    const OK: &str = "prefetcher_config_reloads_total{result=\"ok\"}";
+    const REFUSED: &str = "prefetcher_config_reloads_total{result=\"refused\"}";
+    wait_metric(admin, QUEUED, 0.0);
+    append("acme.example", 0);
+    append("globex.example", 1);
+    wait_metric(admin, QUEUED, 1.0);
+    wait_metric(admin, UNKNOWN, 1.0);
+
+    // A config that fails the check: refused, acme alone still mapped.
+    std::fs::write(
+        &config,
+        with_globex(agent_config(d, &admin_line, "")).replace("http://127.0.0.1:9", "ftp://x"),
+    )
+    .unwrap();
+    signal("HUP");
+    wait_metric(admin, REFUSED, 1.0);
+    append("globex.example", 2);
+    wait_metric(admin, UNKNOWN, 2.0);
+
+    // A new tenant, and a node id that needs a restart: the tenant is in force.
+    let renamed = agent_config(d, &admin_line, "").replace("node = \"n1\"", "node = \"n2\"");
+    std::fs::write(&config, with_globex(renamed)).unwrap();
+    signal("HUP");
+    wait_metric(admin, OK, 1.0);
+    append("globex.example", 3);
+    wait_metric(admin, QUEUED, 2.0);
+    assert_eq!(agent_metric(admin, UNKNOWN), Some(2.0));
+
+    signal("TERM");
+    let status = child.wait().unwrap();
+    assert!(status.success(), "{status}");
+    let logged = std::fs::read_to_string(d.join("agent.log")).unwrap();
+    for said in ["refused", "cache_url", "needs a restart", "field=node"] {
+        assert!(
+            logged.contains(said),
+            "the log does not say {said:?}:\n{logged}"
+        );
+    }
+}

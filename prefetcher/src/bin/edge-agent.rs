@@ -8,9 +8,9 @@ use anyhow::Context;
 use clap::Parser;
 use models::{NodeId, RegionId};
 use prefetcher::{
-    AgentConfig, ConfigError, LogEncoding, LogFormat, check_agent_config, spawn_agent,
+    AgentConfig, ConfigError, LogEncoding, LogFormat, check_agent_config, report_check,
+    spawn_agent, until_shutdown,
 };
-use tokio::signal::unix::SignalKind;
 
 /// The edge agent: an nginx or Varnish node as an edge of pulse.
 ///
@@ -162,22 +162,13 @@ fn main() -> anyhow::Result<()> {
     }
     // The library's lines and this binary's own (its target is `edge_agent`).
     prefetcher::init_logging(cli.log_format, "prefetcher=info,edge_agent=info");
-    let name = cli.config.display();
     let checked = cli.config().and_then(|config| {
         check_agent_config(&config)?;
         Ok(config)
     });
     if cli.check_config {
-        match checked {
-            Ok(_) => {
-                println!("edge-agent: configuration {name} is OK");
-                return Ok(());
-            }
-            Err(error) => {
-                eprintln!("edge-agent: configuration {name} is invalid: {error}");
-                std::process::exit(1);
-            }
-        }
+        let name = cli.config.display().to_string();
+        std::process::exit(report_check("edge-agent", &name, &checked));
     }
     let config = checked.context("invalid configuration")?;
     tokio::runtime::Builder::new_multi_thread()
@@ -187,22 +178,14 @@ fn main() -> anyhow::Result<()> {
         .block_on(async {
             let handle = spawn_agent(config).await?;
             tracing::info!(admin = ?handle.admin_addr(), "edge agent running");
-            let mut hangups = tokio::signal::unix::signal(SignalKind::hangup())?;
-            let shutdown = prefetcher::shutdown_signal();
-            tokio::pin!(shutdown);
-            loop {
-                tokio::select! {
-                    () = &mut shutdown => break,
-                    _ = hangups.recv() => {
-                        tracing::info!(config = %name, "SIGHUP: reading the configuration again");
-                        // Logged and counted either way; the agent goes on.
-                        let _ = match cli.config() {
-                            Ok(config) => handle.reload(config),
-                            Err(error) => Err(handle.refuse_reload(error)),
-                        };
-                    }
-                }
-            }
+            until_shutdown(|| {
+                // Logged and counted either way; the agent goes on.
+                let _ = match cli.config() {
+                    Ok(config) => handle.reload(config),
+                    Err(error) => Err(handle.refuse_reload(error)),
+                };
+            })
+            .await?;
             tracing::info!("shutting down: flushing events, saving the read position");
             let position = handle.shutdown().await;
             tracing::info!(inode = position.inode, offset = position.offset, "stopped");
