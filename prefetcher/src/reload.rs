@@ -57,12 +57,12 @@ pub fn report_check<T>(binary: &str, name: &str, checked: &Result<T, ConfigError
     }
 }
 
-/// Waits for SIGINT or SIGTERM ([`shutdown_signal`](crate::shutdown_signal)), calling
+/// Waits for SIGINT or SIGTERM (`shutdown_signal`), calling
 /// `on_hangup` at each SIGHUP meanwhile (the binaries reload there).
 pub async fn until_shutdown(mut on_hangup: impl FnMut()) -> std::io::Result<()> {
     use tokio::signal::unix::{SignalKind, signal};
     let mut hangups = signal(SignalKind::hangup())?;
-    let shutdown = crate::shutdown_signal();
+    let shutdown = crate::listener::shutdown_signal();
     tokio::pin!(shutdown);
     loop {
         tokio::select! {

@@ -387,7 +387,7 @@ impl AgentHandle {
     /// handled from now on; other settings that differ are reported as needing a
     /// restart and kept. A config that fails [`check_agent_config`] is refused and the
     /// running one stays. Counted in `prefetcher_config_reloads_total{result}`.
-    pub fn reload(&self, config: AgentConfig) -> Result<crate::Reloaded, ConfigError> {
+    pub fn reload(&self, config: AgentConfig) -> Result<crate::changes::Reloaded, ConfigError> {
         self.reload.reload(config)
     }
 
