@@ -149,3 +149,53 @@ fn try_reload(
         needs_restart,
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use models::TenantId;
+
+    use super::*;
+
+    fn config(origin: &str) -> Config {
+        Config::single_origin(
+            "127.0.0.1:0".parse().unwrap(),
+            TenantId::new("acme").unwrap(),
+            origin,
+        )
+    }
+
+    /// Tenants and limits are put in force; a restart-only setting is reported and
+    /// kept; a bad config changes nothing; every outcome is counted.
+    #[test]
+    fn a_reload_applies_what_it_can_and_reports_the_rest() {
+        let node = Node::new(config("http://127.0.0.1:1")).unwrap();
+        let mut wanted = config("http://127.0.0.1:2");
+        wanted.limits.max_body_bytes = 1024;
+        wanted.listen = "127.0.0.1:9".parse().unwrap();
+        let reloaded = reload_node(&node, None, wanted).unwrap();
+        assert_eq!(reloaded.applied, ["limits.max_body_bytes", "tenants"]);
+        assert_eq!(reloaded.needs_restart, ["listen"]);
+        let running = node.config();
+        assert_eq!(running.tenants[0].origin, "http://127.0.0.1:2");
+        assert_eq!(running.limits.max_body_bytes, 1024);
+        assert_eq!(running.listen, "127.0.0.1:0".parse().unwrap());
+
+        let error = reload_node(&node, None, config("ftp://x")).unwrap_err();
+        assert!(error.to_string().contains("tenants[0].origin"), "{error}");
+        assert_eq!(node.config().tenants[0].origin, "http://127.0.0.1:2");
+        assert_eq!(node.metrics().config_reloads_ok.get(), 1);
+        assert_eq!(node.metrics().config_reloads_refused.get(), 1);
+    }
+
+    /// A node that started without an https origin has no roots to verify one: the
+    /// first one waits for a restart, and the running tenants stay.
+    #[test]
+    fn a_first_https_origin_needs_a_restart() {
+        let node = Node::new(config("http://127.0.0.1:1")).unwrap();
+        let reloaded = reload_node(&node, None, config("https://127.0.0.1:2")).unwrap();
+        assert!(reloaded.applied.is_empty(), "{reloaded:?}");
+        assert_eq!(reloaded.needs_restart.len(), 1, "{reloaded:?}");
+        assert!(reloaded.needs_restart[0].starts_with("tenants"));
+        assert_eq!(node.config().tenants[0].origin, "http://127.0.0.1:1");
+    }
+}
