@@ -57,6 +57,13 @@
 //! - `prewarm`: [`PrewarmConsumer`], pre-warm commands from Kafka, checked (signature
 //!   first, [`check_signature`], when keys are configured) and counted.
 //! - `run`: [`spawn_node`], a whole node (listeners, publisher, consumer) in-process.
+//! - `reload`: [`check_config`] (everything a start checks, binding and connecting
+//!   nothing) and [`NodeHandle::reload`]: a new configuration for new requests, in
+//!   flight ones finishing on the old.
+//! - `changes`: what a reload changed ([`Reloaded`]: applied, or needing a restart),
+//!   logged and counted alike for the node and the edge agent.
+//! - `logging`: [`init_logging`], the binaries' log lines as text or JSON
+//!   ([`LogEncoding`]).
 //! - `metrics`: Prometheus [`Metrics`].
 //! - `testing` (feature `testing`): a synthetic origin, test clients, a node runner.
 //! - `agent/`: the edge agent beside an nginx or Varnish node ([`spawn_agent`]): its
@@ -70,13 +77,15 @@
 //! `listener` on `config`, `metrics`, `origin`, `request_head`, `status` (and on no
 //! `proxy`); `publisher` on `config`, `events`, `metrics`; `proxy` on everything so
 //! far but `publisher` (it plugs the node into `listener`); `prewarm` on `proxy`,
-//! `publisher` and below; `run` on all but `testing`, which is on top; `agent` on
-//! `listener`, `publisher`, `prewarm`, `limits`, `cache_key` and below (nothing of
-//! `proxy`), and nothing on it.
+//! `publisher` and below; `logging` on nothing, `changes` on `config` and `metrics`;
+//! `reload` on `proxy`, `publisher`, `changes` and below; `run` on all but `testing`, which is on top; `agent` on
+//! `listener`, `publisher`, `prewarm`, `limits`, `cache_key`, `changes` and below
+//! (nothing of `proxy`), and nothing on it.
 
 mod agent;
 mod cache;
 mod cache_key;
+mod changes;
 mod config;
 mod events;
 #[cfg(feature = "testing")]
@@ -84,11 +93,13 @@ mod faults;
 mod flight;
 mod limits;
 mod listener;
+mod logging;
 mod metrics;
 mod origin;
 mod prewarm;
 mod proxy;
 mod publisher;
+mod reload;
 mod request_head;
 mod run;
 mod semantics;
@@ -99,10 +110,12 @@ mod tls;
 
 pub use agent::{
     AgentConfig, AgentError, AgentHandle, AgentMetrics, AgentTenant, FollowStats, Line, LineMapper,
-    LogFollower, LogFormat, MalformedLine, Position, SkipReason, WarmConfig, spawn_agent,
+    LogFollower, LogFormat, MalformedLine, Position, SkipReason, WarmConfig, check_agent_config,
+    spawn_agent,
 };
 pub use cache::{Entry, Freshness, L1Cache, Lookup, Storability, classify, origin_age, xfetch_due};
 pub use cache_key::normalise_key;
+pub use changes::Reloaded;
 pub use config::{
     CacheConfig, Config, ConfigError, ConnectionLimits, FlightConfig, Http2Config, KafkaConfig,
     OffsetReset, OriginConfig, PrefetchConfig, RequestLimits, TenantConfig, TlsListenConfig,
@@ -115,6 +128,7 @@ pub use flight::{
 };
 pub use limits::{FillClass, FillLimiter, FillSlot, retry_after_secs};
 pub use listener::{ConnectionLimiter, ServeOptions, serve, shutdown_signal};
+pub use logging::{LOG_FORMAT_ENV, LogEncoding, init_logging};
 pub use metrics::Metrics;
 pub use models::Priority;
 pub use origin::{
@@ -123,6 +137,7 @@ pub use origin::{
 pub use prewarm::{PrewarmConsumer, check_prewarm, check_signature, handle_prewarm};
 pub use proxy::{Node, PrewarmError, PrewarmOutcome, admin_app, app, serve_node, serve_node_tls};
 pub use publisher::EventPublisher;
+pub use reload::{check_config, report_check, until_shutdown};
 pub use request_head::{
     CheckedHead, Framing, HeadCheck, MAX_HEAD_FIELDS, RefusalReason, check_request_head,
 };

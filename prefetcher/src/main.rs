@@ -4,11 +4,13 @@
 use std::net::SocketAddr;
 use std::path::PathBuf;
 
-use anyhow::Context;
 use clap::Parser;
 use models::TenantId;
 use models::{NodeId, RegionId};
-use prefetcher::{Config, WaitTimeoutPolicy, spawn_node};
+use prefetcher::{
+    Config, ConfigError, LogEncoding, WaitTimeoutPolicy, check_config, report_check, spawn_node,
+    until_shutdown,
+};
 
 /// An edge caching proxy that collapses concurrent misses into one origin fill.
 ///
@@ -30,6 +32,16 @@ use prefetcher::{Config, WaitTimeoutPolicy, spawn_node};
 ///
 /// Flags override the config file; every flag can also be set by its environment
 /// variable. Metrics (Prometheus text) are on `--admin-listen` at `/metrics`.
+///
+/// Operating it: `--check-config` checks the configuration as a start would (files,
+/// certificates, keys, tenants, limits, Kafka properties) without binding or
+/// connecting, as `nginx -t` does. SIGHUP reads the config file (and these flags)
+/// again and puts tenants, origins, `[limits]` and the TLS certificate in force for
+/// new requests, while requests in flight finish on the old configuration; a
+/// configuration that fails the check is refused and the running one kept; other
+/// settings are reported as needing a restart (`prefetcher_config_reloads_total`
+/// counts both). SIGINT or SIGTERM drains and stops. Logs go to stderr as text
+/// (coloured on a terminal only) or JSON lines (`--log-format json`).
 #[derive(Debug, Parser)]
 #[command(name = "prefetcher", version)]
 struct Cli {
@@ -127,18 +139,39 @@ struct Cli {
     /// Worker threads (default: one per core).
     #[arg(long, env = "PREFETCHER_WORKERS")]
     workers: Option<usize>,
+
+    /// Check the configuration as a start would (every field, the TLS certificate and
+    /// key, the origin CA file, the tenants' origins, the Kafka properties), binding
+    /// no port and connecting to nothing; print one line and exit: 0 when it is
+    /// good, 1 naming the bad field.
+    #[arg(long)]
+    check_config: bool,
+
+    /// How log lines are written to stderr: `text` (coloured on a terminal only) or
+    /// `json` (one object per line: timestamp, level, target, message, fields).
+    #[arg(long, env = prefetcher::LOG_FORMAT_ENV, value_enum, default_value_t)]
+    log_format: LogEncoding,
 }
 
 impl Cli {
-    fn config(&self) -> anyhow::Result<Config> {
+    /// The config file with the flags over it, not yet checked ([`check_config`]).
+    fn config(&self) -> Result<Config, ConfigError> {
         let mut config = match (&self.config, &self.origin) {
             (Some(path), _) => Config::from_file(path)?,
             (None, Some(origin)) => Config::single_origin(
                 Config::default().listen,
-                TenantId::new(self.tenant.as_str()).context("--tenant")?,
+                TenantId::new(self.tenant.as_str()).map_err(|e| ConfigError::Invalid {
+                    field: "--tenant (PREFETCHER_TENANT)".into(),
+                    reason: e.to_string(),
+                })?,
                 origin.clone(),
             ),
-            (None, None) => anyhow::bail!("give --origin URL or --config FILE (see --help)"),
+            (None, None) => {
+                return Err(ConfigError::Invalid {
+                    field: "--origin/--config".into(),
+                    reason: "give --origin URL or --config FILE (see --help)".into(),
+                });
+            }
         };
         if let Some(v) = self.listen {
             config.listen = v;
@@ -197,28 +230,38 @@ impl Cli {
         if let Some(v) = &self.prewarm_topic {
             config.kafka.prewarm_topic = v.clone();
         }
-        config.validate()?;
         Ok(config)
+    }
+
+    /// What the configuration is called in messages: its file, or the flags.
+    fn config_name(&self) -> String {
+        match &self.config {
+            Some(path) => path.display().to_string(),
+            None => "the command-line flags".to_owned(),
+        }
     }
 }
 
 fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| "prefetcher=info".into()),
-        )
-        .init();
-    let config = cli.config()?;
+    prefetcher::init_logging(cli.log_format, "prefetcher=info");
+    let checked = cli.config().and_then(|config| {
+        check_config(&config)?;
+        Ok(config)
+    });
+    if cli.check_config {
+        let name = cli.config_name();
+        std::process::exit(report_check("prefetcher", &name, &checked));
+    }
+    let config = checked?;
     let mut runtime = tokio::runtime::Builder::new_multi_thread();
     if let Some(n) = cli.workers {
         runtime.worker_threads(n);
     }
-    runtime.enable_all().build()?.block_on(run(config))
+    runtime.enable_all().build()?.block_on(run(&cli, config))
 }
 
-async fn run(config: Config) -> anyhow::Result<()> {
+async fn run(cli: &Cli, config: Config) -> anyhow::Result<()> {
     let tenants = config.tenants.len();
     let handle = spawn_node(config).await?;
     tracing::info!(
@@ -229,7 +272,14 @@ async fn run(config: Config) -> anyhow::Result<()> {
         kafka = handle.kafka_enabled(),
         "proxy listening"
     );
-    prefetcher::shutdown_signal().await;
+    until_shutdown(|| {
+        // Logged and counted either way; the node goes on serving.
+        let _ = match cli.config() {
+            Ok(config) => handle.reload(config),
+            Err(error) => Err(handle.refuse_reload(error)),
+        };
+    })
+    .await?;
     tracing::info!("shutting down: draining connections, flushing events");
     handle.shutdown().await;
     Ok(())

@@ -23,6 +23,11 @@ struct ReasonLabels {
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
+struct ResultLabels {
+    result: &'static str,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
 struct RejectLabels {
     reason: RejectReason,
 }
@@ -149,6 +154,11 @@ pub struct Metrics {
     /// Origin requests (fills, hedges, pass-through) whose TLS failed: an untrusted
     /// or misnamed certificate, a failed handshake.
     pub origin_tls_failures: Counter,
+    /// Configuration reloads (SIGHUP) put in force.
+    pub config_reloads_ok: Counter,
+    /// Configuration reloads refused (the new config failed its check; the running
+    /// one stays).
+    pub config_reloads_refused: Counter,
     clients: ClientCounters,
 }
 
@@ -240,6 +250,13 @@ impl Metrics {
             "Client addresses tracked for the per-address limits",
             clients.addresses.clone(),
         );
+        let reloads = Family::<ResultLabels, Counter>::default();
+        registry.register(
+            "config_reloads",
+            "Configuration reloads (SIGHUP), by result: ok (in force) or refused (the running \
+             one kept)",
+            reloads.clone(),
+        );
         let m = Metrics {
             clients,
             requests,
@@ -271,6 +288,9 @@ impl Metrics {
             prefetch_limit: Gauge::default(),
             prefetch_queued: Gauge::default(),
             origin_tls_failures: Counter::default(),
+            config_reloads_ok: reloads.get_or_create_owned(&ResultLabels { result: "ok" }),
+            config_reloads_refused: reloads
+                .get_or_create_owned(&ResultLabels { result: "refused" }),
             registry: Registry::default(),
         };
         for reason in RejectReason::ALL {

@@ -159,6 +159,24 @@ pub struct OriginClient {
     header_timeout: Duration,
     body_idle_timeout: Duration,
     tls_failures: Counter,
+    /// Shared with the connector: a reload replaces the names in place.
+    server_names: ServerNames,
+    verifies_https: bool,
+}
+
+/// `(authority, server name)` of every `https://` origin of `tenants`.
+fn server_name_pairs(tenants: &[TenantConfig]) -> Vec<(String, String)> {
+    tenants
+        .iter()
+        .filter_map(|t| {
+            let (base, _) = parse_origin(&t.origin).ok()?;
+            let authority = base.strip_prefix("https://")?;
+            Some((
+                authority.to_string(),
+                tls_server_name(authority, t.host_header.as_deref()),
+            ))
+        })
+        .collect()
 }
 
 impl OriginClient {
@@ -178,14 +196,7 @@ impl OriginClient {
         connector.set_connect_timeout(Some(Duration::from_millis(config.connect_timeout_ms)));
         // The TLS layer above decides by scheme; this one only connects.
         connector.enforce_http(false);
-        let server_names = ServerNames::new(tenants.iter().filter_map(|t| {
-            let (base, _) = parse_origin(&t.origin).ok()?;
-            let authority = base.strip_prefix("https://")?;
-            Some((
-                authority.to_string(),
-                tls_server_name(authority, t.host_header.as_deref()),
-            ))
-        }));
+        let server_names = ServerNames::new(server_name_pairs(tenants));
         let tls = Arc::unwrap_or_clone(origin_client_config(
             config.ca_file.as_deref(),
             !server_names.is_empty(),
@@ -193,7 +204,7 @@ impl OriginClient {
         let connector = HttpsConnectorBuilder::new()
             .with_tls_config(tls)
             .https_or_http()
-            .with_server_name_resolver(server_names)
+            .with_server_name_resolver(server_names.clone())
             .enable_http1()
             .wrap_connector(connector);
         let client = Client::builder(TokioExecutor::new())
@@ -206,7 +217,21 @@ impl OriginClient {
             header_timeout: Duration::from_millis(config.header_timeout_ms),
             body_idle_timeout: Duration::from_millis(config.body_idle_timeout_ms),
             tls_failures: Counter::default(),
+            verifies_https: config.ca_file.is_some() || !server_names.is_empty(),
+            server_names,
         })
+    }
+
+    /// Puts the TLS server names of `tenants`' origins in force for the connections
+    /// made from now on (a reload that changed the tenants).
+    pub(crate) fn set_tenants(&self, tenants: &[TenantConfig]) {
+        self.server_names.replace(server_name_pairs(tenants));
+    }
+
+    /// Whether the client has roots to verify `https://` origins against: the CA
+    /// file, or the system's, read at start only when some origin was `https://`.
+    pub(crate) fn verifies_https(&self) -> bool {
+        self.verifies_https
     }
 
     /// The client for `config`'s origins ([`OriginClient::new`]).

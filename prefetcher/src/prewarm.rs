@@ -224,7 +224,7 @@ impl PrewarmConsumer {
     /// subscribed to `kafka.prewarm_topic`. With `keys` (the node's
     /// [`KafkaConfig::prewarm_keys`]) it acts only on commands signed by one of them.
     pub fn new(node: Node, keys: Option<SigningKeys>) -> Result<PrewarmConsumer, KafkaError> {
-        let config: &Config = node.config();
+        let config: &Config = &node.config();
         let Some(region) = config.region.clone() else {
             return Err(KafkaError::ClientCreation(
                 "the pre-warm consumer needs `region` in the config".into(),

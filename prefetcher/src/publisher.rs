@@ -21,7 +21,7 @@ use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::producer::{BaseRecord, DeliveryResult, Producer, ProducerContext, ThreadedProducer};
 use tokio::sync::{mpsc, watch};
 
-use crate::config::{Config, KafkaConfig};
+use crate::config::{Config, ConfigError, KafkaConfig};
 use crate::events::{OutcomeRecord, OutcomeRef};
 use crate::metrics::Metrics;
 
@@ -57,6 +57,47 @@ pub(crate) fn client_config(kafka: &KafkaConfig) -> ClientConfig {
         config.set(k, v);
     }
     config
+}
+
+/// The event producer's librdkafka settings: [`client_config`], the producer's own
+/// settings, then `kafka.properties` over them.
+fn producer_config(kafka: &KafkaConfig, node: &NodeId) -> ClientConfig {
+    let mut producer = client_config(kafka);
+    producer
+        .set("client.id", format!("prefetcher-{node}"))
+        .set(
+            "queue.buffering.max.messages",
+            kafka.queue_max_messages.to_string(),
+        )
+        .set("linger.ms", kafka.linger_ms.to_string())
+        .set("message.timeout.ms", kafka.message_timeout_ms.to_string())
+        .set("compression.type", "lz4")
+        // Events are statistics: one leader ack is enough, and a lost event is
+        // counted, not retried forever.
+        .set("acks", "1");
+    // `kafka.properties` have the last word (compression, acks, batch sizes...).
+    for (key, value) in &kafka.properties {
+        producer.set(key, value);
+    }
+    producer
+}
+
+/// Checks `kafka.properties` as librdkafka reads them (an unknown property, a bad
+/// value), for the event producer and a consumer, without creating a client: nothing
+/// connects. The error names `kafka.properties`.
+pub(crate) fn check_kafka_properties(kafka: &KafkaConfig) -> Result<(), ConfigError> {
+    let node = NodeId::new("check").expect("a valid node id");
+    let consumer = {
+        let mut c = client_config(kafka);
+        c.set("group.id", "check");
+        c
+    };
+    for config in [producer_config(kafka, &node), consumer] {
+        config
+            .create_native_config()
+            .map_err(|e| crate::config::invalid("kafka.properties", e.to_string()))?;
+    }
+    Ok(())
 }
 
 /// Produces the node's access events to `kafka.events_topic`.
@@ -117,23 +158,7 @@ impl EventPublisher {
             published: metrics.events_published.clone(),
             dropped: metrics.events_dropped.clone(),
         };
-        let mut producer = client_config(kafka);
-        producer
-            .set("client.id", format!("prefetcher-{node}"))
-            .set(
-                "queue.buffering.max.messages",
-                kafka.queue_max_messages.to_string(),
-            )
-            .set("linger.ms", kafka.linger_ms.to_string())
-            .set("message.timeout.ms", kafka.message_timeout_ms.to_string())
-            .set("compression.type", "lz4")
-            // Events are statistics: one leader ack is enough, and a lost event is
-            // counted, not retried forever.
-            .set("acks", "1");
-        // `kafka.properties` have the last word (compression, acks, batch sizes...).
-        for (key, value) in &kafka.properties {
-            producer.set(key, value);
-        }
+        let producer = producer_config(kafka, &node);
         let producer = producer.create_with_context(context)?;
         Ok(EventPublisher {
             producer,

@@ -28,6 +28,7 @@ use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
+use crate::changes::Reloaded;
 use crate::config::{Config, ConfigError};
 use crate::events::ChannelSink;
 use crate::listener::{ServeOptions, serve};
@@ -35,6 +36,8 @@ use crate::prewarm::PrewarmConsumer;
 use crate::proxy::{Node, admin_app};
 use crate::proxy::{serve_node, serve_node_tls};
 use crate::publisher::EventPublisher;
+use crate::reload::{refuse_reload, reload_node};
+use crate::tls::ListenerCert;
 
 /// Why a node could not start.
 #[derive(Debug, thiserror::Error)]
@@ -82,6 +85,8 @@ pub struct NodeHandle {
     tls_addr: Option<SocketAddr>,
     admin_addr: Option<SocketAddr>,
     node: Node,
+    /// The TLS listener's certificate, which a reload replaces.
+    tls_cert: Option<ListenerCert>,
     kafka: bool,
     shutdown_tx: watch::Sender<bool>,
     tasks: Vec<JoinHandle<()>>,
@@ -115,9 +120,12 @@ pub async fn spawn_node_with(
     for deprecated in config.deprecations() {
         tracing::warn!("{deprecated}");
     }
-    let tls = match &config.tls {
-        Some(tls) => Some((tls.listen, crate::tls::server_config(tls)?)),
-        None => None,
+    let (tls, tls_cert) = match &config.tls {
+        Some(tls) => {
+            let (server_config, cert) = crate::tls::server_config(tls)?;
+            (Some((tls.listen, server_config)), Some(cert))
+        }
+        None => (None, None),
     };
     let kafka = config.kafka.enabled();
     let prewarm_keys = if kafka {
@@ -211,6 +219,7 @@ pub async fn spawn_node_with(
         tls_addr,
         admin_addr,
         node,
+        tls_cert,
         kafka,
         shutdown_tx,
         tasks,
@@ -261,6 +270,22 @@ impl NodeHandle {
     /// Whether the Kafka publisher and consumer run.
     pub fn kafka_enabled(&self) -> bool {
         self.kafka
+    }
+
+    /// Puts `config` in force for new requests (tenants, `[limits]`, the TLS
+    /// listener's certificate, read again), while requests and fills in flight finish
+    /// on the old one; settings that need a restart are reported and kept. A config
+    /// that fails [`check_config`](crate::check_config) is refused and the running one
+    /// stays. Counted in `prefetcher_config_reloads_total{result}` and logged. See
+    /// the `reload` module.
+    pub fn reload(&self, config: Config) -> Result<Reloaded, ConfigError> {
+        reload_node(&self.node, self.tls_cert.as_ref(), config)
+    }
+
+    /// Counts and logs a reload refused before it could start (the config file could
+    /// not be read or parsed); the running configuration stays. Returns `error`.
+    pub fn refuse_reload(&self, error: ConfigError) -> ConfigError {
+        refuse_reload(&self.node, error)
     }
 
     /// Stops accepting, drains connections, flushes events and commits offsets.

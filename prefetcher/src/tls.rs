@@ -1,14 +1,18 @@
 //! TLS with rustls (the ring provider): the client listener's server configuration
 //! (certificate and key files, HTTP/2 and HTTP/1.1 by ALPN) and the origin client's
 //! configuration (the system's roots or `origin.ca_file`, the server name per
-//! origin). Files are read once, when the node starts; a bad one fails the start and
-//! names its field.
+//! origin). Files are read when the node starts, and the listener's again on a reload
+//! (a new certificate for new handshakes); a bad one fails the start, or refuses the
+//! reload, naming its field.
 
 use std::collections::HashMap;
 use std::path::Path;
 use std::sync::Arc;
 
+use arc_swap::ArcSwap;
 use rustls::crypto::CryptoProvider;
+use rustls::server::ResolvesServerCert;
+use rustls::sign::CertifiedKey;
 use rustls::{ClientConfig, RootCertStore, ServerConfig};
 use rustls_pki_types::pem::PemObject;
 use rustls_pki_types::{CertificateDer, PrivateKeyDer, ServerName};
@@ -46,9 +50,9 @@ fn read_certs(path: &Path, field: &str) -> Result<Vec<CertificateDer<'static>>, 
     Ok(certs)
 }
 
-/// The server configuration of the TLS listener: the certificate chain and key from
-/// `config`'s files, ALPN `h2` then `http/1.1`.
-pub(crate) fn server_config(config: &TlsListenConfig) -> Result<Arc<ServerConfig>, ConfigError> {
+/// The certificate and key of the TLS listener, read from `config`'s files and
+/// checked against each other: what a handshake presents.
+pub(crate) fn listener_key(config: &TlsListenConfig) -> Result<Arc<CertifiedKey>, ConfigError> {
     let certs = read_certs(&config.cert_file, "tls.cert_file")?;
     let key_bytes = std::fs::read(&config.key_file).map_err(|e| {
         invalid(
@@ -65,19 +69,48 @@ pub(crate) fn server_config(config: &TlsListenConfig) -> Result<Arc<ServerConfig
             ),
         )
     })?;
+    let key = CertifiedKey::from_der(certs, key, &provider()).map_err(|e| {
+        invalid(
+            "tls.key_file",
+            format!("does not fit tls.cert_file's certificate: {e}"),
+        )
+    })?;
+    Ok(Arc::new(key))
+}
+
+/// The TLS listener's certificate as handshakes see it: one swap away from a new one
+/// ([`ListenerCert::replace`], on a reload), so new handshakes present the new
+/// certificate while connections already up keep theirs.
+#[derive(Debug, Clone)]
+pub(crate) struct ListenerCert(Arc<ArcSwap<CertifiedKey>>);
+
+impl ListenerCert {
+    /// Puts `key` in force for the handshakes from now on.
+    pub(crate) fn replace(&self, key: Arc<CertifiedKey>) {
+        self.0.store(key);
+    }
+}
+
+impl ResolvesServerCert for ListenerCert {
+    fn resolve(&self, _hello: rustls::server::ClientHello<'_>) -> Option<Arc<CertifiedKey>> {
+        Some(self.0.load_full())
+    }
+}
+
+/// The server configuration of the TLS listener: the certificate chain and key from
+/// `config`'s files ([`listener_key`]), ALPN `h2` then `http/1.1`; and the handle
+/// that replaces the certificate later.
+pub(crate) fn server_config(
+    config: &TlsListenConfig,
+) -> Result<(Arc<ServerConfig>, ListenerCert), ConfigError> {
+    let cert = ListenerCert(Arc::new(ArcSwap::new(listener_key(config)?)));
     let mut server = ServerConfig::builder_with_provider(provider())
         .with_safe_default_protocol_versions()
         .map_err(|e| invalid("tls", e.to_string()))?
         .with_no_client_auth()
-        .with_single_cert(certs, key)
-        .map_err(|e| {
-            invalid(
-                "tls.key_file",
-                format!("does not fit tls.cert_file's certificate: {e}"),
-            )
-        })?;
+        .with_cert_resolver(Arc::new(cert.clone()));
     server.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
-    Ok(Arc::new(server))
+    Ok((Arc::new(server), cert))
 }
 
 /// The roots `https://` origins are verified against: `ca_file`'s certificates when
@@ -133,19 +166,28 @@ pub(crate) fn origin_client_config(
 }
 
 /// Maps an `https://` origin's authority to its TLS server name, for the connector.
+/// A reload that changes the tenants puts the new names in force for the connections
+/// made from then on ([`ServerNames::replace`]); the clones share them.
 #[derive(Debug, Clone, Default)]
 pub(crate) struct ServerNames {
-    by_authority: Arc<HashMap<String, ServerName<'static>>>,
+    by_authority: Arc<ArcSwap<HashMap<String, ServerName<'static>>>>,
 }
 
 impl ServerNames {
     /// Whether no origin is `https://`.
     pub(crate) fn is_empty(&self) -> bool {
-        self.by_authority.is_empty()
+        self.by_authority.load().is_empty()
     }
 
     /// From `(authority, server name)` pairs (validated by `Config::validate`).
     pub(crate) fn new(pairs: impl IntoIterator<Item = (String, String)>) -> ServerNames {
+        let names = ServerNames::default();
+        names.replace(pairs);
+        names
+    }
+
+    /// Puts these `(authority, server name)` pairs in force instead.
+    pub(crate) fn replace(&self, pairs: impl IntoIterator<Item = (String, String)>) {
         let by_authority = pairs
             .into_iter()
             .filter_map(|(authority, name)| {
@@ -153,9 +195,7 @@ impl ServerNames {
                 Some((authority.to_ascii_lowercase(), name))
             })
             .collect();
-        ServerNames {
-            by_authority: Arc::new(by_authority),
-        }
+        self.by_authority.store(Arc::new(by_authority));
     }
 
     /// The server name for a request to `uri`: the configured one for its
@@ -164,11 +204,13 @@ impl ServerNames {
         &self,
         uri: &http::Uri,
     ) -> Result<ServerName<'static>, Box<dyn std::error::Error + Sync + Send>> {
-        if let Some(name) = uri
-            .authority()
-            .and_then(|a| self.by_authority.get(&a.as_str().to_ascii_lowercase()))
-        {
-            return Ok(name.clone());
+        if let Some(name) = uri.authority().and_then(|a| {
+            self.by_authority
+                .load()
+                .get(&a.as_str().to_ascii_lowercase())
+                .cloned()
+        }) {
+            return Ok(name);
         }
         let host = uri.host().ok_or("origin URL without a host")?;
         let host = host.trim_start_matches('[').trim_end_matches(']');
@@ -231,7 +273,7 @@ mod tests {
         let generated = rcgen::generate_simple_self_signed(vec!["localhost".into()]).unwrap();
         let cert = file(&generated.cert.pem());
         let key = file(&generated.key_pair.serialize_pem());
-        let config = server_config(&listen_config(cert.path(), key.path())).unwrap();
+        let (config, _) = server_config(&listen_config(cert.path(), key.path())).unwrap();
         assert_eq!(
             config.alpn_protocols,
             [b"h2".to_vec(), b"http/1.1".to_vec()]

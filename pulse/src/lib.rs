@@ -9,7 +9,9 @@
 //! # Layout
 //! The online service, one module per part; the offline lab beside it in `lab/`, which
 //! uses the online modules. No online module imports `lab`.
-//! - `service`: the assembly: [`PulseConfig`], [`start`], [`PulseHandle`], [`shutdown_signal`].
+//! - `service`: the assembly: [`PulseConfig`], [`start`], [`PulseHandle`], [`shutdown_signal`],
+//!   [`check_config`] (what `start` checks, starting nothing).
+//! - `logging`: [`init_logging`], the binary's log lines as text or JSON ([`LogFormat`]).
 //! - `partition`: [`Partitions`], the state per owned partition of the events topic
 //!   ([`PartitionState`]: heat map, predictor, applied offset, replay bound).
 //! - `ingest`: [`Ingest`], the consumer-group member (cooperative rebalances, commit on
@@ -72,6 +74,7 @@ mod heat;
 mod ingest;
 mod kafka;
 mod lab;
+mod logging;
 mod metrics;
 mod partition;
 mod predict;
@@ -103,6 +106,7 @@ pub use lab::{
     backtest_table, family_rows, family_table, generate_trace, load_events, percentile, read_topic,
     replay, train_model, train_on_families, train_summary, write_commands, write_trace,
 };
+pub use logging::{LOG_FORMAT_ENV, LogFormat, init_logging};
 pub use metrics::{Metrics, ModelWatcherCounts, PeerLabel, ReasonLabel, RouteLabel};
 pub use partition::{PartitionHealth, PartitionState, PartitionTemplate, Partitions, Snapshot};
 pub use predict::{
@@ -112,7 +116,9 @@ pub use predict::{
 };
 pub use prewarm::PrewarmPublisher;
 pub use reject::RejectReason;
-pub use service::{PulseConfig, PulseConfigError, PulseHandle, StartError, shutdown_signal, start};
+pub use service::{
+    PulseConfig, PulseConfigError, PulseHandle, StartError, check_config, shutdown_signal, start,
+};
 
 pub use clock::wall_clock_ms;
 pub use kafka::{

@@ -18,6 +18,10 @@ use pulse::{
 struct Cli {
     #[command(subcommand)]
     command: Command,
+    /// How log lines are written to stderr: `text` (coloured on a terminal only) or
+    /// `json` (one object per line: timestamp, level, target, message, fields).
+    #[arg(long, global = true, env = pulse::LOG_FORMAT_ENV, value_enum, default_value_t)]
+    log_format: pulse::LogFormat,
 }
 
 #[derive(Subcommand)]
@@ -30,6 +34,7 @@ enum Command {
         partitions: i32,
     },
     /// Consume access events into the heat map and serve the dashboard API.
+    /// `--check-config` checks the settings as a start would, starting nothing.
     Serve(Box<ServeArgs>),
     /// Generate a synthetic trace: a Zipf background, viral events that spread across
     /// regions, cron-like bursts, and noise bursts that must not trigger.
@@ -345,6 +350,12 @@ struct ServeArgs {
     /// Keep and retrain this instance's own model (no model topic).
     #[arg(long, env = "PULSE_NO_MODEL_TOPIC")]
     no_model_topic: bool,
+    /// Check the settings as a start would (every flag, the Kafka properties file
+    /// and properties, the tenants file, the model file, the checkpoint file),
+    /// starting no broker, binding no port and connecting to nothing; print one line
+    /// and exit: 0 when they are good, 1 naming the bad flag or field.
+    #[arg(long)]
+    check_config: bool,
 }
 
 impl ServeArgs {
@@ -435,6 +446,30 @@ impl ServeArgs {
     }
 }
 
+/// A failed [`pulse::check_config`], naming the flag (and variable) of the field.
+fn named_flag(error: pulse::StartError) -> anyhow::Error {
+    use pulse::StartError;
+    match error {
+        StartError::Config(e) => {
+            let flag = match e.field {
+                "kafka_properties" => KAFKA_PROPERTY_FLAGS,
+                "checkpoint" => "--checkpoint (PULSE_CHECKPOINT)",
+                other => other,
+            };
+            anyhow::anyhow!("{flag}: {}", e.reason)
+        }
+        StartError::TenantsFile { path, reason } => anyhow::anyhow!(
+            "--tenants-file (PULSE_TENANTS_FILE): {}: {reason}",
+            path.display()
+        ),
+        e @ (StartError::ModelFile { .. } | StartError::Model { .. }) => {
+            anyhow::anyhow!("--model (PULSE_MODEL): {e}")
+        }
+        e @ StartError::Checkpoint(_) => anyhow::anyhow!("--checkpoint (PULSE_CHECKPOINT): {e}"),
+        other => other.into(),
+    }
+}
+
 /// `TENANT=COST` of `--tenant-fill-cost`.
 fn parse_tenant_cost(s: &str) -> Result<(TenantId, f64), String> {
     let (tenant, cost) = s
@@ -452,11 +487,7 @@ fn parse_tenant_cost(s: &str) -> Result<(TenantId, f64), String> {
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
-        )
-        .init();
+    pulse::init_logging(cli.log_format, "info");
     match cli.command {
         Command::Broker { partitions } => {
             let broker = EmbeddedBroker::start(1).context("starting the embedded broker")?;
@@ -480,6 +511,21 @@ async fn main() -> anyhow::Result<()> {
 }
 
 async fn serve(args: ServeArgs) -> anyhow::Result<()> {
+    if args.check_config {
+        let checked = args
+            .into_config()
+            .and_then(|config| pulse::check_config(&config).map_err(named_flag));
+        match checked {
+            Ok(()) => {
+                println!("pulse serve: configuration (flags and PULSE_* variables) is OK");
+                return Ok(());
+            }
+            Err(error) => {
+                eprintln!("pulse serve: configuration is invalid: {error}");
+                std::process::exit(1);
+            }
+        }
+    }
     let pulse = pulse::start(args.into_config()?).await?;
     if pulse.embedded_broker() {
         println!("embedded broker: {}", pulse.brokers());

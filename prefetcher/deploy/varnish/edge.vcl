@@ -1,5 +1,5 @@
 # edge-pulse: Varnish as an edge cache whose varnishncsa log feeds pulse through the
-# edge agent (`edge-agent --log-format varnishncsa_json`), and which takes the agent's
+# edge agent (`edge-agent --access-log-format varnishncsa_json`), and which takes the agent's
 # pre-warm requests. Run with
 #   varnishd -f /etc/varnish/edge.vcl -a 127.0.0.1:8082 ...
 #   varnishncsa -D -P /run/varnishncsa-edge.pid -a -j -f /etc/varnish/varnishncsa.format \

@@ -21,12 +21,15 @@
 //!   prefetcher's adaptive prefetch limit ([`Warmer`]).
 //! - **Admin.** `/metrics` (the prefetcher's registry, then `edge_agent_*`) and
 //!   `/healthz`.
+//! - **Check and reload.** [`check_agent_config`] checks a configuration as a start
+//!   would; [`AgentHandle::reload`] puts new tenants in force (`reload`).
 
 mod config;
 mod follow;
 mod formats;
 mod lines;
 mod metrics;
+mod reload;
 mod warm;
 
 use std::net::SocketAddr;
@@ -34,6 +37,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
+use arc_swap::ArcSwap;
 use axum::Router;
 use axum::extract::State;
 use axum::routing::get;
@@ -49,6 +53,8 @@ pub use self::formats::{LogFormat, MalformedLine, SkipReason};
 pub use self::lines::{Line, LineMapper};
 use self::lines::{NoEvent, Scratch};
 pub use self::metrics::AgentMetrics;
+use self::reload::AgentReload;
+pub use self::reload::check_agent_config;
 use self::warm::{WarmConsumer, Warmer};
 use crate::config::ConfigError;
 use crate::events::OutcomeRef;
@@ -81,7 +87,8 @@ pub enum AgentError {
 /// The follower thread's work: lines to events, straight to the producer.
 struct FollowLoop {
     follower: LogFollower,
-    mapper: LineMapper,
+    /// Read once per poll; a reload replaces it.
+    mapper: Arc<ArcSwap<LineMapper>>,
     handoff: Handoff,
     metrics: Arc<AgentMetrics>,
     stop: Arc<AtomicBool>,
@@ -150,7 +157,8 @@ impl FollowLoop {
         let mut last_mark = Instant::now();
         let mut scratch = Scratch::default();
         while !self.stop.load(Ordering::Relaxed) {
-            let (mapper, handoff, metrics) = (&self.mapper, &mut self.handoff, &self.metrics);
+            let mapper = self.mapper.load();
+            let (handoff, metrics) = (&mut self.handoff, &self.metrics);
             let mut queued = 0;
             let polled = self.follower.poll(|text| {
                 match mapper.map_with(text, &mut scratch, |record| handoff.publish(record)) {
@@ -218,6 +226,7 @@ fn metrics_delta(metrics: &AgentMetrics, seen: &mut FollowStats, now: FollowStat
 /// flushes events and saves the read position.
 pub struct AgentHandle {
     admin_addr: Option<SocketAddr>,
+    reload: AgentReload,
     agent_metrics: Arc<AgentMetrics>,
     metrics: Arc<Metrics>,
     warmer: Warmer,
@@ -266,6 +275,13 @@ pub async fn spawn_agent(config: AgentConfig) -> Result<AgentHandle, AgentError>
     )?;
     let warmer = Warmer::new(&config, Arc::clone(&agent_metrics), Arc::clone(&metrics));
     let consumer = WarmConsumer::new(&config, prewarm_keys, warmer.clone(), Arc::clone(&metrics))?;
+    let mapper = Arc::new(ArcSwap::from_pointee(LineMapper::new(&config)));
+    let reload = AgentReload {
+        running: std::sync::Mutex::new(config.clone()),
+        mapper: Arc::clone(&mapper),
+        targets: consumer.targets(),
+        metrics: Arc::clone(&metrics),
+    };
 
     let stop = Arc::new(AtomicBool::new(false));
     let resume = Position::load(&config.state_path);
@@ -276,7 +292,7 @@ pub async fn spawn_agent(config: AgentConfig) -> Result<AgentHandle, AgentError>
             config.max_line_bytes,
             Duration::from_millis(config.rotate_grace_ms),
         ),
-        mapper: LineMapper::new(&config),
+        mapper,
         handoff: Handoff {
             publisher,
             stop: Arc::clone(&stop),
@@ -311,6 +327,7 @@ pub async fn spawn_agent(config: AgentConfig) -> Result<AgentHandle, AgentError>
     tracing::info!(log = %config.log_path.display(), format = ?config.log_format, ?admin_addr, "edge agent started");
     Ok(AgentHandle {
         admin_addr,
+        reload,
         agent_metrics,
         metrics,
         warmer,
@@ -365,6 +382,20 @@ impl AgentHandle {
     /// The metrics it shares with the prefetcher (events, pre-warm commands).
     pub fn metrics(&self) -> &Metrics {
         &self.metrics
+    }
+
+    /// Puts `config`'s tenants in force for the log lines and pre-warm commands
+    /// handled from now on; other settings that differ are reported as needing a
+    /// restart and kept. A config that fails [`check_agent_config`] is refused and the
+    /// running one stays. Counted in `prefetcher_config_reloads_total{result}`.
+    pub fn reload(&self, config: AgentConfig) -> Result<crate::changes::Reloaded, ConfigError> {
+        self.reload.reload(config)
+    }
+
+    /// Counts and logs a reload refused before it could start (the config file could
+    /// not be read or parsed). Returns `error`.
+    pub fn refuse_reload(&self, error: ConfigError) -> ConfigError {
+        self.reload.refuse(error)
     }
 
     /// The adaptive pre-warm limit now.

@@ -24,6 +24,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
+use arc_swap::ArcSwap;
 use bytes::Bytes;
 use http::{HeaderName, HeaderValue, Request, Uri, header};
 use http_body_util::{BodyExt, Empty};
@@ -249,7 +250,8 @@ impl Warmer {
 pub(crate) struct WarmConsumer {
     consumer: StreamConsumer<LoggingContext>,
     keys: Option<SigningKeys>,
-    targets: WarmTargets,
+    /// Replaced whole by a reload (`agent::reload`).
+    targets: Arc<ArcSwap<WarmTargets>>,
     warmer: Warmer,
     metrics: Arc<Metrics>,
     max_in_flight: usize,
@@ -277,13 +279,18 @@ impl WarmConsumer {
         Ok(WarmConsumer {
             consumer,
             keys,
-            targets: WarmTargets::new(config),
+            targets: Arc::new(ArcSwap::from_pointee(WarmTargets::new(config))),
             warmer,
             metrics,
             // Slots plus the limiter's queue: past it the limiter sheds anyway, so
             // bounding the tasks here only bounds memory.
             max_in_flight: limit.max_fills + limit.max_queued,
         })
+    }
+
+    /// The targets commands are checked against, for a reload to replace.
+    pub(crate) fn targets(&self) -> Arc<ArcSwap<WarmTargets>> {
+        Arc::clone(&self.targets)
     }
 
     /// Reads and handles commands until `shutdown` turns true, then waits for the
@@ -310,7 +317,7 @@ impl WarmConsumer {
             self.metrics.prefetches_received.inc();
             let now_ms = unix_now_ms();
             let checked = check_signature(self.keys.as_ref(), &message)
-                .and_then(|()| self.targets.check(message.payload(), now_ms));
+                .and_then(|()| self.targets.load().check(message.payload(), now_ms));
             match checked {
                 Ok(request) if recent.is_repeat(&request.id, now_ms) => {
                     self.metrics.prewarm_rejected(RejectReason::Duplicate);

@@ -7,12 +7,15 @@ use std::path::PathBuf;
 use anyhow::Context;
 use clap::Parser;
 use models::{NodeId, RegionId};
-use prefetcher::{AgentConfig, LogFormat, spawn_agent};
+use prefetcher::{
+    AgentConfig, ConfigError, LogEncoding, LogFormat, check_agent_config, report_check,
+    spawn_agent, until_shutdown,
+};
 
 /// The edge agent: an nginx or Varnish node as an edge of pulse.
 ///
-/// It follows the node's access log (`--log-format nginx_json` with the `log_format`
-/// of `prefetcher/deploy/nginx/edge.conf`, or `varnishncsa_json` written by
+/// It follows the node's access log (`--access-log-format nginx_json` with the
+/// `log_format` of `prefetcher/deploy/nginx/edge.conf`, or `varnishncsa_json` written by
 /// `varnishncsa -j -f prefetcher/deploy/varnish/varnishncsa.format`) and publishes
 /// one access event per cacheable request to `kafka.events_topic`: the cache status
 /// becomes pulse's outcome by the table in the README (HIT → hit, MISS → miss,
@@ -35,7 +38,14 @@ use prefetcher::{AgentConfig, LogFormat, spawn_agent};
 /// that shrinks when the node or its origin slows or fails.
 ///
 /// `/metrics` (Prometheus) and `/healthz` are served on `admin_listen`. SIGINT or
-/// SIGTERM stops it gracefully: events flushed, read position saved.
+/// SIGTERM stops it gracefully: events flushed, read position saved. SIGHUP reads the
+/// config file (and these flags) again and puts its `tenants` in force for the next
+/// lines and commands; a config that fails the check is refused and the running one
+/// kept, other settings are reported as needing a restart
+/// (`prefetcher_config_reloads_total` counts both). `--check-config` checks the
+/// configuration as a start would, starting nothing, as `nginx -t` does. The agent's
+/// own logs go to stderr as text (coloured on a terminal only) or JSON lines
+/// (`--log-format json`).
 ///
 /// Config is TOML (see the README's "Edge agent" section); the flags override it, and
 /// every flag can also be set by its environment variable.
@@ -50,9 +60,9 @@ struct Cli {
     #[arg(long, env = "EDGE_AGENT_LOG_PATH")]
     log_path: Option<PathBuf>,
 
-    /// Its format.
-    #[arg(long, env = "EDGE_AGENT_LOG_FORMAT", value_enum)]
-    log_format: Option<LogFormat>,
+    /// The access log's format (`log_format` in the config file).
+    #[arg(long, env = "EDGE_AGENT_ACCESS_LOG_FORMAT", value_enum)]
+    access_log_format: Option<LogFormat>,
 
     /// Where the read position is kept across restarts.
     #[arg(long, env = "EDGE_AGENT_STATE_PATH")]
@@ -85,15 +95,28 @@ struct Cli {
     /// Topic the pre-warm commands come from.
     #[arg(long, env = "EDGE_AGENT_PREWARM_TOPIC")]
     prewarm_topic: Option<String>,
+
+    /// Check the configuration as a start would (every field, the Kafka properties,
+    /// the state file's folder), starting nothing and connecting to nothing; print one
+    /// line and exit: 0 when it is good, 1 naming the bad field.
+    #[arg(long)]
+    check_config: bool,
+
+    /// How the agent's own log lines are written to stderr: `text` (coloured on a
+    /// terminal only) or `json` (one object per line: timestamp, level, target,
+    /// message, fields). Not the access log's format: that is --access-log-format.
+    #[arg(long, env = prefetcher::LOG_FORMAT_ENV, value_enum, default_value_t)]
+    log_format: LogEncoding,
 }
 
 impl Cli {
-    fn config(&self) -> anyhow::Result<AgentConfig> {
+    /// The config file with the flags over it, not yet checked.
+    fn config(&self) -> Result<AgentConfig, ConfigError> {
         let mut config = AgentConfig::from_file(&self.config)?;
         if let Some(v) = &self.log_path {
             config.log_path = v.clone();
         }
-        if let Some(v) = self.log_format {
+        if let Some(v) = self.access_log_format {
             config.log_format = v;
         }
         if let Some(v) = &self.state_path {
@@ -120,20 +143,34 @@ impl Cli {
         if let Some(v) = &self.prewarm_topic {
             config.kafka.prewarm_topic = v.clone();
         }
-        config.validate().context("invalid configuration")?;
         Ok(config)
     }
 }
 
+/// The variable the access log's format had before `--log-format` meant the agent's
+/// own logs: refused with the new name rather than silently ignored.
+const RENAMED_ENV: &str = "EDGE_AGENT_LOG_FORMAT";
+
 fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| "prefetcher=info".into()),
-        )
-        .init();
-    let config = cli.config()?;
+    if std::env::var_os(RENAMED_ENV).is_some() {
+        anyhow::bail!(
+            "{RENAMED_ENV} is now EDGE_AGENT_ACCESS_LOG_FORMAT (the access log's format); \
+             {} sets the agent's own log format",
+            prefetcher::LOG_FORMAT_ENV
+        );
+    }
+    // The library's lines and this binary's own (its target is `edge_agent`).
+    prefetcher::init_logging(cli.log_format, "prefetcher=info,edge_agent=info");
+    let checked = cli.config().and_then(|config| {
+        check_agent_config(&config)?;
+        Ok(config)
+    });
+    if cli.check_config {
+        let name = cli.config.display().to_string();
+        std::process::exit(report_check("edge-agent", &name, &checked));
+    }
+    let config = checked.context("invalid configuration")?;
     tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -141,7 +178,14 @@ fn main() -> anyhow::Result<()> {
         .block_on(async {
             let handle = spawn_agent(config).await?;
             tracing::info!(admin = ?handle.admin_addr(), "edge agent running");
-            prefetcher::shutdown_signal().await;
+            until_shutdown(|| {
+                // Logged and counted either way; the agent goes on.
+                let _ = match cli.config() {
+                    Ok(config) => handle.reload(config),
+                    Err(error) => Err(handle.refuse_reload(error)),
+                };
+            })
+            .await?;
             tracing::info!("shutting down: flushing events, saving the read position");
             let position = handle.shutdown().await;
             tracing::info!(inode = position.inode, offset = position.offset, "stopped");

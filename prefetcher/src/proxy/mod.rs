@@ -30,6 +30,7 @@ mod upload;
 use std::collections::HashMap;
 use std::sync::Arc;
 
+use arc_swap::ArcSwap;
 use axum::Router;
 use axum::body::Body;
 use axum::extract::{Request, State};
@@ -56,10 +57,12 @@ pub struct Node {
 }
 
 struct NodeInner {
+    /// The configuration the node started with. Its settings that need a restart are
+    /// the ones in force; those a reload changes (tenants, `[limits]`, the listener's
+    /// certificate files) are read from `live`.
     config: Config,
-    by_host: HashMap<String, Arc<Tenant>>,
-    fallback: Option<Arc<Tenant>>,
-    by_id: HashMap<TenantId, Arc<Tenant>>,
+    /// What a reload replaces: read once per request (one atomic load, no lock).
+    live: ArcSwap<Live>,
     cache: L1Cache,
     registry: FlightRegistry,
     origin: OriginClient,
@@ -72,6 +75,51 @@ struct NodeInner {
     /// Panics injected into fill tasks by tests (feature `testing` only).
     #[cfg(feature = "testing")]
     faults: crate::faults::FillFaults,
+}
+
+/// The part of a node's configuration a reload replaces: the whole configuration in
+/// force and the tenant routing built from it. A request reads it once, and it and
+/// the fills it starts keep the one they read (a fill holds its [`Tenant`]), so a
+/// reload applies to new requests while those in flight finish on the old one.
+pub(crate) struct Live {
+    /// The configuration in force.
+    pub(crate) config: Arc<Config>,
+    by_host: HashMap<String, Arc<Tenant>>,
+    fallback: Option<Arc<Tenant>>,
+    by_id: HashMap<TenantId, Arc<Tenant>>,
+}
+
+impl Live {
+    /// The routing of a validated `config`'s tenants; a tenant whose origin cannot be
+    /// used is an error naming it.
+    pub(crate) fn new(config: Config) -> Result<Live, ConfigError> {
+        let mut by_host = HashMap::new();
+        let mut by_id = HashMap::new();
+        let mut fallback = None;
+        for (i, t) in config.tenants.iter().enumerate() {
+            let tenant =
+                Arc::new(
+                    Tenant::from_config(t).map_err(|reason| ConfigError::Invalid {
+                        field: format!("tenants[{i}].origin"),
+                        reason,
+                    })?,
+                );
+            for host in &t.hosts {
+                if host == "*" {
+                    fallback = Some(Arc::clone(&tenant));
+                } else {
+                    by_host.insert(host.to_ascii_lowercase(), Arc::clone(&tenant));
+                }
+            }
+            by_id.insert(t.id.clone(), tenant);
+        }
+        Ok(Live {
+            config: Arc::new(config),
+            by_host,
+            fallback,
+            by_id,
+        })
+    }
 }
 
 /// The proxy router: every path goes to the proxy (metrics live on the admin router).
@@ -117,26 +165,7 @@ impl Node {
     /// A node reporting request outcomes to `sink`.
     pub fn with_sink(config: Config, sink: Arc<dyn EventSink>) -> Result<Node, ConfigError> {
         config.validate()?;
-        let mut by_host = HashMap::new();
-        let mut by_id = HashMap::new();
-        let mut fallback = None;
-        for (i, t) in config.tenants.iter().enumerate() {
-            let tenant =
-                Arc::new(
-                    Tenant::from_config(t).map_err(|reason| ConfigError::Invalid {
-                        field: format!("tenants[{i}].origin"),
-                        reason,
-                    })?,
-                );
-            for host in &t.hosts {
-                if host == "*" {
-                    fallback = Some(Arc::clone(&tenant));
-                } else {
-                    by_host.insert(host.to_ascii_lowercase(), Arc::clone(&tenant));
-                }
-            }
-            by_id.insert(t.id.clone(), tenant);
-        }
+        let live = ArcSwap::from_pointee(Live::new(config.clone())?);
         let metrics = Metrics::new();
         let origin = OriginClient::from_config(&config)?
             .count_tls_failures_in(metrics.origin_tls_failures.clone());
@@ -153,9 +182,7 @@ impl Node {
                 metrics,
                 sink,
                 too_large: range::TooLarge::new(),
-                by_host,
-                fallback,
-                by_id,
+                live,
                 config,
                 #[cfg(feature = "testing")]
                 faults: crate::faults::FillFaults::default(),
@@ -170,9 +197,20 @@ impl Node {
         self.inner.faults.arm(key, at);
     }
 
-    /// The configuration in force.
-    pub fn config(&self) -> &Config {
-        &self.inner.config
+    /// The configuration in force (the one the node started with, or the last one a
+    /// reload put in force).
+    pub fn config(&self) -> Arc<Config> {
+        Arc::clone(&self.inner.live.load().config)
+    }
+
+    /// The part of the configuration a reload replaces, as it is now.
+    pub(crate) fn live(&self) -> arc_swap::Guard<Arc<Live>> {
+        self.inner.live.load()
+    }
+
+    /// Puts `live` in force for the requests that start from now on.
+    pub(crate) fn replace_live(&self, live: Live) {
+        self.inner.live.store(Arc::new(live));
     }
 
     /// The node's metrics.

@@ -25,6 +25,7 @@ impl Node {
         tenant: &Tenant,
         request: Request,
         client_addr: Option<ClientAddr>,
+        max_body_bytes: u64,
     ) -> Response {
         self.inner.metrics.request(CacheStatus::Bypass);
         let unsafe_target = is_unsafe(request.method())
@@ -45,8 +46,7 @@ impl Node {
                 )
             });
         // A streamed (chunked) body past the limit is cut off: the upload fails.
-        let max_body =
-            usize::try_from(self.inner.config.limits.max_body_bytes).unwrap_or(usize::MAX);
+        let max_body = usize::try_from(max_body_bytes).unwrap_or(usize::MAX);
         // A stalled upload fails too, and is answered 408.
         let timed_out = TimedOut::default();
         let request = if http_body::Body::is_end_stream(request.body()) {

@@ -1,8 +1,6 @@
 //! The pre-warm entry: a key warmed through the request path's single flight at
 //! background priority. The Kafka consumer that calls it is `crate::prewarm`.
 
-use std::sync::Arc;
-
 use http::Uri;
 use models::{CacheKey, Priority, TenantId};
 
@@ -61,7 +59,7 @@ impl Node {
         tenant: &TenantId,
         key: CacheKey,
     ) -> Result<PrewarmOutcome, PrewarmError> {
-        let Some(t) = self.inner.by_id.get(tenant) else {
+        let Some(t) = self.live().by_id.get(tenant).cloned() else {
             return Err(PrewarmError::UnknownTenant(tenant.to_string()));
         };
         let key = key
@@ -90,7 +88,7 @@ impl Node {
             Acquire::Lead(permit) => {
                 metrics.prefetches_started.inc();
                 let request = FillRequest { headers, stale };
-                self.spawn_fill(permit, Arc::clone(t), request, false);
+                self.spawn_fill(permit, t, request, false);
                 Ok(PrewarmOutcome::Started)
             }
             Acquire::Join(_) => {

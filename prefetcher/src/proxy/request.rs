@@ -16,7 +16,7 @@ use super::response::{
     content_length, entry_response, error_response, fill_error_response, flight_response,
     not_modified_response, origin_head, with_head,
 };
-use super::{Node, millis};
+use super::{Live, Node, millis};
 use crate::cache::{Entry, Lookup};
 use crate::cache_key::normalise_key;
 use crate::config::{RequestLimits, WaitTimeoutPolicy};
@@ -83,6 +83,8 @@ struct Ctx {
     client_addr: Option<ClientAddr>,
     /// A `GET` with a `Range` the node can serve (`None` for every other request).
     range: Option<Box<RangeRequest>>,
+    /// `limits.max_body_bytes` as this request read it.
+    max_body_bytes: u64,
 }
 
 impl Ctx {
@@ -129,7 +131,7 @@ fn body_len(response: &Response) -> u64 {
 
 impl Node {
     /// The tenant selected by the request's host, from configuration only.
-    fn tenant_for(&self, request: &Request) -> Option<Arc<Tenant>> {
+    fn tenant_for(live: &Live, request: &Request) -> Option<Arc<Tenant>> {
         let host = request
             .headers()
             .get(header::HOST)
@@ -144,15 +146,15 @@ impl Node {
                 }
             });
             let found = if name.bytes().any(|b| b.is_ascii_uppercase()) {
-                self.inner.by_host.get(&name.to_ascii_lowercase())
+                live.by_host.get(&name.to_ascii_lowercase())
             } else {
-                self.inner.by_host.get(name)
+                live.by_host.get(name)
             };
             if let Some(t) = found {
                 return Some(Arc::clone(t));
             }
         }
-        self.inner.fallback.clone()
+        live.fallback.clone()
     }
 
     /// Answers one client request (its client's address unknown: no hop is added to
@@ -186,12 +188,18 @@ impl Node {
         if let Err(reason) = verdict {
             return self.refuse(reason, request.version());
         }
-        if let Some(response) = over_limits(&request, &self.inner.config.limits) {
+        // Read once: this request, and the fill it may start, keep this configuration
+        // whatever a reload puts in force meanwhile.
+        let live = self.live();
+        let limits = &live.config.limits;
+        if let Some(response) = over_limits(&request, limits) {
             return response;
         }
-        let Some(tenant) = self.tenant_for(&request) else {
+        let Some(tenant) = Self::tenant_for(&live, &request) else {
             return error_response(StatusCode::MISDIRECTED_REQUEST, None, "unknown host");
         };
+        let max_body_bytes = limits.max_body_bytes;
+        drop(live);
         let method = request.method();
         let cacheable_method = method == Method::GET || method == Method::HEAD;
         let headers = request.headers();
@@ -199,7 +207,9 @@ impl Node {
         let per_user =
             headers.contains_key(header::AUTHORIZATION) || headers.contains_key(header::COOKIE);
         if !cacheable_method || per_user || has_body(headers) {
-            return self.pass_through(&tenant, request, client_addr).await;
+            return self
+                .pass_through(&tenant, request, client_addr, max_body_bytes)
+                .await;
         }
         let key = match normalise_key(request.uri()) {
             Ok(k) => k,
@@ -243,6 +253,7 @@ impl Node {
             client_addr,
             headers: parts.headers,
             range,
+            max_body_bytes,
         };
         let directives = RequestDirectives::parse(&ctx.headers);
         let now = Instant::now();
@@ -378,8 +389,13 @@ impl Node {
 
     /// A range request the cache cannot serve, passed to the origin unchanged.
     async fn range_to_origin(&self, ctx: &Ctx, range: &RangeRequest) -> Response {
-        self.pass_through(&ctx.tenant, range.to_origin_request(), ctx.client_addr)
-            .await
+        self.pass_through(
+            &ctx.tenant,
+            range.to_origin_request(),
+            ctx.client_addr,
+            ctx.max_body_bytes,
+        )
+        .await
     }
 
     fn answered(&self, ctx: &Ctx, status: CacheStatus, bytes: u64, fill_ms: Option<u32>) {

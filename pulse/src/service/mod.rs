@@ -33,8 +33,10 @@
 //! # Ok(()) }
 //! ```
 
+mod check;
 mod config;
 
+pub use check::check_config;
 pub use config::{PulseConfig, PulseConfigError};
 
 use std::collections::{HashMap, HashSet};

@@ -62,6 +62,10 @@ struct DemoArgs {
     /// Also write the figures as JSON to this file.
     #[arg(long)]
     json: Option<PathBuf>,
+    /// How log lines are written to stderr: `text` (coloured on a terminal only) or
+    /// `json` (one object per line), as every binary of the project.
+    #[arg(long, env = pulse::LOG_FORMAT_ENV, value_enum, default_value_t)]
+    log_format: pulse::LogFormat,
 }
 
 #[tokio::main]
@@ -69,11 +73,7 @@ async fn main() -> anyhow::Result<()> {
     let args = DemoArgs::parse();
     // Fifteen nodes per set-up would drown the progress lines in logs: only warnings
     // unless RUST_LOG says otherwise.
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "warn".into()),
-        )
-        .init();
+    pulse::init_logging(args.log_format, "warn");
     demo(args).await
 }
 
