@@ -39,7 +39,7 @@ pub(crate) use client::IpNetwork;
 pub use client::{ConnectionLimits, Http2Config, RequestLimits, TlsListenConfig};
 pub use kafka::{KafkaConfig, OffsetReset};
 pub use origin::{OriginConfig, TenantConfig};
-pub(crate) use origin::{check_tenant_hosts, parse_origin, tls_server_name};
+pub(crate) use origin::{check_forward_headers, check_tenant_hosts, parse_origin, tls_server_name};
 
 /// Why a configuration was refused.
 #[derive(Debug, thiserror::Error)]
@@ -300,6 +300,7 @@ impl Config {
                 return Err(invalid(name, "must be positive"));
             }
         }
+        check_forward_headers(&o.forward_headers)?;
         if self.tenants.is_empty() {
             return Err(invalid("tenants", "at least one tenant is needed"));
         }
