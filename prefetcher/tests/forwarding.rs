@@ -198,7 +198,7 @@ async fn a_trusted_proxys_hops_are_kept_and_appended_to() {
 
 /// An origin that reads requests as a careless server does: a `GET`'s body is never
 /// read, so its bytes are taken for the next request on the connection. It answers
-/// `200 ok` to each and records each request line.
+/// `200 ok` to each and records each request head.
 async fn naive_origin() -> (SocketAddr, Arc<Mutex<Vec<String>>>) {
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
@@ -225,7 +225,7 @@ async fn naive_origin() -> (SocketAddr, Arc<Mutex<Vec<String>>>) {
                                 .unwrap_or(0);
                             buf.drain(..length.min(buf.len()));
                         }
-                        lines.lock().unwrap().push(line);
+                        lines.lock().unwrap().push(head);
                         let ok = b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok";
                         if stream.write_all(ok).await.is_err() {
                             return;

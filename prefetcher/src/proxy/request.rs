@@ -102,9 +102,9 @@ impl Ctx {
     }
 }
 
-/// Whether a `GET`/`HEAD` carries a body (a "fat GET"): it is passed to the origin
-/// and never collapsed or stored, so a body the key does not see cannot shape what
-/// others get.
+/// Whether a `GET`/`HEAD` carries a body (a "fat GET"). The head checks refuse one
+/// (`get_with_body`) before this runs; should one get past them, it is passed to the
+/// origin without its body and never collapsed or stored.
 fn has_body(headers: &http::HeaderMap) -> bool {
     headers.contains_key(header::TRANSFER_ENCODING)
         || content_length(headers).is_some_and(|n| n > 0)
