@@ -18,7 +18,7 @@
 //! - `request_head`: [`check_request_head`] and the rules it shares with parsed
 //!   requests: ambiguous and smuggled request heads refused ([`RefusalReason`]).
 //! - `cache_key`: [`normalise_key`], a request target's cache key (the proxy's and
-//!   the edge agent's).
+//!   the edge agent's), and [`check_target`], the one check of every forwarded target.
 //! - `semantics`: HTTP caching rules that need no state (RFC 9111 directives, the
 //!   RFC 9213 targeted fields, `Age`, `Vary` and variant keys, hop-by-hop fields,
 //!   conditional requests, the `304` merge).
@@ -27,6 +27,9 @@
 //!   [`xfetch_due`]).
 //! - `flight/`: [`FlightRegistry`], [`FillPermit`], [`FlightSubscriber`],
 //!   [`FillError`]; its invariants' tests in `flight/tests.rs`.
+//! - `forward`: what an origin is told: [`ForwardFields`] (the allowlist of a fill,
+//!   what pass-through drops, the variant of what a fill sends), [`TrustedProxies`]
+//!   and [`Peer`] (client hops, the request's [`Scheme`]).
 //! - `origin`: [`OriginClient`] (timeouts, pooled connections, `http://` and
 //!   `https://`) and [`Tenant`].
 //! - `tls`: rustls configurations: the client listener's (certificate and key files,
@@ -73,7 +76,8 @@
 //! Modules depend on each other without a cycle, and no production module names
 //! `testing` (checked by `tests/tests/module_graph/`). `status`, `config`, `events`,
 //! `semantics`, `flight`, `request_head` and `cache_key` depend on no other module;
-//! `tls` on `config`; `limits`, `cache`, `metrics`, `origin` and `faults` on those;
+//! `tls` on `config`; `forward` on `config`, `flight`, `semantics`; `limits`,
+//! `cache`, `metrics`, `origin` and `faults` on those;
 //! `listener` on `config`, `metrics`, `origin`, `request_head`, `status` (and on no
 //! `proxy`); `publisher` on `config`, `events`, `metrics`; `proxy` on everything so
 //! far but `publisher` (it plugs the node into `listener`); `prewarm` on `proxy`,
@@ -91,6 +95,7 @@ mod events;
 #[cfg(feature = "testing")]
 mod faults;
 mod flight;
+mod forward;
 mod limits;
 mod listener;
 mod logging;
@@ -114,7 +119,7 @@ pub use agent::{
     spawn_agent,
 };
 pub use cache::{Entry, Freshness, L1Cache, Lookup, Storability, classify, origin_age, xfetch_due};
-pub use cache_key::normalise_key;
+pub use cache_key::{TargetError, check_target, normalise_key};
 pub use changes::Reloaded;
 pub use config::{
     CacheConfig, Config, ConfigError, ConnectionLimits, FlightConfig, Http2Config, KafkaConfig,
@@ -124,16 +129,17 @@ pub use config::{
 pub use events::{ChannelSink, Dropped, EventSink, NoopSink, OutcomeRecord, OutcomeRef};
 pub use flight::{
     Acquire, FillError, FillPermit, FlightKey, FlightRegistry, FlightSubscriber, Head, HeadOutcome,
-    VaryMatch,
+    Scheme, VaryMatch,
+};
+pub use forward::{
+    CLIENT_HOPS, ClientAddr, FILL_FIELDS, ForwardFields, Peer, TrustedProxies, prewarm_headers,
 };
 pub use limits::{FillClass, FillLimiter, FillSlot, retry_after_secs};
 pub use listener::{ConnectionLimiter, ServeOptions, serve, shutdown_signal};
 pub use logging::{LOG_FORMAT_ENV, LogEncoding, init_logging};
 pub use metrics::Metrics;
 pub use models::Priority;
-pub use origin::{
-    ClientAddr, OriginClient, Tenant, fill_headers, forwarded_headers, prewarm_headers,
-};
+pub use origin::{OriginClient, Tenant};
 pub use prewarm::{PrewarmConsumer, check_prewarm, check_signature, handle_prewarm};
 pub use proxy::{Node, PrewarmError, PrewarmOutcome, admin_app, app, serve_node, serve_node_tls};
 pub use publisher::EventPublisher;

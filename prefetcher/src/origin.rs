@@ -16,13 +16,14 @@ use models::{CacheKey, TenantId};
 
 use prometheus_client::metrics::counter::Counter;
 
+use crate::cache_key::check_target;
 use crate::config::{
     Config, ConfigError, FlightConfig, OriginConfig, PrefetchConfig, TenantConfig, parse_origin,
     tls_server_name,
 };
 use crate::flight::FillError;
+use crate::forward::{ForwardFields, Peer};
 use crate::limits::FillLimiter;
-use crate::semantics::{UNKEYED_REWRITES, add_via};
 use crate::tls::{ServerNames, origin_client_config, tls_failure};
 
 /// A tenant as the node resolved it from trusted configuration.
@@ -54,8 +55,12 @@ impl Tenant {
         })
     }
 
-    /// The origin URL of `path_and_query` (a cache key or a raw pass-through path).
+    /// The origin URL of `path_and_query` (a cache key or a raw pass-through path):
+    /// never one that climbs out of the prefix ([`check_target`], which the request
+    /// paths run first and answer with `400`; here it guards every other way in).
     fn uri(&self, path_and_query: &str) -> Result<Uri, FillError> {
+        let path = path_and_query.split('?').next().unwrap_or("");
+        check_target(path).map_err(|e| FillError::Connect(format!("refused target: {e}")))?;
         format!("{}{}{}", self.base, self.prefix, path_and_query)
             .parse()
             .map_err(|e| FillError::Connect(format!("bad origin URL: {e}")))
@@ -64,98 +69,14 @@ impl Tenant {
 
 pub(crate) use crate::semantics::strip_hop_by_hop;
 
-/// The client's connection as the listener saw it: its address becomes the hop this
-/// node appends to `X-Forwarded-For`, and whether it came over TLS sets
-/// `X-Forwarded-Proto`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct ClientAddr {
-    /// The client's socket address.
-    pub addr: std::net::SocketAddr,
-    /// The connection came through the TLS listener.
-    pub tls: bool,
-}
-
-/// The headers a client request is forwarded with (RFC 9110 §7.6): the client's
-/// end-to-end fields, without hop-by-hop ones (and those named in `Connection`),
-/// without the unkeyed rewrite fields ([`UNKEYED_REWRITES`]) and `Forwarded`, with
-/// `Via` and `X-Forwarded-For`/`-Proto` added; `Host` is set per tenant when sent.
-pub fn forwarded_headers(
-    client: &HeaderMap,
-    version: http::Version,
-    client_addr: Option<ClientAddr>,
-) -> HeaderMap {
-    let mut headers = client.clone();
-    strip_hop_by_hop(&mut headers);
-    for name in UNKEYED_REWRITES {
-        headers.remove(name);
-    }
-    headers.remove(header::FORWARDED);
-    headers.remove(header::HOST);
-    add_via(&mut headers, version);
-    if let Some(ClientAddr { addr, .. }) = client_addr {
-        let ip = addr.ip().to_string();
-        let value = match headers.get(X_FORWARDED_FOR).and_then(|v| v.to_str().ok()) {
-            Some(earlier) => format!("{earlier}, {ip}"),
-            None => ip,
-        };
-        if let Ok(value) = HeaderValue::from_str(&value) {
-            headers.insert(X_FORWARDED_FOR, value);
-        }
-    }
-    let proto = match client_addr {
-        Some(ClientAddr { tls: true, .. }) => "https",
-        _ => "http",
-    };
-    headers.insert(X_FORWARDED_PROTO, HeaderValue::from_static(proto));
-    headers
-}
-
-/// The headers of a fill for a client request: [`forwarded_headers`] less what would
-/// make the origin's answer unfit to store for others: the client's own validators
-/// (this node validates with its stored ones and answers the client's itself), `Range`
-/// and anything that describes a request body.
-pub fn fill_headers(
-    client: &HeaderMap,
-    version: http::Version,
-    client_addr: Option<ClientAddr>,
-) -> HeaderMap {
-    let mut headers = forwarded_headers(client, version, client_addr);
-    for name in [
-        header::IF_NONE_MATCH,
-        header::IF_MODIFIED_SINCE,
-        header::IF_MATCH,
-        header::IF_UNMODIFIED_SINCE,
-        header::IF_RANGE,
-        header::RANGE,
-        header::CONTENT_LENGTH,
-        header::CONTENT_TYPE,
-        header::EXPECT,
-    ] {
-        headers.remove(name);
-    }
-    headers
-}
-
-/// The headers of a pre-warm fill: a plain `GET` as a client without preferences
-/// sends it, so it fills the variant such a request selects.
-pub fn prewarm_headers() -> HeaderMap {
-    let mut headers = HeaderMap::with_capacity(4);
-    headers.insert(
-        header::USER_AGENT,
-        HeaderValue::from_static("edge-pulse-prefetcher"),
-    );
-    add_via(&mut headers, http::Version::HTTP_11);
-    headers
-}
-
-const X_FORWARDED_FOR: &str = "x-forwarded-for";
-const X_FORWARDED_PROTO: &str = "x-forwarded-proto";
+pub(crate) use crate::forward::ClientAddr;
 
 /// The origin client and the fill limits.
 #[derive(Clone)]
 pub struct OriginClient {
     client: Client<HttpsConnector<HttpConnector>, Body>,
     limiter: FillLimiter,
+    fields: ForwardFields,
     header_timeout: Duration,
     body_idle_timeout: Duration,
     tls_failures: Counter,
@@ -214,6 +135,7 @@ impl OriginClient {
         Ok(OriginClient {
             client,
             limiter: FillLimiter::new(flight, prefetch),
+            fields: ForwardFields::new(&config.forward_headers),
             header_timeout: Duration::from_millis(config.header_timeout_ms),
             body_idle_timeout: Duration::from_millis(config.body_idle_timeout_ms),
             tls_failures: Counter::default(),
@@ -261,9 +183,15 @@ impl OriginClient {
         &self.limiter
     }
 
-    /// A fill request: `GET` of the key with `headers` (from [`fill_headers`] or
-    /// [`prewarm_headers`], plus validators for a revalidation) and the tenant's
-    /// `Host`. The origin's status, 5xx included, is the caller's to judge.
+    /// Which request fields are forwarded (`origin.forward_headers`).
+    pub fn fields(&self) -> &ForwardFields {
+        &self.fields
+    }
+
+    /// A fill request: `GET` of the key with `headers` (from
+    /// [`ForwardFields::fill_headers`] or [`prewarm_headers`](crate::prewarm_headers),
+    /// plus validators for a revalidation) and the tenant's `Host`. The origin's
+    /// status, 5xx included, is the caller's to judge.
     pub async fn get(
         &self,
         tenant: &Tenant,
@@ -280,23 +208,31 @@ impl OriginClient {
         self.send(request).await
     }
 
-    /// A pass-through request (other methods, credentials, ranges, a `GET` with a
-    /// body): the client's request with its body and [`forwarded_headers`], and the
-    /// tenant's `Host`.
+    /// A pass-through request (other methods, credentials, ranges): the client's
+    /// request with [`ForwardFields::pass_through_headers`] and the tenant's `Host`,
+    /// and its body, except on `GET`, `HEAD` and `TRACE`: those go without one (and
+    /// without `Content-Length`), so an origin that ignores such a body can never
+    /// read it as the next request on a pooled connection.
     pub async fn forward(
         &self,
         tenant: &Tenant,
         request: Request<Body>,
-        client_addr: Option<ClientAddr>,
+        peer: &Peer,
     ) -> Result<Response<Incoming>, FillError> {
-        let (mut parts, body) = request.into_parts();
+        let (mut parts, mut body) = request.into_parts();
         let path = parts
             .uri
             .path_and_query()
             .map(|p| p.as_str())
             .unwrap_or("/");
         parts.uri = tenant.uri(path)?;
-        parts.headers = forwarded_headers(&parts.headers, parts.version, client_addr);
+        parts.headers = self
+            .fields
+            .pass_through_headers(&parts.headers, parts.version, peer);
+        if matches!(parts.method, Method::GET | Method::HEAD | Method::TRACE) {
+            parts.headers.remove(header::CONTENT_LENGTH);
+            body = Body::empty();
+        }
         parts.headers.insert(header::HOST, tenant.host.clone());
         parts.version = http::Version::HTTP_11;
         self.send(Request::from_parts(parts, body)).await

@@ -25,6 +25,9 @@
 //!   one authority the request names.
 //! - Targets other than origin-form and `http(s)` absolute-form without user info;
 //!   `CONNECT`.
+//! - A body on `GET`, `HEAD` or `TRACE` (`Content-Length` above 0, or
+//!   `Transfer-Encoding`): refused rather than forwarded without it, since a body
+//!   dropped in silence changes what the client asked (a search without its query).
 //!
 //! An accepted head has exactly one authority and one framing ([`CheckedHead`]).
 //!
@@ -73,11 +76,16 @@ pub enum RefusalReason {
     TransferEncoding,
     /// `CONNECT`: the node is no tunnel.
     Connect,
+    /// A `GET`, `HEAD` or `TRACE` that declares a body (`Content-Length` above 0, or
+    /// `Transfer-Encoding`): such a body has no meaning (RFC 9110 §9.3.1, §9.3.8), and
+    /// an origin that ignores it would read it as the next request on a pooled
+    /// connection (a CL.0 desync).
+    GetWithBody,
 }
 
 impl RefusalReason {
     /// Every reason, in declaration order (metrics pre-create one series each).
-    pub const ALL: [RefusalReason; 13] = [
+    pub const ALL: [RefusalReason; 14] = [
         RefusalReason::Malformed,
         RefusalReason::BareLf,
         RefusalReason::ControlChar,
@@ -91,6 +99,7 @@ impl RefusalReason {
         RefusalReason::InvalidLength,
         RefusalReason::TransferEncoding,
         RefusalReason::Connect,
+        RefusalReason::GetWithBody,
     ];
 
     /// The metric label.
@@ -109,6 +118,7 @@ impl RefusalReason {
             RefusalReason::InvalidLength => "invalid_length",
             RefusalReason::TransferEncoding => "transfer_encoding",
             RefusalReason::Connect => "connect",
+            RefusalReason::GetWithBody => "get_with_body",
         }
     }
 
@@ -224,6 +234,7 @@ pub fn check_request_head(bytes: &[u8]) -> HeadCheck<'_> {
         https,
         request.headers.iter().map(|h| (h.name.as_bytes(), h.value)),
         false,
+        matches!(method, "GET" | "HEAD" | "TRACE"),
     );
     match checked {
         Ok((host, framing)) => HeadCheck::Accepted(CheckedHead {
@@ -263,7 +274,8 @@ pub(crate) fn check_request_parts(
     let fields = headers
         .iter()
         .map(|(name, value)| (name.as_str().as_bytes(), value.as_bytes()));
-    check_fields(version, authority, https, fields, true).map(|_| ())
+    let bodiless = matches!(*method, Method::GET | Method::HEAD | Method::TRACE);
+    check_fields(version, authority, https, fields, true, bodiless).map(|_| ())
 }
 
 /// The authority of an absolute-form target (`None` for origin-form); anything else
@@ -291,13 +303,15 @@ fn target_form(target: &str) -> Result<Option<&[u8]>, RefusalReason> {
 
 /// The rules on the fields of a head, shared by both entries: returns its one
 /// authority and its framing. `check_values`: look for control characters in the
-/// values (`httparse` already refuses them in an HTTP/1 head).
+/// values (`httparse` already refuses them in an HTTP/1 head). `bodiless`: the
+/// method's body has no meaning (`GET`, `HEAD`, `TRACE`), so one is refused.
 fn check_fields<'a>(
     version: Version,
     target_authority: Option<&'a [u8]>,
     https: bool,
     fields: impl Iterator<Item = (&'a [u8], &'a [u8])>,
     check_values: bool,
+    bodiless: bool,
 ) -> Result<(&'a [u8], Framing), RefusalReason> {
     let mut host: Option<&[u8]> = None;
     let mut length: Option<&[u8]> = None;
@@ -333,6 +347,9 @@ fn check_fields<'a>(
         (Some(length), None) => Framing::Length(decimal(length)?),
         (None, None) => Framing::Length(0),
     };
+    if bodiless && framing != Framing::Length(0) {
+        return Err(RefusalReason::GetWithBody);
+    }
     let host = match (host, target_authority) {
         (Some(host), authority) => {
             if !valid_authority(host) {
@@ -625,9 +642,22 @@ mod tests {
                 None,
                 false,
                 [(&b"host"[..], &b"a"[..]), (b"x", b"a\x00b")].into_iter(),
-                true
+                true,
+                false
             ),
             Err(ControlChar)
+        );
+        assert_eq!(
+            check(
+                "/x",
+                Version::HTTP_11,
+                &[("host", "a"), ("content-length", "1")]
+            ),
+            Err(GetWithBody)
+        );
+        assert_eq!(
+            check("/x", h2, &[("host", "a"), ("content-length", "0")]),
+            Ok(())
         );
     }
 }

@@ -192,42 +192,53 @@ pub fn age_of(headers: &HeaderMap) -> u64 {
         .unwrap_or(0)
 }
 
+/// Hop-by-hop headers (RFC 9110 §7.6.1) and ours, never forwarded or stored (beside
+/// every field named in `Connection`).
+pub(crate) const HOP_BY_HOP: [HeaderName; 10] = [
+    header::CONNECTION,
+    header::TE,
+    header::TRAILER,
+    header::TRANSFER_ENCODING,
+    header::UPGRADE,
+    header::PROXY_AUTHORIZATION,
+    header::PROXY_AUTHENTICATE,
+    HeaderName::from_static("keep-alive"),
+    HeaderName::from_static("proxy-connection"),
+    HeaderName::from_static("x-cache"),
+];
+
+/// The fields a message's `Connection` names: hop-by-hop for this hop.
+pub(crate) fn connection_listed(headers: &HeaderMap) -> Vec<HeaderName> {
+    headers
+        .get_all(header::CONNECTION)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .filter_map(|t| HeaderName::from_bytes(t.trim().as_bytes()).ok())
+        .collect()
+}
+
 /// Hop-by-hop headers (RFC 9110 §7.6.1) and ours, never forwarded or stored: the
-/// fixed list, every field named in `Connection`, and `x-cache`.
+/// fixed list ([`HOP_BY_HOP`]), every field named in `Connection`, and `x-cache`.
 pub fn strip_hop_by_hop(headers: &mut HeaderMap) {
     if headers.contains_key(header::CONNECTION) {
-        let listed: Vec<HeaderName> = headers
-            .get_all(header::CONNECTION)
-            .iter()
-            .filter_map(|v| v.to_str().ok())
-            .flat_map(|v| v.split(','))
-            .filter_map(|t| HeaderName::from_bytes(t.trim().as_bytes()).ok())
-            .collect();
-        for name in listed {
+        for name in connection_listed(headers) {
             headers.remove(name);
         }
     }
-    for name in [
-        header::CONNECTION,
-        header::TE,
-        header::TRAILER,
-        header::TRANSFER_ENCODING,
-        header::UPGRADE,
-        header::PROXY_AUTHORIZATION,
-        header::PROXY_AUTHENTICATE,
-    ] {
+    for name in &HOP_BY_HOP {
         headers.remove(name);
     }
-    headers.remove("keep-alive");
-    headers.remove("proxy-connection");
-    headers.remove("x-cache");
 }
 
-/// Request headers that let a client rewrite what an origin believes the URL, host
-/// or method is. They are not part of any cache key, so an origin that reflects them
-/// would let one client shape what others get (cache poisoning): they are never sent
-/// upstream. `X-Forwarded-For` and `X-Forwarded-Proto` are set by this node.
-pub const UNKEYED_REWRITES: [&str; 14] = [
+/// Request headers that let a client rewrite what an origin believes the URL, host,
+/// scheme or method is. They are not part of any cache key, so an origin that
+/// reflects them would let one client shape what others get (cache poisoning), and
+/// on any request they can re-route it at the origin (out of the tenant's prefix,
+/// past the origin's own access rules): they are never sent upstream unless the
+/// operator names them (`origin.forward_headers`). `X-Forwarded-For` and
+/// `X-Forwarded-Proto` are set by this node.
+pub const UNKEYED_REWRITES: [&str; 24] = [
     "x-forwarded-host",
     "x-forwarded-prefix",
     "x-forwarded-path",
@@ -235,13 +246,23 @@ pub const UNKEYED_REWRITES: [&str; 14] = [
     "x-forwarded-scheme",
     "x-forwarded-port",
     "x-forwarded-proto",
+    "x-forwarded-protocol",
     "x-forwarded-ssl",
+    "x-forwarded-uri",
+    "x-forwarded-url",
     "x-original-url",
+    "x-original-uri",
+    "x-original-host",
+    "x-original-method",
+    "x-override-url",
     "x-rewrite-url",
+    "x-http-host-override",
     "x-http-method-override",
     "x-http-method",
     "x-method-override",
     "x-host",
+    "x-url-scheme",
+    "front-end-https",
 ];
 
 /// What `Vary` says about a response (every line, list-valued).

@@ -304,11 +304,18 @@ pub enum ClientLimit {
     HeadTooLarge,
     /// `accept` failed (out of file descriptors and the like): the listener backs off.
     AcceptError,
+    /// A forwarded request body not whole within `body_deadline_ms`: 408, origin
+    /// aborted.
+    BodyDeadline,
+    /// `max_uploads` forwarded bodies in flight: 503.
+    MaxUploads,
+    /// `max_uploads_per_address` forwarded bodies in flight from its address: 429.
+    AddressUploads,
 }
 
 impl ClientLimit {
     /// Every reason, in declaration order (metrics pre-create one series each).
-    pub const ALL: [ClientLimit; 11] = [
+    pub const ALL: [ClientLimit; 14] = [
         ClientLimit::HeaderTimeout,
         ClientLimit::IdleTimeout,
         ClientLimit::SendTimeout,
@@ -320,6 +327,9 @@ impl ClientLimit {
         ClientLimit::TooManyHeaders,
         ClientLimit::HeadTooLarge,
         ClientLimit::AcceptError,
+        ClientLimit::BodyDeadline,
+        ClientLimit::MaxUploads,
+        ClientLimit::AddressUploads,
     ];
 
     /// The metric label.
@@ -336,6 +346,9 @@ impl ClientLimit {
             ClientLimit::TooManyHeaders => "too_many_headers",
             ClientLimit::HeadTooLarge => "head_too_large",
             ClientLimit::AcceptError => "accept_error",
+            ClientLimit::BodyDeadline => "body_deadline",
+            ClientLimit::MaxUploads => "max_uploads",
+            ClientLimit::AddressUploads => "address_uploads",
         }
     }
 

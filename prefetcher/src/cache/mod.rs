@@ -25,7 +25,7 @@ use rand::Rng;
 use tokio::time::Instant;
 
 use crate::config::CacheConfig;
-use crate::flight::FlightKey;
+use crate::flight::{FlightKey, Scheme};
 use crate::semantics::variant_of;
 
 mod entry;
@@ -181,8 +181,19 @@ impl L1Cache {
     /// The key a request with `headers` uses for the URL `primary`: the URL itself, or
     /// the variant its selecting headers pick when the URL's responses `Vary`.
     pub fn key_for(&self, primary: &FlightKey, headers: &HeaderMap) -> FlightKey {
+        self.key_for_with(primary, |names| variant_of(names, headers))
+    }
+
+    /// [`key_for`](Self::key_for) with the variant computed by `variant` from the
+    /// names the URL varies on (the proxy computes it from what a fill sends the
+    /// origin, not from what the client sent).
+    pub fn key_for_with(
+        &self,
+        primary: &FlightKey,
+        variant: impl FnOnce(&[HeaderName]) -> Arc<str>,
+    ) -> FlightKey {
         match self.vary.get(primary) {
-            Some(spec) => primary.with_variant(variant_of(&spec.names, headers)),
+            Some(spec) => primary.with_variant(variant(&spec.names)),
             None => primary.clone(),
         }
     }
@@ -265,10 +276,13 @@ impl L1Cache {
     }
 
     /// Drops every stored response of the URL `primary`: the plain one and every
-    /// variant (RFC 9111 §4.4).
+    /// variant (RFC 9111 §4.4), of both schemes (one resource at the origin).
     pub fn invalidate_url(&self, primary: &FlightKey) {
-        self.entries.invalidate(primary);
-        self.invalidate_variants(primary);
+        for scheme in [Scheme::Http, Scheme::Https] {
+            let primary = primary.primary().with_scheme(scheme);
+            self.entries.invalidate(&primary);
+            self.invalidate_variants(&primary);
+        }
     }
 
     fn invalidate_variants(&self, primary: &FlightKey) {

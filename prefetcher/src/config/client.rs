@@ -126,6 +126,24 @@ pub struct ConnectionLimits {
     /// answered already, a closed connection) and the origin request is aborted
     /// (`body_timeout`).
     pub body_timeout_ms: u64,
+    /// Longest a forwarded request body may take as a whole, from its request head to
+    /// its last byte, however steadily it trickles in: past it the client gets 408 and
+    /// the origin request is aborted (`body_deadline`).
+    pub body_deadline_ms: u64,
+    /// Most forwarded request bodies (pass-through uploads) in flight at once, each
+    /// holding an origin connection: past it 503 with `Retry-After` (`max_uploads`).
+    pub max_uploads: usize,
+    /// Most uploads in flight from one client address (an IPv6 client: its /64):
+    /// past it 429 with `Retry-After` (`address_uploads`); `exempt` addresses are
+    /// free of it. 0 turns it off.
+    pub max_uploads_per_address: usize,
+    /// Addresses or networks of proxies in front of the node (a load balancer, the
+    /// edges of a shield) whose forwarding fields are believed: their
+    /// `X-Forwarded-For` and `Forwarded` are appended to, their `X-Real-IP` and
+    /// `True-Client-IP` kept, and their `X-Forwarded-Proto: https` makes the request
+    /// an `https` one (cache key and origin). From any other client these fields are
+    /// replaced by what the node saw.
+    pub trusted_proxies: Vec<String>,
     /// Most open client connections, plain and TLS listeners together; more are
     /// accepted and closed at once (`max_connections`). Lowered at start to what the
     /// open-file limit (`ulimit -n`) leaves after a reserve for origin connections.
@@ -163,6 +181,10 @@ impl Default for ConnectionLimits {
             idle_timeout_ms: 60_000,
             send_timeout_ms: 30_000,
             body_timeout_ms: 10_000,
+            body_deadline_ms: 120_000,
+            max_uploads: 512,
+            max_uploads_per_address: 16,
+            trusted_proxies: Vec::new(),
             max_connections: 16_384,
             max_connections_per_address: 1_024,
             requests_per_second_per_address: 0.0,
@@ -221,6 +243,7 @@ impl ConnectionLimits {
             ("server.idle_timeout_ms", self.idle_timeout_ms),
             ("server.send_timeout_ms", self.send_timeout_ms),
             ("server.body_timeout_ms", self.body_timeout_ms),
+            ("server.body_deadline_ms", self.body_deadline_ms),
         ] {
             if !(10..=3_600_000).contains(&v) {
                 return Err(invalid(name, "must be in [10, 3600000] ms"));
@@ -259,6 +282,19 @@ impl ConnectionLimits {
         }
         for (i, network) in self.exempt.iter().enumerate() {
             IpNetwork::parse(network).map_err(|r| invalid(format!("server.exempt[{i}]"), r))?;
+        }
+        for (i, network) in self.trusted_proxies.iter().enumerate() {
+            IpNetwork::parse(network)
+                .map_err(|r| invalid(format!("server.trusted_proxies[{i}]"), r))?;
+        }
+        if !(1..=1_000_000).contains(&self.max_uploads) {
+            return Err(invalid("server.max_uploads", "must be in [1, 1000000]"));
+        }
+        if self.max_uploads_per_address > self.max_uploads {
+            return Err(invalid(
+                "server.max_uploads_per_address",
+                "must be at most server.max_uploads (0 turns it off)",
+            ));
         }
         if !(1..=65_535).contains(&self.listen_backlog) {
             return Err(invalid("server.listen_backlog", "must be in [1, 65535]"));

@@ -39,7 +39,7 @@ pub(crate) use client::IpNetwork;
 pub use client::{ConnectionLimits, Http2Config, RequestLimits, TlsListenConfig};
 pub use kafka::{KafkaConfig, OffsetReset};
 pub use origin::{OriginConfig, TenantConfig};
-pub(crate) use origin::{check_tenant_hosts, parse_origin, tls_server_name};
+pub(crate) use origin::{check_forward_headers, check_tenant_hosts, parse_origin, tls_server_name};
 
 /// Why a configuration was refused.
 #[derive(Debug, thiserror::Error)]
@@ -300,6 +300,7 @@ impl Config {
                 return Err(invalid(name, "must be positive"));
             }
         }
+        check_forward_headers(&o.forward_headers)?;
         if self.tenants.is_empty() {
             return Err(invalid("tenants", "at least one tenant is needed"));
         }
@@ -503,6 +504,56 @@ mod tests {
         // Serialised back, the deprecated field is left out when unset.
         let text = toml::to_string(&Config::default()).unwrap();
         assert!(!text.contains("send_stall_timeout_ms"), "{text}");
+    }
+
+    #[test]
+    fn forwarding_and_upload_settings_are_checked_and_named() {
+        let base = Config::single_origin(
+            "127.0.0.1:0".parse().unwrap(),
+            TenantId::new("t").unwrap(),
+            "http://127.0.0.1:1",
+        );
+        let parsed: Config = toml::from_str(
+            "[origin]\nforward_headers = [\"x-api-version\"]\n[server]\n\
+             trusted_proxies = [\"10.0.0.0/8\"]\nbody_deadline_ms = 60000\n",
+        )
+        .unwrap();
+        assert_eq!(parsed.origin.forward_headers, ["x-api-version"]);
+        assert_eq!(parsed.server.body_deadline_ms, 60_000);
+        for (name, why) in [
+            ("x_forwarded_host", "underscore"),
+            ("X-Api", "lower-case"),
+            ("bad name", "lower-case"),
+            ("host", "host_header"),
+            ("x-forwarded-for", "trusted_proxies"),
+            ("forwarded", "trusted_proxies"),
+            ("connection", "hop-by-hop"),
+        ] {
+            let mut c = base.clone();
+            c.origin.forward_headers = vec!["x-ok".into(), name.into()];
+            let e = c.validate().unwrap_err().to_string();
+            assert!(
+                e.contains("origin.forward_headers[1]") && e.contains(why),
+                "{name}: {e}"
+            );
+        }
+        type BreakIt = fn(&mut ConnectionLimits);
+        let cases: [(&str, BreakIt); 4] = [
+            ("server.trusted_proxies[0]", |s| {
+                s.trusted_proxies = vec!["10.0.0.0/40".into()]
+            }),
+            ("server.body_deadline_ms", |s| s.body_deadline_ms = 0),
+            ("server.max_uploads", |s| s.max_uploads = 0),
+            ("server.max_uploads_per_address", |s| {
+                s.max_uploads_per_address = s.max_uploads + 1
+            }),
+        ];
+        for (field, break_it) in cases {
+            let mut c = base.clone();
+            break_it(&mut c.server);
+            let e = c.validate().unwrap_err().to_string();
+            assert!(e.contains(field), "{field}: {e}");
+        }
     }
 
     #[test]

@@ -25,6 +25,13 @@ pub struct OriginConfig {
     /// PEM file of the CAs that `https://` origins are verified against, instead of
     /// the system's roots (a private PKI); read when the node starts.
     pub ca_file: Option<PathBuf>,
+    /// Request fields forwarded to every tenant's origin beside those RFC 9110
+    /// defines: on fills (stored for everyone) only these and the standard ones are
+    /// sent, and a rewrite field (`X-Forwarded-Host`, `X-Original-URL` …) named here
+    /// reaches the origin on pass-through requests too. Name only fields the origin
+    /// varies on (`Vary`) or that cannot change its answer. Lower-case names; no
+    /// underscore, hop-by-hop, framing or node-set field (checked at start).
+    pub forward_headers: Vec<String>,
 }
 
 impl Default for OriginConfig {
@@ -35,6 +42,7 @@ impl Default for OriginConfig {
             body_idle_timeout_ms: 15_000,
             pool_max_idle: 64,
             ca_file: None,
+            forward_headers: Vec::new(),
         }
     }
 }
@@ -120,4 +128,73 @@ pub(crate) fn parse_origin(origin: &str) -> std::result::Result<(String, String)
     }
     let prefix = uri.path().trim_end_matches('/').to_string();
     Ok((format!("{scheme}://{authority}"), prefix))
+}
+
+/// Fields `origin.forward_headers` may not name, and why: the node sets them itself,
+/// they frame or route the message, or they are hop-by-hop.
+pub(crate) const NOT_FORWARDABLE: [(&str, &str); 15] = [
+    (
+        "host",
+        "the tenant's `Host` is sent (`tenants[].host_header`)",
+    ),
+    ("content-length", "the node frames the body it sends"),
+    (
+        "transfer-encoding",
+        "hop-by-hop; the node frames the body it sends",
+    ),
+    ("connection", "hop-by-hop"),
+    ("keep-alive", "hop-by-hop"),
+    ("proxy-connection", "hop-by-hop"),
+    ("te", "hop-by-hop"),
+    ("trailer", "hop-by-hop"),
+    ("upgrade", "hop-by-hop"),
+    ("proxy-authorization", "hop-by-hop"),
+    ("via", "the node appends its hop"),
+    (
+        "x-forwarded-for",
+        "set by the node (`server.trusted_proxies`)",
+    ),
+    (
+        "x-forwarded-proto",
+        "set by the node (`server.trusted_proxies`)",
+    ),
+    ("x-real-ip", "set by the node (`server.trusted_proxies`)"),
+    (
+        "true-client-ip",
+        "set by the node (`server.trusted_proxies`)",
+    ),
+];
+
+/// Checks `origin.forward_headers`: each a lower-case field name the node may forward.
+pub(crate) fn check_forward_headers(names: &[String]) -> Result<()> {
+    for (i, name) in names.iter().enumerate() {
+        let field = || format!("origin.forward_headers[{i}]");
+        if name.contains('_') {
+            return Err(invalid(
+                field(),
+                format!(
+                    "{name:?} has an underscore: such names are never forwarded (CGI, WSGI \
+                     and PHP read `_` as `-`, so they could spoof another field)"
+                ),
+            ));
+        }
+        if http::HeaderName::from_bytes(name.as_bytes()).is_err()
+            || name.bytes().any(|b| b.is_ascii_uppercase())
+        {
+            return Err(invalid(
+                field(),
+                format!("{name:?} is not a lower-case header field name"),
+            ));
+        }
+        if name == "forwarded" {
+            return Err(invalid(
+                field(),
+                "`forwarded` is set by the node (`server.trusted_proxies`)",
+            ));
+        }
+        if let Some((_, why)) = NOT_FORWARDABLE.iter().find(|(n, _)| n == name) {
+            return Err(invalid(field(), format!("{name:?} cannot be named: {why}")));
+        }
+    }
+    Ok(())
 }

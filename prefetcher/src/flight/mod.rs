@@ -106,7 +106,7 @@ impl FillError {
 }
 
 /// What a flight is for: the tenant (from trusted configuration), the normalised
-/// cache key and, for a URL whose responses `Vary`, the variant (the secondary key
+/// cache key, the [`Scheme`] and, for a URL whose responses `Vary`, the variant (the secondary key
 /// of RFC 9111 §4.1, from the request's selecting headers). Two tenants with the same
 /// path never share a flight or an entry; two requests share one only when their
 /// selecting headers match.
@@ -114,7 +114,31 @@ impl FillError {
 pub struct FlightKey {
     tenant: TenantId,
     key: CacheKey,
+    scheme: Scheme,
     variant: Option<Arc<str>>,
+}
+
+/// The scheme a request reached the node by, part of the primary key: the origin
+/// learns it (`X-Forwarded-Proto`) and may answer each differently (a redirect to
+/// `https`, absolute links), so an `http` fill is never served over TLS. A byte in
+/// the key, no allocation.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
+pub enum Scheme {
+    /// Plain HTTP (the default: keys made without a scheme).
+    #[default]
+    Http,
+    /// HTTPS: the TLS listener, or a trusted proxy that says so.
+    Https,
+}
+
+impl Scheme {
+    /// `http` or `https`, as `X-Forwarded-Proto` says it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Scheme::Http => "http",
+            Scheme::Https => "https",
+        }
+    }
 }
 
 impl FlightKey {
@@ -123,8 +147,20 @@ impl FlightKey {
         FlightKey {
             tenant,
             key,
+            scheme: Scheme::Http,
             variant: None,
         }
+    }
+
+    /// The same key for requests that came by `scheme`.
+    pub fn with_scheme(mut self, scheme: Scheme) -> FlightKey {
+        self.scheme = scheme;
+        self
+    }
+
+    /// The scheme the key's requests came by.
+    pub fn scheme(&self) -> Scheme {
+        self.scheme
     }
 
     /// The key of one variant of this key's URL.
@@ -132,13 +168,14 @@ impl FlightKey {
         FlightKey {
             tenant: self.tenant.clone(),
             key: self.key.clone(),
+            scheme: self.scheme,
             variant: Some(variant),
         }
     }
 
     /// The URL's key, without a variant.
     pub fn primary(&self) -> FlightKey {
-        FlightKey::new(self.tenant.clone(), self.key.clone())
+        FlightKey::new(self.tenant.clone(), self.key.clone()).with_scheme(self.scheme)
     }
 
     /// The variant (normalised selecting headers), if the URL's responses vary.

@@ -12,7 +12,8 @@
 //!   from the cache or a fill's streamed body, 416, `If-Range`.
 //! - `pass_through`: a request passed to the origin (body forwarded, unsafe methods
 //!   invalidating what they change).
-//! - `upload`: a forwarded request body under the body timeout.
+//! - `upload`: a forwarded request body under the body timeout and deadline, and
+//!   the upload slots.
 //! - `serve`: the node behind its client listeners ([`serve_node`],
 //!   [`serve_node_tls`]): the node's hyper service, plugged into `crate::listener`.
 //! - `prewarm`: the pre-warm entry into the same single-flight path (the Kafka
@@ -72,6 +73,10 @@ struct NodeInner {
     sink: Arc<dyn EventSink>,
     /// Keys too large to fill for a range request (`range`).
     too_large: range::TooLarge,
+    /// `server.trusted_proxies`: whose forwarding fields are believed.
+    trusted: crate::forward::TrustedProxies,
+    /// Slots of pass-through uploads (`upload`).
+    uploads: upload::UploadLimiter,
     /// Panics injected into fill tasks by tests (feature `testing` only).
     #[cfg(feature = "testing")]
     faults: crate::faults::FillFaults,
@@ -183,6 +188,8 @@ impl Node {
                 sink,
                 too_large: range::TooLarge::new(),
                 live,
+                trusted: crate::forward::TrustedProxies::new(&config.server.trusted_proxies),
+                uploads: upload::UploadLimiter::new(&config.server),
                 config,
                 #[cfg(feature = "testing")]
                 faults: crate::faults::FillFaults::default(),
@@ -237,6 +244,15 @@ impl Node {
     /// The origin client and its fill limits.
     pub fn origin(&self) -> &OriginClient {
         &self.inner.origin
+    }
+
+    /// The scheme a pre-warm fills for: `https` when the node has a TLS listener
+    /// (its clients are mostly there), else `http`.
+    fn prewarm_scheme(&self) -> crate::flight::Scheme {
+        match self.inner.config.tls {
+            Some(_) => crate::flight::Scheme::Https,
+            None => crate::flight::Scheme::Http,
+        }
     }
 
     fn emit(&self, record: OutcomeRecord) {

@@ -1,32 +1,43 @@
 //! A request the cache does not answer, passed to the origin ([`Node::pass_through`]):
-//! its body forwarded under the body timeout, and, for a successful unsafe request,
-//! the stored responses it invalidates (RFC 9111 §4.4).
+//! its target checked, its body forwarded within an upload slot and under the body
+//! timeout and deadline (none on `GET`/`HEAD`/`TRACE`), and, for a successful unsafe
+//! request, the stored responses it invalidates (RFC 9111 §4.4).
 
 use std::time::Duration;
 
 use axum::body::Body;
 use axum::extract::Request;
 use axum::response::Response;
-use http::{HeaderValue, StatusCode, Uri, header};
+use http::{HeaderValue, Method, StatusCode, Uri, header};
 
 use super::Node;
 use super::request::is_unsafe;
 use super::response::error_response;
-use super::upload::{TimedBody, TimedOut};
-use crate::cache_key::normalise_key;
+use super::upload::{BodyBounds, TimedBody, TimedOut, UploadRefused};
+use crate::cache_key::{check_target, normalise_key};
 use crate::flight::FlightKey;
-use crate::origin::{ClientAddr, Tenant, strip_hop_by_hop};
+use crate::forward::Peer;
+use crate::origin::{Tenant, strip_hop_by_hop};
+use crate::request_head::RefusalReason;
 use crate::semantics::{self};
-use crate::status::{CacheStatus, X_CACHE};
+use crate::status::{CacheStatus, ClientLimit, X_CACHE};
 
 impl Node {
+    /// Passes `request` to `tenant`'s origin, for `peer`: its target checked first
+    /// ([`check_target`]: `400` for one that could climb out of the origin's prefix),
+    /// an upload only within its slots ([`UploadLimiter`](super::upload)) and time
+    /// bounds.
     pub(super) async fn pass_through(
         &self,
         tenant: &Tenant,
         request: Request,
-        client_addr: Option<ClientAddr>,
+        peer: &Peer,
         max_body_bytes: u64,
     ) -> Response {
+        if let Err(e) = check_target(request.uri().path()) {
+            self.inner.metrics.refused(RefusalReason::BadTarget);
+            return error_response(StatusCode::BAD_REQUEST, None, &e.to_string());
+        }
         self.inner.metrics.request(CacheStatus::Bypass);
         let unsafe_target = is_unsafe(request.method())
             .then(|| normalise_key(request.uri()).ok())
@@ -47,27 +58,36 @@ impl Node {
             });
         // A streamed (chunked) body past the limit is cut off: the upload fails.
         let max_body = usize::try_from(max_body_bytes).unwrap_or(usize::MAX);
-        // A stalled upload fails too, and is answered 408.
+        // A stalled or endless upload fails too, and is answered 408.
         let timed_out = TimedOut::default();
-        let request = if http_body::Body::is_end_stream(request.body()) {
+        let bodiless = matches!(
+            *request.method(),
+            Method::GET | Method::HEAD | Method::TRACE
+        );
+        let request = if bodiless || http_body::Body::is_end_stream(request.body()) {
+            // No body is forwarded on a GET, HEAD or TRACE (`OriginClient::forward`).
             request.map(|body| Body::new(http_body_util::Limited::new(body, max_body)))
         } else {
-            let timeout = Duration::from_millis(self.inner.config.server.body_timeout_ms);
+            let slot = match self.inner.uploads.try_acquire(peer.addr().map(|a| a.ip())) {
+                Ok(slot) => slot,
+                Err(refused) => return self.upload_refused(refused),
+            };
+            let server = &self.inner.config.server;
+            let bounds = BodyBounds {
+                gap: Duration::from_millis(server.body_timeout_ms),
+                whole: Duration::from_millis(server.body_deadline_ms),
+            };
             request.map(|body| {
                 Body::new(TimedBody::new(
                     http_body_util::Limited::new(body, max_body),
-                    timeout,
+                    bounds,
                     timed_out.clone(),
                     self.clone(),
+                    Some(slot),
                 ))
             })
         };
-        match self
-            .inner
-            .origin
-            .forward(tenant, request, client_addr)
-            .await
-        {
+        match self.inner.origin.forward(tenant, request, peer).await {
             Ok(response) => {
                 let (mut parts, body) = response.into_parts();
                 strip_hop_by_hop(&mut parts.headers);
@@ -90,6 +110,29 @@ impl Node {
             ),
             Err(e) => error_response(e.status(), Some(CacheStatus::Bypass), &e.to_string()),
         }
+    }
+
+    /// The answer to an upload refused a slot: 503 when the node's are taken, 429
+    /// when its address's share is; counted either way.
+    fn upload_refused(&self, refused: UploadRefused) -> Response {
+        let (status, limit, message) = match refused {
+            UploadRefused::Full => (
+                StatusCode::SERVICE_UNAVAILABLE,
+                ClientLimit::MaxUploads,
+                "too many uploads in flight",
+            ),
+            UploadRefused::Address => (
+                StatusCode::TOO_MANY_REQUESTS,
+                ClientLimit::AddressUploads,
+                "too many uploads in flight from this address",
+            ),
+        };
+        self.inner.metrics.client_limit(limit);
+        let mut response = error_response(status, Some(CacheStatus::Bypass), message);
+        response
+            .headers_mut()
+            .insert(header::RETRY_AFTER, HeaderValue::from(1u32));
+        response
     }
 
     /// RFC 9111 §4.4: a successful unsafe request invalidates the stored responses of

@@ -9,7 +9,7 @@ use super::fill::FillRequest;
 use crate::cache::Lookup;
 use crate::cache_key::normalise_key;
 use crate::flight::{Acquire, FlightKey};
-use crate::origin::prewarm_headers;
+use crate::forward::prewarm_headers;
 use crate::status::RejectReason;
 
 /// What [`Node::prewarm`] did.
@@ -69,11 +69,12 @@ impl Node {
             .and_then(|uri| normalise_key(&uri).map_err(|e| e.to_string()))
             .map_err(PrewarmError::InvalidKey)?;
         // A URL whose responses vary is warmed in the variant a plain GET selects.
-        let headers = prewarm_headers();
-        let fkey = self
-            .inner
-            .cache
-            .key_for(&FlightKey::new(tenant.clone(), key), &headers);
+        let scheme = self.prewarm_scheme();
+        let headers = prewarm_headers(scheme);
+        let fkey = self.inner.cache.key_for(
+            &FlightKey::new(tenant.clone(), key).with_scheme(scheme),
+            &headers,
+        );
         let metrics = &self.inner.metrics;
         // An expired entry is warmed by revalidating it (a 304 costs the origin less).
         let stale = match self.inner.cache.lookup(&fkey) {

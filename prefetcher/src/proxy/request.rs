@@ -22,9 +22,10 @@ use crate::cache_key::normalise_key;
 use crate::config::{RequestLimits, WaitTimeoutPolicy};
 use crate::events::{OutcomeRecord, unix_now_ms};
 use crate::flight::{Acquire, FillError, FlightKey, FlightSubscriber, HeadOutcome};
-use crate::origin::{ClientAddr, Tenant, fill_headers, strip_hop_by_hop};
+use crate::forward::{ForwardFields, Peer};
+use crate::origin::{ClientAddr, Tenant, strip_hop_by_hop};
 use crate::request_head::RefusalReason;
-use crate::semantics::{self, RequestDirectives, is_conditional, variant_of};
+use crate::semantics::{self, RequestDirectives, is_conditional};
 use crate::status::CacheStatus;
 
 /// The 414, 431 or 413 for a request past `limits`, checked before any other work;
@@ -80,7 +81,8 @@ struct Ctx {
     /// The client's request head, for the fill request and the variant.
     headers: http::HeaderMap,
     version: http::Version,
-    client_addr: Option<ClientAddr>,
+    /// The client as the node judges it (its hops, the scheme in the key).
+    peer: Peer,
     /// A `GET` with a `Range` the node can serve (`None` for every other request).
     range: Option<Box<RangeRequest>>,
     /// `limits.max_body_bytes` as this request read it.
@@ -88,17 +90,23 @@ struct Ctx {
 }
 
 impl Ctx {
-    fn fill_request(&self, stale: Option<Arc<Entry>>) -> FillRequest {
+    fn fill_request(&self, fields: &ForwardFields, stale: Option<Arc<Entry>>) -> FillRequest {
         FillRequest {
-            headers: fill_headers(&self.headers, self.version, self.client_addr),
+            headers: fields.fill_headers(&self.headers, self.version, &self.peer),
             stale,
         }
     }
+
+    /// The request's secondary key for a response varying on `names`: from what its
+    /// fill sends, as the fill's own is.
+    fn variant(&self, fields: &ForwardFields, names: &[http::HeaderName]) -> Arc<str> {
+        fields.variant(names, &self.headers, self.version, &self.peer)
+    }
 }
 
-/// Whether a `GET`/`HEAD` carries a body (a "fat GET"): it is passed to the origin
-/// and never collapsed or stored, so a body the key does not see cannot shape what
-/// others get.
+/// Whether a `GET`/`HEAD` carries a body (a "fat GET"). The head checks refuse one
+/// (`get_with_body`) before this runs; should one get past them, it is passed to the
+/// origin without its body and never collapsed or stored.
 fn has_body(headers: &http::HeaderMap) -> bool {
     headers.contains_key(header::TRANSFER_ENCODING)
         || content_length(headers).is_some_and(|n| n > 0)
@@ -200,6 +208,7 @@ impl Node {
         };
         let max_body_bytes = limits.max_body_bytes;
         drop(live);
+        let peer = self.inner.trusted.peer(client_addr, request.headers());
         let method = request.method();
         let cacheable_method = method == Method::GET || method == Method::HEAD;
         let headers = request.headers();
@@ -208,7 +217,7 @@ impl Node {
             headers.contains_key(header::AUTHORIZATION) || headers.contains_key(header::COOKIE);
         if !cacheable_method || per_user || has_body(headers) {
             return self
-                .pass_through(&tenant, request, client_addr, max_body_bytes)
+                .pass_through(&tenant, request, &peer, max_body_bytes)
                 .await;
         }
         let key = match normalise_key(request.uri()) {
@@ -230,13 +239,16 @@ impl Node {
                 RangeRequest::from_request(&parts.method, &parts.uri, &parts.headers, range)
             }
         };
-        let primary = FlightKey::new(tenant.id.clone(), key);
+        let primary = FlightKey::new(tenant.id.clone(), key).with_scheme(peer.scheme());
         // A URL without `Vary` is stored under its own key: one lookup and no copy of
         // the key on a hit. Only when that misses is the URL's `Vary` consulted for
         // the variant's key.
         let mut lookup = self.inner.cache.lookup(&primary);
         let key = if matches!(lookup, Lookup::Miss) {
-            let key = self.inner.cache.key_for(&primary, &parts.headers);
+            let fields = self.inner.origin.fields();
+            let key = self.inner.cache.key_for_with(&primary, |names| {
+                fields.variant(names, &parts.headers, parts.version, &peer)
+            });
             if key.variant().is_some() {
                 lookup = self.inner.cache.lookup(&key);
             }
@@ -250,7 +262,7 @@ impl Node {
             key,
             tenant,
             version: parts.version,
-            client_addr,
+            peer,
             headers: parts.headers,
             range,
             max_body_bytes,
@@ -392,7 +404,7 @@ impl Node {
         self.pass_through(
             &ctx.tenant,
             range.to_origin_request(),
-            ctx.client_addr,
+            &ctx.peer,
             ctx.max_body_bytes,
         )
         .await
@@ -420,7 +432,7 @@ impl Node {
     /// a fill for the key is already in flight.
     fn refresh(&self, ctx: &Ctx, force: bool, stale: Option<Arc<Entry>>) {
         if let Some(permit) = self.inner.registry.try_lead(&ctx.key, Priority::User) {
-            let request = ctx.fill_request(stale);
+            let request = ctx.fill_request(self.inner.origin.fields(), stale);
             self.spawn_fill(permit, Arc::clone(&ctx.tenant), request, force);
         }
     }
@@ -434,14 +446,18 @@ impl Node {
         if !self.inner.config.flight.collapse {
             let permit = self.inner.registry.lead_alone(&ctx.key, Priority::User);
             let subscriber = permit.subscribe();
-            let request = ctx.fill_request(stored);
+            let request = ctx.fill_request(self.inner.origin.fields(), stored);
             self.spawn_fill(permit, Arc::clone(&ctx.tenant), request, force);
             return self.lead(subscriber, &ctx).await;
         }
         for attempt in 0..3 {
             if attempt > 0 {
                 // A response seen meanwhile may have taught the URL's `Vary`.
-                ctx.key = self.inner.cache.key_for(&ctx.key.primary(), &ctx.headers);
+                let fields = self.inner.origin.fields();
+                ctx.key = self
+                    .inner
+                    .cache
+                    .key_for_with(&ctx.key.primary(), |names| ctx.variant(fields, names));
             }
             match self.inner.registry.acquire(&ctx.key, Priority::User) {
                 Acquire::Full => {
@@ -458,7 +474,7 @@ impl Node {
                 }
                 Acquire::Lead(permit) => {
                     let subscriber = permit.subscribe();
-                    let request = ctx.fill_request(stored.clone());
+                    let request = ctx.fill_request(self.inner.origin.fields(), stored.clone());
                     self.spawn_fill(permit, Arc::clone(&ctx.tenant), request, force);
                     return self.lead(subscriber, &ctx).await;
                 }
@@ -562,11 +578,15 @@ impl Node {
             Ok(HeadOutcome::Head(head)) => {
                 if let Some(vary) = &head.vary
                     && ctx.key.variant().is_none()
-                    && variant_of(&vary.names, &ctx.headers) != vary.variant
+                    && ctx.variant(self.inner.origin.fields(), &vary.names) != vary.variant
                 {
                     // Joined before the URL's `Vary` was known, and the response is
                     // for other selecting headers: never shared (RFC 9111 §4.1).
-                    let key = self.inner.cache.key_for(&ctx.key.primary(), &ctx.headers);
+                    let fields = self.inner.origin.fields();
+                    let key = self
+                        .inner
+                        .cache
+                        .key_for_with(&ctx.key.primary(), |names| ctx.variant(fields, names));
                     return if key.variant().is_some() {
                         None
                     } else {
@@ -612,7 +632,8 @@ impl Node {
         let started = Instant::now();
         let response = match self.inner.origin.limiter().acquire_user().await {
             Ok(_slot) => {
-                let headers = fill_headers(&ctx.headers, ctx.version, ctx.client_addr);
+                let fields = self.inner.origin.fields();
+                let headers = fields.fill_headers(&ctx.headers, ctx.version, &ctx.peer);
                 self.inner
                     .origin
                     .get(&ctx.tenant, ctx.key.key(), headers)
