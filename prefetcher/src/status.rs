@@ -282,11 +282,21 @@ pub enum ClientLimit {
     HeadTooLarge,
     /// `accept` failed (out of file descriptors and the like): the listener backs off.
     AcceptError,
+    /// A request that would lead a fill past `max_fills_per_connection` of its
+    /// connection's fills in flight: 429.
+    ConnectionFills,
+    /// A request that would lead a fill past `max_fills_per_address` of its address's
+    /// fills in flight: 429.
+    AddressFills,
+    /// A connection cancelled more than `max_cancelled_fills_per_connection` of the
+    /// fills it led, more than it saw answered: told to close (HTTP/2 `GOAWAY`), and
+    /// it leads no more fills.
+    CancelledFills,
 }
 
 impl ClientLimit {
     /// Every reason, in declaration order (metrics pre-create one series each).
-    pub const ALL: [ClientLimit; 11] = [
+    pub const ALL: [ClientLimit; 14] = [
         ClientLimit::HeaderTimeout,
         ClientLimit::IdleTimeout,
         ClientLimit::SendTimeout,
@@ -298,6 +308,9 @@ impl ClientLimit {
         ClientLimit::TooManyHeaders,
         ClientLimit::HeadTooLarge,
         ClientLimit::AcceptError,
+        ClientLimit::ConnectionFills,
+        ClientLimit::AddressFills,
+        ClientLimit::CancelledFills,
     ];
 
     /// The metric label.
@@ -314,6 +327,9 @@ impl ClientLimit {
             ClientLimit::TooManyHeaders => "too_many_headers",
             ClientLimit::HeadTooLarge => "head_too_large",
             ClientLimit::AcceptError => "accept_error",
+            ClientLimit::ConnectionFills => "connection_fills",
+            ClientLimit::AddressFills => "address_fills",
+            ClientLimit::CancelledFills => "cancelled_fills",
         }
     }
 

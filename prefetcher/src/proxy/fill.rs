@@ -1,6 +1,15 @@
 //! The fill task: takes a fill slot for its class, fetches from the origin, streams
 //! the response to every subscriber, and stores it unless it is private, too large
-//! or an error.
+//! or an error (`cache.store_errors` off, the default).
+//!
+//! What is shared is decided before anything is shared: a per-user response
+//! (`Set-Cookie`, `private`, `no-store`, `Vary: *`) goes to the leader only, whatever
+//! its status: a `200` or a `304` revalidation, after which each waiter fetches on
+//! its own (as many at once as there are fill slots), or an origin error, after which
+//! each waiter gets the error without it (a failing origin is not asked once more per
+//! waiter). A fill led for a client that every subscriber has left is dropped while
+//! nothing of it is worth keeping: before its response head, or while streaming one
+//! that will not be stored (`abandon`).
 
 use std::sync::Arc;
 use std::time::SystemTime;
@@ -101,8 +110,16 @@ impl Node {
             return Self::publish_entry(permit, &entry, || {});
         }
         let prewarm = permit.priority() == Priority::Background;
-        let slot = match self.fill_slot(&permit).await {
+        let abandoned = permit.abandoned();
+        tokio::pin!(abandoned);
+        let slot = tokio::select! {
+            biased;
+            slot = self.fill_slot(&permit) => slot,
+            () = &mut abandoned => Err(FillError::Aborted),
+        };
+        let slot = match slot {
             Ok(slot) => slot,
+            Err(FillError::Aborted) => return self.abandon(permit),
             Err(e) => return self.fail(permit, e),
         };
         inner.metrics.fills_started.inc();
@@ -129,7 +146,17 @@ impl Node {
             }
         }
         let started = Instant::now();
-        let response = match inner.origin.get(&tenant, key.key(), request_headers).await {
+        let fetched = tokio::select! {
+            biased;
+            fetched = inner.origin.get(&tenant, key.key(), request_headers) => Some(fetched),
+            () = &mut abandoned => None,
+        };
+        let Some(fetched) = fetched else {
+            // Dropping the request closes (or resets) its origin exchange.
+            slot.record(None);
+            return self.abandon(permit);
+        };
+        let response = match fetched {
             Ok(r) if r.status().is_server_error() => {
                 slot.record(None);
                 inner
@@ -164,18 +191,7 @@ impl Node {
             return self.merge_not_modified(permit, entry, headers, started.elapsed());
         }
         let declared = content_length(&headers);
-        let storability = if parts.status.is_server_error() {
-            // The origin's own error goes to every waiter, and is never stored.
-            Storability::ShareOnly
-        } else {
-            classify(
-                parts.status,
-                &headers,
-                &inner.config.cache,
-                SystemTime::now(),
-                rand::random::<f64>(),
-            )
-        };
+        let storability = storability_of(parts.status, &headers, &inner.config.cache);
         let max = inner.config.cache.max_object_bytes;
         let mut head = origin_head(parts.status, headers);
         let primary = key.primary();
@@ -187,6 +203,12 @@ impl Node {
                 inner.cache.note_vary(&primary, Arc::clone(&names));
             }
             head.vary = Some(Arc::new(VaryMatch { names, variant }));
+        }
+        if storability == Storability::Private && parts.status.is_server_error() {
+            // Per-user and an error: the waiters get the error, not the response.
+            let error = FillError::Upstream(parts.status.as_u16());
+            permit.bypass_failing(head, Body::new(body), error);
+            return;
         }
         if storability == Storability::Private || declared.is_some_and(|l| l > max) {
             permit.bypass(head, Body::new(body));
@@ -201,24 +223,31 @@ impl Node {
             .faults
             .check(&key, crate::faults::PanicPoint::BeforeHead);
         permit.publish_head(head);
+        // A body that will be stored is worth finishing for the next request; one
+        // that will not be is worth nothing once no one reads it.
+        let stored = matches!(storability, Storability::Store(_));
         let mut chunks: Vec<Bytes> = Vec::new();
         let mut received = 0u64;
         loop {
-            let frame =
-                match tokio::time::timeout(inner.origin.body_idle_timeout(), body.frame()).await {
-                    Err(_) => return self.fail(permit, FillError::Timeout),
-                    Ok(None) => break,
-                    Ok(Some(Err(e))) => {
-                        let error = match declared {
-                            Some(expected) if received < expected => {
-                                FillError::Truncated { expected, received }
-                            }
-                            _ => FillError::Body(e.to_string()),
-                        };
-                        return self.fail(permit, error);
-                    }
-                    Ok(Some(Ok(frame))) => frame,
-                };
+            let next = tokio::select! {
+                biased;
+                next = tokio::time::timeout(inner.origin.body_idle_timeout(), body.frame()) => next,
+                () = &mut abandoned, if !stored => return self.abandon(permit),
+            };
+            let frame = match next {
+                Err(_) => return self.fail(permit, FillError::Timeout),
+                Ok(None) => break,
+                Ok(Some(Err(e))) => {
+                    let error = match declared {
+                        Some(expected) if received < expected => {
+                            FillError::Truncated { expected, received }
+                        }
+                        _ => FillError::Body(e.to_string()),
+                    };
+                    return self.fail(permit, error);
+                }
+                Ok(Some(Ok(frame))) => frame,
+            };
             if let Ok(data) = frame.into_data() {
                 #[cfg(feature = "testing")]
                 inner.faults.check(&key, crate::faults::PanicPoint::MidBody);
@@ -314,6 +343,29 @@ impl Node {
             Storability::Store(f) => f,
             _ => Default::default(),
         };
+        if storability == Storability::Private {
+            // The update is per-user (`Set-Cookie`, `private` …): the leader gets the
+            // merged response, waiters fetch on their own, and nothing is stored.
+            let entry = Entry::stored(
+                stored.status,
+                merged,
+                stored.body.clone(),
+                freshness,
+                fill_time,
+                false,
+            )
+            .with_age(Instant::now(), initial_age);
+            let head = Head {
+                status: entry.status,
+                headers: entry.headers.clone(),
+                fetched_at: entry.fetched_at(),
+                initial_age: entry.initial_age(),
+                vary: None,
+            };
+            inner.cache.invalidate(permit.key());
+            permit.bypass(head, Body::from(entry.body.clone()));
+            return;
+        }
         let entry = Entry::stored(
             stored.status,
             merged,
@@ -350,10 +402,41 @@ impl Node {
         });
     }
 
+    /// Drops a fill every client left while it was not worth finishing: a request
+    /// that joins it meanwhile sees `Aborted` and leads afresh.
+    fn abandon(&self, permit: FillPermit) {
+        tracing::debug!(key = %permit.key().key(), "fill abandoned by its clients");
+        self.inner.metrics.fills_abandoned.inc();
+        permit.fail(FillError::Aborted);
+    }
+
     fn fail(&self, permit: FillPermit, error: FillError) {
         tracing::debug!(key = %permit.key().key(), %error, "fill failed");
         self.inner.metrics.fill_failed(&error);
         permit.fail(error);
+    }
+}
+
+/// What may be done with an origin response: RFC 9111's rules (`classify`), except
+/// that a 5xx is never stored unless `cache.store_errors` is on. The per-user check
+/// comes first for every status, so a per-user error is never shared either.
+fn storability_of(
+    status: StatusCode,
+    headers: &HeaderMap,
+    config: &crate::config::CacheConfig,
+) -> Storability {
+    let storability = classify(
+        status,
+        headers,
+        config,
+        SystemTime::now(),
+        rand::random::<f64>(),
+    );
+    match storability {
+        Storability::Store(_) if status.is_server_error() && !config.store_errors => {
+            Storability::ShareOnly
+        }
+        other => other,
     }
 }
 

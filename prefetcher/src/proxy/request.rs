@@ -24,7 +24,7 @@ use crate::events::{OutcomeRecord, unix_now_ms};
 use crate::flight::{Acquire, FillError, FlightKey, FlightSubscriber, HeadOutcome};
 use crate::origin::{ClientAddr, Tenant, fill_headers, strip_hop_by_hop};
 use crate::request_head::RefusalReason;
-use crate::semantics::{self, RequestDirectives, is_conditional, variant_of};
+use crate::semantics::{self, RequestDirectives, is_conditional};
 use crate::status::CacheStatus;
 
 /// The 414, 431 or 413 for a request past `limits`, checked before any other work;
@@ -545,13 +545,14 @@ impl Node {
             }
             Ok(HeadOutcome::Head(head)) => {
                 if let Some(vary) = &head.vary
-                    && ctx.key.variant().is_none()
-                    && variant_of(&vary.names, &ctx.headers) != vary.variant
+                    && !vary.selects(ctx.key.variant(), &ctx.headers)
                 {
-                    // Joined before the URL's `Vary` was known, and the response is
-                    // for other selecting headers: never shared (RFC 9111 §4.1).
+                    // Joined before the URL's `Vary` was known (or while it varied on
+                    // other fields), and the response is for other selecting headers:
+                    // never shared (RFC 9111 §4.1). The variant's own flight, if the
+                    // key now has one, else a fetch of its own.
                     let key = self.inner.cache.key_for(&ctx.key.primary(), &ctx.headers);
-                    return if key.variant().is_some() {
+                    return if key.variant().is_some() && key != ctx.key {
                         None
                     } else {
                         Some(self.direct(ctx).await)
