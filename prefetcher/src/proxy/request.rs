@@ -22,6 +22,7 @@ use crate::cache_key::normalise_key;
 use crate::config::{RequestLimits, WaitTimeoutPolicy};
 use crate::events::{OutcomeRecord, unix_now_ms};
 use crate::flight::{Acquire, FillError, FlightKey, FlightSubscriber, HeadOutcome};
+use crate::listener::{ConnGuard, LeadTicket};
 use crate::origin::{ClientAddr, Tenant, fill_headers, strip_hop_by_hop};
 use crate::request_head::RefusalReason;
 use crate::semantics::{self, RequestDirectives, is_conditional};
@@ -83,6 +84,8 @@ struct Ctx {
     client_addr: Option<ClientAddr>,
     /// A `GET` with a `Range` the node can serve (`None` for every other request).
     range: Option<Box<RangeRequest>>,
+    /// The client connection's guard (a proxy listener's): its fill bounds.
+    conn: Option<Arc<ConnGuard>>,
 }
 
 impl Ctx {
@@ -100,6 +103,18 @@ impl Ctx {
 fn has_body(headers: &http::HeaderMap) -> bool {
     headers.contains_key(header::TRANSFER_ENCODING)
         || content_length(headers).is_some_and(|n| n > 0)
+}
+
+/// A ticket to lead a fill within the bounds of the request's connection (none for a
+/// request that came on no proxy connection), or the 429 that refuses it.
+fn lead_ticket(ctx: &Ctx) -> Result<Option<LeadTicket<'_>>, Response> {
+    let Some(fills) = ctx.conn.as_deref().and_then(ConnGuard::fills) else {
+        return Ok(None);
+    };
+    fills
+        .try_lead()
+        .map(Some)
+        .map_err(super::response::lead_refused)
 }
 
 /// Unsafe methods (RFC 9110 §9.2.1) whose success invalidates the URL (RFC 9111 §4.4).
@@ -163,17 +178,19 @@ impl Node {
 
     /// Answers one request from the client at `client_addr`.
     pub async fn handle_from(&self, request: Request, client_addr: Option<ClientAddr>) -> Response {
-        self.handle_guarded(request, client_addr, None).await
+        self.handle_guarded(request, client_addr, None, None).await
     }
 
     /// Answers one request whose raw HTTP/1 head the connection's head guard may
     /// have checked already (`head_verdict`); without a verdict the parsed request is
-    /// checked. A refused request gets `400` before anything else runs.
+    /// checked. A refused request gets `400` before anything else runs. A miss leads
+    /// a fill within the bounds of its connection (`conn`), if it came on one.
     pub(crate) async fn handle_guarded(
         &self,
         request: Request,
         client_addr: Option<ClientAddr>,
         head_verdict: Option<crate::listener::Verdict>,
+        conn: Option<Arc<ConnGuard>>,
     ) -> Response {
         let verdict = head_verdict.unwrap_or_else(|| {
             crate::request_head::check_request_parts(
@@ -243,6 +260,7 @@ impl Node {
             client_addr,
             headers: parts.headers,
             range,
+            conn,
         };
         let directives = RequestDirectives::parse(&ctx.headers);
         let now = Instant::now();
@@ -441,10 +459,17 @@ impl Node {
                     return response;
                 }
                 Acquire::Lead(permit) => {
+                    let ticket = match lead_ticket(&ctx) {
+                        Ok(ticket) => ticket,
+                        // Dropping the permit frees the key: a waiter may lead.
+                        Err(refused) => return refused,
+                    };
                     let subscriber = permit.subscribe();
                     let request = ctx.fill_request(stored.clone());
                     self.spawn_fill(permit, Arc::clone(&ctx.tenant), request, force);
-                    return self.lead(subscriber, &ctx).await;
+                    let response = self.lead(subscriber, &ctx).await;
+                    ticket.map(LeadTicket::answered);
+                    return response;
                 }
                 Acquire::Join(subscriber) => {
                     self.inner.metrics.waiters_joined.inc();
