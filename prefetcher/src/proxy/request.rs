@@ -26,7 +26,7 @@ use crate::listener::{ConnGuard, LeadTicket};
 use crate::origin::{ClientAddr, Tenant, fill_headers, strip_hop_by_hop};
 use crate::request_head::RefusalReason;
 use crate::semantics::{self, RequestDirectives, is_conditional};
-use crate::status::CacheStatus;
+use crate::status::{CacheStatus, ClientLimit};
 
 /// The 414, 431 or 413 for a request past `limits`, checked before any other work;
 /// `None` when it fits.
@@ -106,15 +106,12 @@ fn has_body(headers: &http::HeaderMap) -> bool {
 }
 
 /// A ticket to lead a fill within the bounds of the request's connection (none for a
-/// request that came on no proxy connection), or the 429 that refuses it.
-fn lead_ticket(ctx: &Ctx) -> Result<Option<LeadTicket<'_>>, Response> {
+/// request that came on no proxy connection), or the limit (counted) that refuses it.
+fn lead_ticket(ctx: &Ctx) -> Result<Option<LeadTicket<'_>>, ClientLimit> {
     let Some(fills) = ctx.conn.as_deref().and_then(ConnGuard::fills) else {
         return Ok(None);
     };
-    fills
-        .try_lead()
-        .map(Some)
-        .map_err(super::response::lead_refused)
+    fills.try_lead().map(Some)
 }
 
 /// Unsafe methods (RFC 9110 §9.2.1) whose success invalidates the URL (RFC 9111 §4.4).
@@ -462,13 +459,15 @@ impl Node {
                     let ticket = match lead_ticket(&ctx) {
                         Ok(ticket) => ticket,
                         // Dropping the permit frees the key: a waiter may lead.
-                        Err(refused) => return refused,
+                        Err(limit) => return super::response::lead_refused(limit),
                     };
                     let subscriber = permit.subscribe();
                     let request = ctx.fill_request(stored.clone());
                     self.spawn_fill(permit, Arc::clone(&ctx.tenant), request, force);
                     let response = self.lead(subscriber, &ctx).await;
-                    ticket.map(LeadTicket::answered);
+                    if let Some(ticket) = ticket {
+                        ticket.answered();
+                    }
                     return response;
                 }
                 Acquire::Join(subscriber) => {
