@@ -152,8 +152,10 @@ impl Node {
             () = &mut abandoned => None,
         };
         let Some(fetched) = fetched else {
-            // Dropping the request closes (or resets) its origin exchange.
-            slot.record(None);
+            // Dropping the request closes (or resets) its origin exchange. Nothing is
+            // recorded: a client's cancellation says nothing of the origin's health,
+            // and must not shrink the prefetch class.
+            drop(slot);
             return self.abandon(permit);
         };
         let response = match fetched {
