@@ -107,6 +107,57 @@ async fn a_connection_that_keeps_cancelling_its_fills_gets_goaway() {
     assert_eq!(r.status, StatusCode::OK);
 }
 
+/// The attack as it was tried: up to 1 000 streams for new keys on one
+/// connection, each reset about 50 ms after it opened, none read. The origin sees a
+/// bounded number of fills (the connection's fills in flight plus its cancellation
+/// allowance), not one per stream, and the connection gets `GOAWAY`.
+#[tokio::test]
+async fn a_thousand_streams_reset_after_accept_cost_a_bounded_number_of_fills() {
+    let origin = SyntheticOrigin::start("origin").await;
+    let node = TestNode::start(config(&origin.url(), |_| {})).await;
+    let limits = node.node.config().server.clone();
+    origin.hold();
+    let (mut client, connection) = connect(node.addr).await;
+    let mut opened = 0;
+    for i in 0..1_000 {
+        let Some(response) = open(&mut client, &format!("/burst/{i}")).await else {
+            break;
+        };
+        opened += 1;
+        tokio::spawn(async move {
+            let _ = tokio::time::timeout(std::time::Duration::from_millis(50), response).await;
+        });
+    }
+    let ended = tokio::time::timeout(std::time::Duration::from_secs(30), connection).await;
+    assert!(ended.is_ok(), "GOAWAY after {opened} streams");
+    // Every fill of the connection has ended (dropped: no client is left for any).
+    wait_until(|| node.node.registry().is_empty(), "the fills to end").await;
+    let bound =
+        limits.max_fills_per_connection as u64 + limits.max_cancelled_fills_per_connection + 1;
+    assert!(
+        (origin.fills() as u64) <= bound,
+        "{} origin fills for {opened} streams (bound {bound})",
+        origin.fills()
+    );
+    let metrics = node.node.metrics();
+    assert!(
+        metrics.client_limits(ClientLimit::CancelledFills) > 0,
+        "GOAWAY counted"
+    );
+    eprintln!(
+        "{opened} streams: {} origin fills, {} refused past the connection's bound",
+        origin.fills(),
+        metrics.client_limits(ClientLimit::ConnectionFills)
+    );
+    wait_until(|| origin.in_flight() == 0, "every cancelled fill dropped").await;
+    origin.release();
+    let mut other = h2_connect(node.addr).await.unwrap();
+    assert_eq!(
+        h2_get(&mut other, HOST, "/after").await.unwrap().status,
+        StatusCode::OK
+    );
+}
+
 /// One connection leads at most `max_fills_per_connection` fills at once; past it
 /// 429, no fill. Joining a fill in flight is not leading one.
 #[tokio::test]
