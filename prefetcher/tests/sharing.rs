@@ -136,6 +136,57 @@ async fn a_joiner_is_served_a_varying_response_only_when_its_selecting_fields_ma
     }
 }
 
+/// The origin starts varying on `Accept-Language` in the `304` that revalidates an
+/// entry stored without `Vary`: the `fr` joiners of the `en` leader's revalidation
+/// are not served the entry the `en` request validated.
+#[tokio::test]
+async fn a_revalidation_that_starts_varying_is_shared_only_with_matching_joiners() {
+    let rig = Rig::start().await;
+    rig.origin.script("/doc", |headers, n| {
+        let lang = headers
+            .get("accept-language")
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or("none")
+            .to_string();
+        if n == 0 {
+            return Scripted::new(200, &[("etag", "\"v1\""), ("cache-control", "max-age=0")])
+                .with_body("unvaried");
+        }
+        let varied = [("cache-control", "max-age=60"), ("vary", "accept-language")];
+        if lang == "en" && headers.contains_key("if-none-match") {
+            Scripted::new(304, &[varied[0], varied[1], ("etag", "\"v1\"")])
+        } else {
+            Scripted::new(200, &[varied[0], varied[1], ("etag", "\"v2\"")])
+                .with_body(format!("body-{lang}"))
+        }
+    });
+    assert_eq!(rig.get("/doc", &[]).await.body.unwrap(), "unvaried");
+    rig.origin.hold();
+    let en = rig.spawn_gets("/doc", &[("accept-language", "en")], 1);
+    rig.origin.wait_in_flight(1).await;
+    let fr = rig.spawn_gets("/doc", &[("accept-language", "fr")], 3);
+    rig.wait_waiters(3).await;
+    rig.origin.release();
+    for h in en {
+        assert_eq!(h.await.unwrap().body.as_deref().unwrap(), b"unvaried");
+    }
+    for h in fr {
+        let r = h.await.unwrap();
+        assert_eq!(r.body.as_deref().unwrap(), b"body-fr", "{}", x_cache(&r));
+    }
+    // Each language is stored as its own variant now.
+    let en = rig.get("/doc", &[("accept-language", "en")]).await;
+    assert_eq!(
+        (x_cache(&en), en.body.unwrap()),
+        ("HIT".into(), "unvaried".into())
+    );
+    let fr = rig.get("/doc", &[("accept-language", "fr")]).await;
+    assert_eq!(
+        (x_cache(&fr), fr.body.unwrap()),
+        ("HIT".into(), "body-fr".into())
+    );
+}
+
 /// A `500` marked `public, max-age=60` goes to every waiter of its wave from one
 /// fill and is not stored: the next wave makes one new fill and gets the origin's
 /// `200`s.

@@ -190,7 +190,8 @@ impl Node {
         if parts.status == StatusCode::NOT_MODIFIED
             && let Some(entry) = validating
         {
-            return self.merge_not_modified(permit, entry, headers, started.elapsed());
+            let fill_time = started.elapsed();
+            return self.merge_not_modified(permit, entry, headers, &selecting, fill_time);
         }
         let declared = content_length(&headers);
         let storability = storability_of(parts.status, &headers, &inner.config.cache);
@@ -315,12 +316,15 @@ impl Node {
 
     /// RFC 9111 §4.3.4: a `304` to a revalidation updates the stored response with
     /// its fields, which then answers every subscriber and is stored again with the
-    /// freshness the merged fields give (or dropped, if they now forbid storing).
+    /// freshness the merged fields give (or dropped, if they now forbid storing). A
+    /// `Vary` in the merged fields is the leader's variant (`selecting`, its request):
+    /// it is checked for every waiter and selects the key the entry is stored under.
     fn merge_not_modified(
         &self,
         permit: FillPermit,
         stored: &Entry,
         update: http::HeaderMap,
+        selecting: &HeaderMap,
         fill_time: std::time::Duration,
     ) {
         let inner = &self.inner;
@@ -380,26 +384,36 @@ impl Node {
         let key = permit.key().clone();
         let primary = key.primary();
         let cache = &inner.cache;
-        let headers = entry.headers.clone();
+        let vary = match Vary::parse(&entry.headers) {
+            Vary::Fields(names) => {
+                let variant = variant_of(&names, selecting);
+                Some(Arc::new(VaryMatch { names, variant }))
+            }
+            _ => None,
+        };
+        if let (Some(vary), Storability::Store(_)) = (&vary, storability) {
+            // As for a fill: known before the head goes out.
+            cache.note_vary(&primary, Arc::clone(&vary.names));
+        }
         permit.publish_head(Head {
             status: entry.status,
             headers: entry.headers.clone(),
             fetched_at: entry.fetched_at(),
             initial_age: entry.initial_age(),
-            vary: None,
+            vary: vary.clone(),
         });
         permit.push_chunk(entry.body.clone());
-        permit.complete(move || match storability {
-            Storability::Store(_) => match key.variant() {
-                Some(variant) => {
-                    let names = match Vary::parse(&headers) {
-                        Vary::Fields(names) => names,
-                        _ => return cache.invalidate_url(&primary),
-                    };
-                    cache.insert_variant(&primary, names, Arc::from(variant), entry);
-                }
-                None => cache.insert(primary, entry),
-            },
+        permit.complete(move || match (storability, vary) {
+            (Storability::Store(_), Some(vary)) => cache.insert_variant(
+                &primary,
+                Arc::clone(&vary.names),
+                Arc::clone(&vary.variant),
+                entry,
+            ),
+            (Storability::Store(_), None) if key.variant().is_some() => {
+                cache.invalidate_url(&primary)
+            }
+            (Storability::Store(_), None) => cache.insert(primary, entry),
             _ => cache.invalidate(&key),
         });
     }
