@@ -45,8 +45,9 @@
 //!   idle and send timeouts, the one stall detector of HTTP/1 and HTTP/2, the drain),
 //!   `gate` (per-request rate and header-count checks, the one response-body
 //!   wrapper), `guard` (HTTP/1 heads checked on the raw bytes), `h2_abuse` (HTTP/2
-//!   connection errors by [`H2Abuse`]), `io` (counted sockets, the first head read
-//!   apart).
+//!   connection errors by [`H2Abuse`]), `fills` (the origin fills a connection and
+//!   an address lead, and a connection that keeps cancelling its own), `io` (counted
+//!   sockets, the first head read apart).
 //! - `proxy/`: [`Node`] and its routers [`app`], [`admin_app`]; by job:
 //!   `proxy::request` (limits, tenant routing, lookup, lead/join), `proxy::response`
 //!   (hit/stale/collapsed responses, `Age`, `x-cache`), `proxy::fill` (origin fetch,

@@ -114,6 +114,9 @@ pub struct Metrics {
     fill_failures: Family<ReasonLabels, Counter>,
     /// Origin fills started (leaders and background refreshes, not hedges).
     pub fills_started: Counter,
+    /// Fills dropped because every client that wanted them was gone and they were not
+    /// worth finishing (no response yet, or one that is not stored).
+    pub fills_abandoned: Counter,
     /// Requests that joined a fill in flight.
     pub waiters_joined: Counter,
     /// Waiters that hit the wait bound.
@@ -264,6 +267,7 @@ impl Metrics {
             h2_connection_errors,
             fill_failures,
             fills_started: Counter::default(),
+            fills_abandoned: Counter::default(),
             waiters_joined: Counter::default(),
             wait_timeouts: Counter::default(),
             hedges: Counter::default(),
@@ -302,6 +306,11 @@ impl Metrics {
             "fills_started",
             "Origin fills started",
             m.fills_started.clone(),
+        );
+        registry.register(
+            "fills_abandoned",
+            "Fills dropped once no client wanted them and they were not worth finishing",
+            m.fills_abandoned.clone(),
         );
         registry.register(
             "waiters_joined",

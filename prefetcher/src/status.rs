@@ -311,11 +311,21 @@ pub enum ClientLimit {
     MaxUploads,
     /// `max_uploads_per_address` forwarded bodies in flight from its address: 429.
     AddressUploads,
+    /// A request that would lead a fill past `max_fills_per_connection` of its
+    /// connection's fills in flight: 429.
+    ConnectionFills,
+    /// A request that would lead a fill past `max_fills_per_address` of its address's
+    /// fills in flight: 429.
+    AddressFills,
+    /// A connection cancelled more than `max_cancelled_fills_per_connection` of the
+    /// fills it led, more than it saw answered: told to close (HTTP/2 `GOAWAY`), and
+    /// it leads no more fills.
+    CancelledFills,
 }
 
 impl ClientLimit {
     /// Every reason, in declaration order (metrics pre-create one series each).
-    pub const ALL: [ClientLimit; 14] = [
+    pub const ALL: [ClientLimit; 17] = [
         ClientLimit::HeaderTimeout,
         ClientLimit::IdleTimeout,
         ClientLimit::SendTimeout,
@@ -330,6 +340,9 @@ impl ClientLimit {
         ClientLimit::BodyDeadline,
         ClientLimit::MaxUploads,
         ClientLimit::AddressUploads,
+        ClientLimit::ConnectionFills,
+        ClientLimit::AddressFills,
+        ClientLimit::CancelledFills,
     ];
 
     /// The metric label.
@@ -349,6 +362,9 @@ impl ClientLimit {
             ClientLimit::BodyDeadline => "body_deadline",
             ClientLimit::MaxUploads => "max_uploads",
             ClientLimit::AddressUploads => "address_uploads",
+            ClientLimit::ConnectionFills => "connection_fills",
+            ClientLimit::AddressFills => "address_fills",
+            ClientLimit::CancelledFills => "cancelled_fills",
         }
     }
 

@@ -50,8 +50,9 @@ fn storable_with_explicit_freshness(status: StatusCode) -> bool {
 const HEURISTIC_FRACTION: f64 = 0.1;
 const HEURISTIC_MAX: Duration = Duration::from_secs(24 * 3600);
 
-/// Decides what to do with an origin response (not a 5xx, which is never stored).
-/// `u` is a uniform draw in [0, 1) for the jitter.
+/// Decides what to do with an origin response. A 5xx is stored only with explicit
+/// freshness and `config.store_errors` on (never heuristically); the per-user check
+/// comes first, whatever the status. `u` is a uniform draw in [0, 1) for the jitter.
 pub fn classify(
     status: StatusCode,
     headers: &HeaderMap,
@@ -74,10 +75,11 @@ pub fn classify(
     };
     let storable = if explicit.is_some() {
         storable_with_explicit_freshness(status)
+            || (status.is_server_error() && config.store_errors)
     } else {
         heuristically_cacheable(status) || (d.public && storable_with_explicit_freshness(status))
     };
-    if !storable || status.is_server_error() {
+    if !storable || (status.is_server_error() && !config.store_errors) {
         return Storability::ShareOnly;
     }
     let jitter = config.jitter;

@@ -31,6 +31,12 @@ pub struct CacheConfig {
     pub keep_for_revalidation_ms: u64,
     /// XFetch β for probabilistic early refresh; 0 turns it off, 1 is the usual value.
     pub xfetch_beta: f64,
+    /// Whether an origin's 5xx is stored when its fields give it freshness
+    /// (`max-age`, `Expires` …). Off (the default): a 5xx goes to the requests
+    /// collapsed on its fill and is never stored, whatever its headers say, so the
+    /// next wave refills (an expired entry the origin allows `stale-if-error` for
+    /// answers instead). On: a 5xx is stored as RFC 9111 would store any response.
+    pub store_errors: bool,
 }
 
 impl Default for CacheConfig {
@@ -44,6 +50,7 @@ impl Default for CacheConfig {
             max_variants: 16,
             keep_for_revalidation_ms: 3_600_000,
             xfetch_beta: 0.0,
+            store_errors: false,
         }
     }
 }

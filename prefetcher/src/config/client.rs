@@ -172,6 +172,19 @@ pub struct ConnectionLimits {
     /// head is refused by the parser and counted `head_too_large`). Above 100 every
     /// HTTP/1.1 request head costs a heap allocation.
     pub max_headers: usize,
+    /// Most origin fills one connection may lead at once (requests of it that missed
+    /// and started a fill, until their response head): past it 429 with `Retry-After`
+    /// (`connection_fills`). Joining a fill in flight and hits are not counted.
+    pub max_fills_per_connection: usize,
+    /// Most origin fills the connections of one client address (an IPv6 client: its
+    /// /64) may lead at once: past it 429 (`address_fills`). 0 turns it off; exempt
+    /// addresses are not counted.
+    pub max_fills_per_address: usize,
+    /// Fills a connection may lead and then cancel (the request gone before its
+    /// response head: an HTTP/2 stream reset, a closed connection) while its cancelled
+    /// fills outnumber its answered ones; past it the connection leads no more fills
+    /// (429) and is closed gracefully (HTTP/2 `GOAWAY`; `cancelled_fills`).
+    pub max_cancelled_fills_per_connection: u64,
 }
 
 impl Default for ConnectionLimits {
@@ -193,6 +206,9 @@ impl Default for ConnectionLimits {
             exempt: Vec::new(),
             listen_backlog: 4096,
             max_headers: 100,
+            max_fills_per_connection: 128,
+            max_fills_per_address: 1_024,
+            max_cancelled_fills_per_connection: 64,
         }
     }
 }
@@ -272,6 +288,26 @@ impl ConnectionLimits {
             return Err(invalid(
                 "server.request_burst_per_address",
                 "must be positive when a rate is set",
+            ));
+        }
+        if !(1..=100_000).contains(&self.max_fills_per_connection) {
+            return Err(invalid(
+                "server.max_fills_per_connection",
+                "must be in [1, 100000]",
+            ));
+        }
+        if self.max_fills_per_address != 0
+            && self.max_fills_per_address < self.max_fills_per_connection
+        {
+            return Err(invalid(
+                "server.max_fills_per_address",
+                "must be at least server.max_fills_per_connection (0 turns it off)",
+            ));
+        }
+        if !(1..=1_000_000).contains(&self.max_cancelled_fills_per_connection) {
+            return Err(invalid(
+                "server.max_cancelled_fills_per_connection",
+                "must be in [1, 1000000]",
             ));
         }
         if self.max_tracked_addresses < self.max_connections {

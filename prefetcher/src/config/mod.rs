@@ -633,6 +633,45 @@ mod tests {
     }
 
     #[test]
+    fn the_fill_bounds_of_connections_and_addresses_are_checked_by_name() {
+        let base = Config::single_origin(
+            "127.0.0.1:0".parse().unwrap(),
+            TenantId::new("t").unwrap(),
+            "http://127.0.0.1:1",
+        );
+        type BreakIt = fn(&mut ConnectionLimits);
+        let cases: [(&str, BreakIt); 3] = [
+            ("server.max_fills_per_connection", |s| {
+                s.max_fills_per_connection = 0
+            }),
+            ("server.max_fills_per_address", |s| {
+                s.max_fills_per_address = s.max_fills_per_connection - 1
+            }),
+            ("server.max_cancelled_fills_per_connection", |s| {
+                s.max_cancelled_fills_per_connection = 0
+            }),
+        ];
+        for (field, break_it) in cases {
+            let mut c = base.clone();
+            break_it(&mut c.server);
+            let e = c.validate().unwrap_err().to_string();
+            assert!(e.contains(&format!("`{field}`")), "{field}: {e}");
+        }
+        let mut off = base.clone();
+        off.server.max_fills_per_address = 0;
+        off.validate().unwrap();
+        let parsed: Config = toml::from_str(
+            "[server]\nmax_fills_per_connection = 8\n[cache]\nstore_errors = true\n",
+        )
+        .unwrap();
+        parsed.server.validate().unwrap();
+        assert_eq!(parsed.server.max_fills_per_connection, 8);
+        assert_eq!(parsed.server.max_cancelled_fills_per_connection, 64);
+        assert!(parsed.cache.store_errors);
+        assert!(!base.cache.store_errors, "errors are not stored by default");
+    }
+
+    #[test]
     fn networks_match_their_prefix() {
         let net = IpNetwork::parse("192.0.2.0/24").unwrap();
         assert!(net.contains("192.0.2.255".parse().unwrap()));

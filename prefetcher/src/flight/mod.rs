@@ -23,6 +23,16 @@
 //!   waiter that sees `Aborted` before any response byte may take over leadership.
 //! - Waiters bound their own wait ([`FlightSubscriber::head`] under a timeout in the
 //!   proxy); the fill is bounded by the origin client's timeouts.
+//! - A per-user response ([`FillPermit::bypass`]) reaches the leader's subscriber
+//!   only: a waiter gets none of it, neither head nor body, but either the word to
+//!   fetch on its own or the error the fill names for it
+//!   ([`FillPermit::bypass_failing`]).
+//! - A response that `Vary`s is shared only with a waiter whose selecting fields
+//!   match the leader's ([`VaryMatch::selects`]), however the waiter's key was made.
+//! - A fill led for a client is *abandoned* ([`FillPermit::abandoned`]) once every
+//!   subscriber is gone; a fill no client led (a refresh, a pre-warm) never is. A
+//!   request that joins an abandoned fill the fill task then drops sees
+//!   [`FillError::Aborted`] before any byte, and may lead afresh.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU8, AtomicU64, AtomicUsize, Ordering};
@@ -37,7 +47,8 @@ use tokio::sync::{Notify, watch};
 /// Why a fill produced no (complete) response. Cloned to every waiter.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum FillError {
-    /// The origin answered with a server error; never cached, whatever its headers say.
+    /// The origin answered with a server error (the status its waiters get); never
+    /// cached unless `cache.store_errors` is on.
     #[error("origin answered {0}")]
     Upstream(u16),
     /// The origin could not be reached or reset the connection before answering.
@@ -83,6 +94,10 @@ impl FillError {
     pub fn status(&self) -> StatusCode {
         match self {
             FillError::Timeout => StatusCode::GATEWAY_TIMEOUT,
+            FillError::Upstream(code) => StatusCode::from_u16(*code)
+                .ok()
+                .filter(StatusCode::is_server_error)
+                .unwrap_or(StatusCode::BAD_GATEWAY),
             FillError::NoCapacity | FillError::Overloaded { .. } => StatusCode::SERVICE_UNAVAILABLE,
             _ => StatusCode::BAD_GATEWAY,
         }
@@ -220,6 +235,24 @@ pub struct VaryMatch {
     pub variant: Arc<str>,
 }
 
+impl VaryMatch {
+    /// Whether a request with `headers`, which joined under the variant
+    /// `joined_as` (its key's, if any), selects this response (RFC 9111 §4.1). A
+    /// key made from the same fields is the same string, so a joiner of the
+    /// leader's own variant is matched without building its variant again; one made
+    /// from other fields (the origin changed its `Vary`) or none is checked against
+    /// the response's.
+    /// `variant` computes a request's variant from the names (the proxy's, from what
+    /// its fill would send the origin).
+    pub fn selects(
+        &self,
+        joined_as: Option<&str>,
+        variant: impl FnOnce(&[http::HeaderName]) -> Arc<str>,
+    ) -> bool {
+        joined_as == Some(&*self.variant) || variant(&self.names) == self.variant
+    }
+}
+
 impl Head {
     /// A head fetched from the origin just now, without an `Age`.
     pub fn new(status: StatusCode, headers: HeaderMap) -> Head {
@@ -244,8 +277,9 @@ impl Head {
 enum End {
     Complete,
     Failed(FillError),
-    /// Not shareable: the leader takes the body handed over, waiters fetch on their own.
-    Bypass,
+    /// Not shareable: the leader takes the body handed over; waiters fetch on their
+    /// own (`None`) or get this error.
+    Bypass(Option<FillError>),
 }
 
 #[derive(Debug, Default)]
@@ -274,6 +308,9 @@ struct Flight {
     waiters: AtomicUsize,
     /// The response handed to the leader when it is not shareable.
     leader_body: Mutex<Option<(Arc<Head>, Body)>>,
+    /// A client leads this fill (its leader subscribed): once every subscriber is
+    /// gone, the fill is abandoned.
+    for_client: std::sync::atomic::AtomicBool,
 }
 
 impl Flight {
@@ -385,6 +422,7 @@ impl FlightRegistry {
             promoted: Notify::new(),
             waiters: AtomicUsize::new(0),
             leader_body: Mutex::new(None),
+            for_client: std::sync::atomic::AtomicBool::new(false),
         })
     }
 
@@ -458,9 +496,29 @@ impl FillPermit {
         self.flight.waiters.load(Ordering::Relaxed)
     }
 
-    /// A subscriber for the leader's own client.
+    /// A subscriber for the leader's own client. From now on the fill is led for a
+    /// client, and abandoned once every subscriber is gone.
     pub fn subscribe(&self) -> FlightSubscriber {
-        FlightSubscriber::new(Arc::clone(&self.flight), true)
+        let subscriber = FlightSubscriber::new(Arc::clone(&self.flight), true);
+        self.flight.for_client.store(true, Ordering::Release);
+        subscriber
+    }
+
+    /// Resolves once this fill, led for a client, has no subscriber left: its leader
+    /// and every waiter gave up (a cancelled stream, a closed connection). Never
+    /// resolves for a fill no client led (a refresh, a pre-warm). A request may still
+    /// join afterwards; if the fill is then dropped, it sees `Aborted` before any byte
+    /// and leads afresh.
+    /// The future holds the flight, not the permit, so the fill can finish through
+    /// its permit while it waits on this.
+    pub fn abandoned(&self) -> impl std::future::Future<Output = ()> + Send + 'static {
+        let flight = Arc::clone(&self.flight);
+        async move {
+            if !flight.for_client.load(Ordering::Acquire) {
+                return std::future::pending().await;
+            }
+            flight.progress.closed().await;
+        }
     }
 
     /// Publishes the response head; waiters start their responses.
@@ -501,7 +559,18 @@ impl FillPermit {
     }
 
     /// The response is per-user: hand it to the leader only; waiters fetch on their own.
-    pub fn bypass(mut self, head: Head, body: Body) {
+    pub fn bypass(self, head: Head, body: Body) {
+        self.hand_to_leader(head, body, None);
+    }
+
+    /// The response is per-user and an error (an origin 5xx with `Set-Cookie`): hand
+    /// it to the leader only; waiters get `error`, without any of the response, and
+    /// do not ask a failing origin once each.
+    pub fn bypass_failing(self, head: Head, body: Body, error: FillError) {
+        self.hand_to_leader(head, body, Some(error));
+    }
+
+    fn hand_to_leader(mut self, head: Head, body: Body, waiters: Option<FillError>) {
         self.finished = true;
         self.registry
             .remove_if_owner(&self.flight.key, self.flight.id);
@@ -513,7 +582,7 @@ impl FillPermit {
             .unwrap_or_else(|p| p.into_inner()) = Some((head, body));
         self.flight
             .progress
-            .send_modify(|p| p.end = Some(End::Bypass));
+            .send_modify(|p| p.end = Some(End::Bypass(waiters)));
     }
 }
 
@@ -571,17 +640,20 @@ impl FlightSubscriber {
         loop {
             {
                 let progress = self.progress.borrow_and_update();
-                if let Some(End::Bypass) = progress.end {
+                if let Some(End::Bypass(waiters)) = &progress.end {
+                    if !self.is_leader {
+                        return match waiters {
+                            Some(e) => HeadOutcome::Failed(e.clone()),
+                            None => HeadOutcome::Bypass(None),
+                        };
+                    }
                     drop(progress);
-                    let body = if self.is_leader {
-                        self.flight
-                            .leader_body
-                            .lock()
-                            .unwrap_or_else(|p| p.into_inner())
-                            .take()
-                    } else {
-                        None
-                    };
+                    let body = self
+                        .flight
+                        .leader_body
+                        .lock()
+                        .unwrap_or_else(|p| p.into_inner())
+                        .take();
                     return HeadOutcome::Bypass(body);
                 }
                 if let Some(head) = &progress.head {
@@ -610,7 +682,7 @@ impl FlightSubscriber {
                 match &progress.end {
                     Some(End::Complete) => return None,
                     Some(End::Failed(e)) => return Some(Err(e.clone())),
-                    Some(End::Bypass) => return Some(Err(FillError::Aborted)),
+                    Some(End::Bypass(_)) => return Some(Err(FillError::Aborted)),
                     None => {}
                 }
             }

@@ -296,3 +296,113 @@ async fn a_private_response_goes_to_the_leader_only() {
     assert!(matches!(waiter.head().await, HeadOutcome::Bypass(None)));
     assert!(registry.is_empty());
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_per_user_error_reaches_its_waiters_as_the_error_only() {
+    let registry = FlightRegistry::new(4);
+    let k = key("/a");
+    let Acquire::Lead(permit) = registry.acquire(&k, Priority::User) else {
+        panic!()
+    };
+    let mut leader = permit.subscribe();
+    let Acquire::Join(mut waiter) = registry.acquire(&k, Priority::User) else {
+        panic!()
+    };
+    let mut headers = HeaderMap::new();
+    headers.insert(http::header::SET_COOKIE, "sid=leader".parse().unwrap());
+    let head = Head::new(StatusCode::SERVICE_UNAVAILABLE, headers);
+    permit.bypass_failing(head, Body::from("mine"), FillError::Upstream(503));
+    let HeadOutcome::Bypass(Some((head, _))) = leader.head().await else {
+        panic!("the leader gets the response")
+    };
+    assert!(head.headers.contains_key(http::header::SET_COOKIE));
+    let HeadOutcome::Failed(error) = waiter.head().await else {
+        panic!("a waiter gets the error")
+    };
+    assert_eq!(error, FillError::Upstream(503));
+    assert_eq!(error.status(), StatusCode::SERVICE_UNAVAILABLE);
+    assert!(matches!(waiter.next_chunk().await, Some(Err(_))));
+    assert!(registry.is_empty());
+}
+
+#[test]
+fn a_varying_response_selects_only_requests_whose_fields_match_the_leaders() {
+    let names: Arc<[http::HeaderName]> = Arc::from(vec![
+        http::header::ACCEPT_ENCODING,
+        http::header::ACCEPT_LANGUAGE,
+    ]);
+    let request = |lang: &str| {
+        let mut h = HeaderMap::new();
+        h.insert(http::header::ACCEPT_LANGUAGE, lang.parse().unwrap());
+        h
+    };
+    let en = crate::semantics::variant_of(&names, &request("en"));
+    let vary = VaryMatch {
+        names,
+        variant: Arc::clone(&en),
+    };
+    // Joined under the leader's own variant, under none, or under a variant of
+    // other fields (the origin's `Vary` changed meanwhile).
+    assert!(
+        vary.selects(Some(&en), |names| crate::semantics::variant_of(
+            names,
+            &request("fr")
+        )),
+        "same key, same fields"
+    );
+    assert!(vary.selects(None, |names| crate::semantics::variant_of(
+        names,
+        &request("en")
+    )));
+    assert!(!vary.selects(None, |names| crate::semantics::variant_of(
+        names,
+        &request("fr")
+    )));
+    assert!(vary.selects(Some("accept-encoding\u{1}\n"), |names| {
+        crate::semantics::variant_of(names, &request("en"))
+    }));
+    assert!(!vary.selects(Some("accept-encoding\u{1}\n"), |names| {
+        crate::semantics::variant_of(names, &request("fr"))
+    }));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_fill_led_for_a_client_is_abandoned_once_every_subscriber_left() {
+    let registry = FlightRegistry::new(4);
+    let k = key("/a");
+    let Acquire::Lead(permit) = registry.acquire(&k, Priority::User) else {
+        panic!()
+    };
+    let leader = permit.subscribe();
+    let Acquire::Join(waiter) = registry.acquire(&k, Priority::User) else {
+        panic!()
+    };
+    let abandoned = permit.abandoned();
+    tokio::pin!(abandoned);
+    drop(leader);
+    let wait = Duration::from_secs(60);
+    assert!(
+        tokio::time::timeout(wait, &mut abandoned).await.is_err(),
+        "a waiter is left"
+    );
+    drop(waiter);
+    tokio::time::timeout(wait, &mut abandoned)
+        .await
+        .expect("abandoned");
+    // A request joining now sees the fill dropped before any byte: it may lead.
+    let Acquire::Join(mut late) = registry.acquire(&k, Priority::User) else {
+        panic!()
+    };
+    drop(permit);
+    assert!(matches!(
+        late.head().await,
+        HeadOutcome::Failed(FillError::Aborted)
+    ));
+
+    // A fill no client led (a refresh, a pre-warm) is never abandoned.
+    let Some(refresh) = registry.try_lead(&key("/b"), Priority::Background) else {
+        panic!()
+    };
+    let abandoned = refresh.abandoned();
+    assert!(tokio::time::timeout(wait, abandoned).await.is_err());
+}

@@ -20,7 +20,7 @@
 
 use std::collections::{HashMap, VecDeque};
 use std::net::IpAddr;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
 
@@ -114,6 +114,8 @@ struct Table {
 struct Tracked {
     connections: usize,
     bucket: Arc<Bucket>,
+    /// The fills its connections lead (`fills`).
+    fills: Arc<AtomicUsize>,
     /// The address's connections that may be unproven.
     unproven: UnprovenQueue,
 }
@@ -281,8 +283,9 @@ impl ConnectionLimiter {
     ) -> Result<ConnectionSlot, Refused> {
         let inner = &self.inner;
         let per_address = inner.limits.max_connections_per_address;
-        let tracked = (per_address > 0 || inner.rate.is_some())
-            && !inner.exempt.iter().any(|n| n.contains(ip));
+        let tracked =
+            (per_address > 0 || inner.rate.is_some() || inner.limits.max_fills_per_address > 0)
+                && !inner.exempt.iter().any(|n| n.contains(ip));
         let key = address_key(ip);
         let mut table = lock(&inner.table);
         let table = &mut *table;
@@ -300,6 +303,7 @@ impl ConnectionLimiter {
             table.addresses.entry(key).or_insert_with(|| Tracked {
                 connections: 0,
                 bucket: Arc::default(),
+                fills: Arc::default(),
                 unproven: UnprovenQueue::default(),
             })
         });
@@ -333,15 +337,18 @@ impl ConnectionLimiter {
         }
         inner.counters.open.inc();
         table.unproven.push(now, activity);
+        let mut fills = None;
         let address = entry.map(|entry| {
             entry.connections += 1;
             entry.unproven.push(now, activity);
+            fills = Some(Arc::clone(&entry.fills));
             (key, Arc::clone(&entry.bucket))
         });
         inner.counters.addresses.set(table.addresses.len() as i64);
         Ok(ConnectionSlot {
             limiter: Arc::clone(inner),
             address,
+            fills,
         })
     }
 }
@@ -387,6 +394,8 @@ pub(crate) struct ConnectionSlot {
     /// The address's table key and bucket; `None` when the address is exempt or no
     /// per-address limit is on.
     address: Option<(AddressKey, Arc<Bucket>)>,
+    /// The fills the address's connections lead (`None` as for `address`).
+    fills: Option<Arc<AtomicUsize>>,
 }
 
 impl ConnectionSlot {
@@ -405,6 +414,12 @@ impl ConnectionSlot {
     /// The node-wide counters.
     pub(crate) fn counters(&self) -> &ClientCounters {
         &self.limiter.counters
+    }
+
+    /// The fills the connections of this address lead, shared by them (`None` when
+    /// the address is exempt).
+    pub(crate) fn address_fills(&self) -> Option<Arc<AtomicUsize>> {
+        self.fills.clone()
     }
 }
 

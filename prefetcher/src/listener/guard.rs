@@ -50,9 +50,25 @@ pub(crate) struct ConnGuard {
     /// What the first error `GOAWAY` the node sent on this connection named: `h2`
     /// says which limit a client broke only in the frame's debug data.
     goaway: Mutex<Option<H2Abuse>>,
+    /// The origin fills the connection leads (a proxy connection's; `None` in tests
+    /// of the guard alone).
+    fills: Option<super::fills::ConnFills>,
 }
 
 impl ConnGuard {
+    /// The guard of a proxy connection whose fills are `fills`.
+    pub(crate) fn with_fills(fills: super::fills::ConnFills) -> ConnGuard {
+        ConnGuard {
+            fills: Some(fills),
+            ..ConnGuard::default()
+        }
+    }
+
+    /// The origin fills the connection leads.
+    pub(crate) fn fills(&self) -> Option<&super::fills::ConnFills> {
+        self.fills.as_ref()
+    }
+
     /// The verdict on the next HTTP/1 head, `None` when the guard does not follow
     /// the connection (HTTP/2, or it lost the thread).
     pub(crate) fn next_verdict(&self) -> Option<Verdict> {

@@ -13,8 +13,10 @@
 //! timeouts.
 //!
 //! Every proxy connection also runs behind its guard (`guard`): HTTP/1 heads are
-//! checked on the raw bytes (by `crate::request_head`), and HTTP/2 connection errors
-//! are counted by reason (`h2_abuse`). The `[http2]` bounds apply to every listener.
+//! checked on the raw bytes (by `crate::request_head`), HTTP/2 connection errors
+//! are counted by reason (`h2_abuse`), and the origin fills it and its address lead
+//! are bounded (`fills`: a connection that keeps cancelling its fills is closed).
+//! The `[http2]` bounds apply to every listener.
 //!
 //! The listener serves any hyper service; the node's own (its requests straight to
 //! `Node::handle`, no router) is the proxy's: `serve_node` and `serve_node_tls` live
@@ -23,6 +25,7 @@
 
 mod activity;
 mod admission;
+mod fills;
 mod gate;
 mod guard;
 mod h2_abuse;
@@ -45,9 +48,11 @@ use tokio::net::TcpListener;
 use tokio_rustls::TlsAcceptor;
 
 pub use admission::ConnectionLimiter;
+pub(crate) use fills::LeadTicket;
 pub(crate) use guard::{ConnGuard, Verdict};
 
 use activity::Activity;
+use fills::ConnFills;
 use gate::{Gate, ResponseBody};
 use guard::HeadGuard;
 use h2_abuse::h2_abuse;
@@ -206,7 +211,15 @@ pub(crate) async fn serve_with<S>(
                 let _ = stream.set_nodelay(true);
                 let supervised = supervisor.register(activity);
                 let stream = CountingIo::new(stream, Arc::clone(supervised.activity()));
-                let guard = guarded.then(|| Arc::new(ConnGuard::default()));
+                let guard = guarded.then(|| {
+                    let fills = ConnFills::new(
+                        limiter.limits(),
+                        slot.address_fills(),
+                        Arc::clone(supervised.activity()),
+                        limiter.counters(),
+                    );
+                    Arc::new(ConnGuard::with_fills(fills))
+                });
                 let client = ClientAddr { addr: peer, tls: tls.is_some() };
                 let service = Gate::new(
                     service_for(client, guard.clone()),

@@ -1,6 +1,15 @@
 //! The fill task: takes a fill slot for its class, fetches from the origin, streams
 //! the response to every subscriber, and stores it unless it is private, too large
-//! or an error.
+//! or an error (`cache.store_errors` off, the default).
+//!
+//! What is shared is decided before anything is shared: a per-user response
+//! (`Set-Cookie`, `private`, `no-store`, `Vary: *`) goes to the leader only, whatever
+//! its status: a `200` or a `304` revalidation, after which each waiter fetches on
+//! its own (as many at once as there are fill slots), or an origin error, after which
+//! each waiter gets the error without it (a failing origin is not asked once more per
+//! waiter). A fill led for a client that every subscriber has left is dropped while
+//! nothing of it is worth keeping: before its response head, or while streaming one
+//! that will not be stored (`abandon`).
 
 use std::sync::Arc;
 use std::time::SystemTime;
@@ -101,8 +110,16 @@ impl Node {
             return Self::publish_entry(permit, &entry, || {});
         }
         let prewarm = permit.priority() == Priority::Background;
-        let slot = match self.fill_slot(&permit).await {
+        let abandoned = permit.abandoned();
+        tokio::pin!(abandoned);
+        let slot = tokio::select! {
+            biased;
+            slot = self.fill_slot(&permit) => slot,
+            () = &mut abandoned => Err(FillError::Aborted),
+        };
+        let slot = match slot {
             Ok(slot) => slot,
+            Err(FillError::Aborted) => return self.abandon(permit),
             Err(e) => return self.fail(permit, e),
         };
         inner.metrics.fills_started.inc();
@@ -129,7 +146,19 @@ impl Node {
             }
         }
         let started = Instant::now();
-        let response = match inner.origin.get(&tenant, key.key(), request_headers).await {
+        let fetched = tokio::select! {
+            biased;
+            fetched = inner.origin.get(&tenant, key.key(), request_headers) => Some(fetched),
+            () = &mut abandoned => None,
+        };
+        let Some(fetched) = fetched else {
+            // Dropping the request closes (or resets) its origin exchange. Nothing is
+            // recorded: a client's cancellation says nothing of the origin's health,
+            // and must not shrink the prefetch class.
+            drop(slot);
+            return self.abandon(permit);
+        };
+        let response = match fetched {
             Ok(r) if r.status().is_server_error() => {
                 slot.record(None);
                 inner
@@ -161,21 +190,11 @@ impl Node {
         if parts.status == StatusCode::NOT_MODIFIED
             && let Some(entry) = validating
         {
-            return self.merge_not_modified(permit, entry, headers, started.elapsed());
+            let fill_time = started.elapsed();
+            return self.merge_not_modified(permit, entry, headers, &selecting, fill_time);
         }
         let declared = content_length(&headers);
-        let storability = if parts.status.is_server_error() {
-            // The origin's own error goes to every waiter, and is never stored.
-            Storability::ShareOnly
-        } else {
-            classify(
-                parts.status,
-                &headers,
-                &inner.config.cache,
-                SystemTime::now(),
-                rand::random::<f64>(),
-            )
-        };
+        let storability = storability_of(parts.status, &headers, &inner.config.cache);
         let max = inner.config.cache.max_object_bytes;
         let mut head = origin_head(parts.status, headers);
         let primary = key.primary();
@@ -187,6 +206,12 @@ impl Node {
                 inner.cache.note_vary(&primary, Arc::clone(&names));
             }
             head.vary = Some(Arc::new(VaryMatch { names, variant }));
+        }
+        if storability == Storability::Private && parts.status.is_server_error() {
+            // Per-user and an error: the waiters get the error, not the response.
+            let error = FillError::Upstream(parts.status.as_u16());
+            permit.bypass_failing(head, Body::new(body), error);
+            return;
         }
         if storability == Storability::Private || declared.is_some_and(|l| l > max) {
             permit.bypass(head, Body::new(body));
@@ -201,24 +226,31 @@ impl Node {
             .faults
             .check(&key, crate::faults::PanicPoint::BeforeHead);
         permit.publish_head(head);
+        // A body that will be stored is worth finishing for the next request; one
+        // that will not be is worth nothing once no one reads it.
+        let stored = matches!(storability, Storability::Store(_));
         let mut chunks: Vec<Bytes> = Vec::new();
         let mut received = 0u64;
         loop {
-            let frame =
-                match tokio::time::timeout(inner.origin.body_idle_timeout(), body.frame()).await {
-                    Err(_) => return self.fail(permit, FillError::Timeout),
-                    Ok(None) => break,
-                    Ok(Some(Err(e))) => {
-                        let error = match declared {
-                            Some(expected) if received < expected => {
-                                FillError::Truncated { expected, received }
-                            }
-                            _ => FillError::Body(e.to_string()),
-                        };
-                        return self.fail(permit, error);
-                    }
-                    Ok(Some(Ok(frame))) => frame,
-                };
+            let next = tokio::select! {
+                biased;
+                next = tokio::time::timeout(inner.origin.body_idle_timeout(), body.frame()) => next,
+                () = &mut abandoned, if !stored => return self.abandon(permit),
+            };
+            let frame = match next {
+                Err(_) => return self.fail(permit, FillError::Timeout),
+                Ok(None) => break,
+                Ok(Some(Err(e))) => {
+                    let error = match declared {
+                        Some(expected) if received < expected => {
+                            FillError::Truncated { expected, received }
+                        }
+                        _ => FillError::Body(e.to_string()),
+                    };
+                    return self.fail(permit, error);
+                }
+                Ok(Some(Ok(frame))) => frame,
+            };
             if let Ok(data) = frame.into_data() {
                 #[cfg(feature = "testing")]
                 inner.faults.check(&key, crate::faults::PanicPoint::MidBody);
@@ -284,12 +316,15 @@ impl Node {
 
     /// RFC 9111 §4.3.4: a `304` to a revalidation updates the stored response with
     /// its fields, which then answers every subscriber and is stored again with the
-    /// freshness the merged fields give (or dropped, if they now forbid storing).
+    /// freshness the merged fields give (or dropped, if they now forbid storing). A
+    /// `Vary` in the merged fields is the leader's variant (`selecting`, its request):
+    /// it is checked for every waiter and selects the key the entry is stored under.
     fn merge_not_modified(
         &self,
         permit: FillPermit,
         stored: &Entry,
         update: http::HeaderMap,
+        selecting: &HeaderMap,
         fill_time: std::time::Duration,
     ) {
         let inner = &self.inner;
@@ -314,6 +349,29 @@ impl Node {
             Storability::Store(f) => f,
             _ => Default::default(),
         };
+        if storability == Storability::Private {
+            // The update is per-user (`Set-Cookie`, `private` …): the leader gets the
+            // merged response, waiters fetch on their own, and nothing is stored.
+            let entry = Entry::stored(
+                stored.status,
+                merged,
+                stored.body.clone(),
+                freshness,
+                fill_time,
+                false,
+            )
+            .with_age(Instant::now(), initial_age);
+            let head = Head {
+                status: entry.status,
+                headers: entry.headers.clone(),
+                fetched_at: entry.fetched_at(),
+                initial_age: entry.initial_age(),
+                vary: None,
+            };
+            inner.cache.invalidate(permit.key());
+            permit.bypass(head, Body::from(entry.body.clone()));
+            return;
+        }
         let entry = Entry::stored(
             stored.status,
             merged,
@@ -326,34 +384,75 @@ impl Node {
         let key = permit.key().clone();
         let primary = key.primary();
         let cache = &inner.cache;
-        let headers = entry.headers.clone();
+        let vary = match Vary::parse(&entry.headers) {
+            Vary::Fields(names) => {
+                let variant = variant_of(&names, selecting);
+                Some(Arc::new(VaryMatch { names, variant }))
+            }
+            _ => None,
+        };
+        if let (Some(vary), Storability::Store(_)) = (&vary, storability) {
+            // As for a fill: known before the head goes out.
+            cache.note_vary(&primary, Arc::clone(&vary.names));
+        }
         permit.publish_head(Head {
             status: entry.status,
             headers: entry.headers.clone(),
             fetched_at: entry.fetched_at(),
             initial_age: entry.initial_age(),
-            vary: None,
+            vary: vary.clone(),
         });
         permit.push_chunk(entry.body.clone());
-        permit.complete(move || match storability {
-            Storability::Store(_) => match key.variant() {
-                Some(variant) => {
-                    let names = match Vary::parse(&headers) {
-                        Vary::Fields(names) => names,
-                        _ => return cache.invalidate_url(&primary),
-                    };
-                    cache.insert_variant(&primary, names, Arc::from(variant), entry);
-                }
-                None => cache.insert(primary, entry),
-            },
+        permit.complete(move || match (storability, vary) {
+            (Storability::Store(_), Some(vary)) => cache.insert_variant(
+                &primary,
+                Arc::clone(&vary.names),
+                Arc::clone(&vary.variant),
+                entry,
+            ),
+            (Storability::Store(_), None) if key.variant().is_some() => {
+                cache.invalidate_url(&primary)
+            }
+            (Storability::Store(_), None) => cache.insert(primary, entry),
             _ => cache.invalidate(&key),
         });
+    }
+
+    /// Drops a fill every client left while it was not worth finishing: a request
+    /// that joins it meanwhile sees `Aborted` and leads afresh.
+    fn abandon(&self, permit: FillPermit) {
+        tracing::debug!(key = %permit.key().key(), "fill abandoned by its clients");
+        self.inner.metrics.fills_abandoned.inc();
+        permit.fail(FillError::Aborted);
     }
 
     fn fail(&self, permit: FillPermit, error: FillError) {
         tracing::debug!(key = %permit.key().key(), %error, "fill failed");
         self.inner.metrics.fill_failed(&error);
         permit.fail(error);
+    }
+}
+
+/// What may be done with an origin response: RFC 9111's rules (`classify`), except
+/// that a 5xx is never stored unless `cache.store_errors` is on. The per-user check
+/// comes first for every status, so a per-user error is never shared either.
+fn storability_of(
+    status: StatusCode,
+    headers: &HeaderMap,
+    config: &crate::config::CacheConfig,
+) -> Storability {
+    let storability = classify(
+        status,
+        headers,
+        config,
+        SystemTime::now(),
+        rand::random::<f64>(),
+    );
+    match storability {
+        Storability::Store(_) if status.is_server_error() && !config.store_errors => {
+            Storability::ShareOnly
+        }
+        other => other,
     }
 }
 

@@ -17,13 +17,23 @@
 //! request by passing it to the origin unchanged (not collapsed, not stored); a key
 //! once seen too large is remembered for a while ([`TooLarge`]), so later range
 //! requests for it go straight to the origin.
+//!
+//! A `multipart/byteranges` answer is never a copy of the object: it is a body of
+//! frames ([`MultipartBody`]), each part's few header bytes then that part's slice
+//! of the stored body (or of the fill's chunks), so a client that reads none of it
+//! holds a reference to the one stored copy and its part heads, nothing more.
 
+use std::collections::VecDeque;
+use std::convert::Infallible;
 use std::ops::RangeInclusive;
+use std::pin::Pin;
+use std::task::{Context, Poll};
 use std::time::Duration;
 
 use axum::body::Body;
 use axum::response::Response;
-use bytes::{Bytes, BytesMut};
+use bytes::Bytes;
+use futures::TryStreamExt;
 use http::{HeaderMap, HeaderValue, Method, StatusCode, Uri, header};
 use tokio::time::Instant;
 
@@ -268,10 +278,14 @@ impl RangeRequest {
                 headers.remove(header::CONTENT_RANGE);
                 headers.insert(header::CONTENT_LENGTH, HeaderValue::from(length));
                 headers.insert(header::CONTENT_TYPE, multipart_type());
-                *response.body_mut() = Body::from_stream(futures::stream::once(async move {
-                    let body = collect(subscriber).await?;
-                    Ok::<Bytes, FillError>(multipart_body(&body, &ranges, content_type.as_ref()))
-                }));
+                let parts = futures::stream::once(async move {
+                    let chunks = collect(subscriber).await?;
+                    let body = MultipartBody::new(&chunks, len, &ranges, content_type.as_ref());
+                    Ok::<_, FillError>(futures::stream::iter(
+                        body.frames.into_iter().map(Ok::<Bytes, FillError>),
+                    ))
+                });
+                *response.body_mut() = Body::from_stream(parts.try_flatten());
                 response
             }
             _ => unsatisfiable(response, len),
@@ -309,13 +323,13 @@ fn cut_stream(
     )
 }
 
-/// A flight's whole body.
-async fn collect(mut subscriber: FlightSubscriber) -> Result<Bytes, FillError> {
-    let mut all = BytesMut::new();
+/// A flight's whole body, as the chunks it came in (shared, not copied).
+async fn collect(mut subscriber: FlightSubscriber) -> Result<Vec<Bytes>, FillError> {
+    let mut chunks = Vec::new();
     while let Some(chunk) = subscriber.next_chunk().await {
-        all.extend_from_slice(&chunk?);
+        chunks.push(chunk?);
     }
-    Ok(all.freeze())
+    Ok(chunks)
 }
 
 fn set_single_range(headers: &mut HeaderMap, range: &RangeInclusive<u64>, len: u64) {
@@ -380,28 +394,88 @@ fn partial(
             Body::from(body.slice(*range.start() as usize..=*range.end() as usize));
         return;
     }
-    let out = multipart_body(body, ranges, content_type.as_ref());
+    let out = MultipartBody::new(
+        std::slice::from_ref(body),
+        len,
+        ranges,
+        content_type.as_ref(),
+    );
     let headers = response.headers_mut();
     headers.remove(header::CONTENT_RANGE);
     headers.insert(header::CONTENT_TYPE, multipart_type());
-    headers.insert(header::CONTENT_LENGTH, HeaderValue::from(out.len()));
-    *response.body_mut() = Body::from(out);
+    headers.insert(header::CONTENT_LENGTH, HeaderValue::from(out.remaining));
+    *response.body_mut() = Body::new(out);
 }
 
-/// The `multipart/byteranges` body of `ranges` of `body`, in request order.
-fn multipart_body(
-    body: &Bytes,
-    ranges: &[RangeInclusive<u64>],
-    content_type: Option<&HeaderValue>,
-) -> Bytes {
-    let len = body.len() as u64;
-    let mut out = BytesMut::with_capacity(multipart_length(ranges, len, content_type) as usize);
-    for range in ranges {
-        out.extend_from_slice(part_head(range, len, content_type).as_bytes());
-        out.extend_from_slice(&body[*range.start() as usize..=*range.end() as usize]);
+/// The `multipart/byteranges` body of some ranges of a stored body, in request
+/// order, as frames: each part's head, then its slices of the body's chunks
+/// (`Bytes::slice`: the stored bytes are shared, never copied), then the closing
+/// boundary. Its exact length is known, so it is sent with a `Content-Length`.
+struct MultipartBody {
+    frames: VecDeque<Bytes>,
+    remaining: u64,
+}
+
+impl MultipartBody {
+    /// The parts of `ranges` of the body made of `chunks` (`len` bytes in all).
+    fn new(
+        chunks: &[Bytes],
+        len: u64,
+        ranges: &[RangeInclusive<u64>],
+        content_type: Option<&HeaderValue>,
+    ) -> MultipartBody {
+        let mut frames = VecDeque::with_capacity(ranges.len() * 2 + 1);
+        for range in ranges {
+            frames.push_back(Bytes::from(part_head(range, len, content_type)));
+            frames.extend(slices(chunks, range));
+        }
+        frames.push_back(Bytes::from(format!("\r\n--{BOUNDARY}--\r\n")));
+        let remaining = frames.iter().map(|f| f.len() as u64).sum();
+        MultipartBody { frames, remaining }
     }
-    out.extend_from_slice(format!("\r\n--{BOUNDARY}--\r\n").as_bytes());
-    out.freeze()
+}
+
+/// The slices of `chunks` (one body, in order) that make bytes `range` of it.
+fn slices<'a>(
+    chunks: &'a [Bytes],
+    range: &RangeInclusive<u64>,
+) -> impl Iterator<Item = Bytes> + 'a {
+    let (start, end) = (*range.start(), *range.end() + 1);
+    let mut offset = 0u64;
+    chunks.iter().filter_map(move |chunk| {
+        let (from, to) = (offset, offset + chunk.len() as u64);
+        offset = to;
+        if to <= start || from >= end {
+            return None;
+        }
+        let lo = start.saturating_sub(from) as usize;
+        let hi = (end.min(to) - from) as usize;
+        Some(chunk.slice(lo..hi))
+    })
+}
+
+impl http_body::Body for MultipartBody {
+    type Data = Bytes;
+    type Error = Infallible;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        _cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<http_body::Frame<Bytes>, Infallible>>> {
+        let frame = self.frames.pop_front();
+        if let Some(frame) = &frame {
+            self.remaining -= frame.len() as u64;
+        }
+        Poll::Ready(frame.map(|f| Ok(http_body::Frame::data(f))))
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.frames.is_empty()
+    }
+
+    fn size_hint(&self) -> http_body::SizeHint {
+        http_body::SizeHint::with_exact(self.remaining)
+    }
 }
 
 /// `response` made a 416 for a representation of `len` bytes (RFC 9110 §15.5.17).
@@ -615,5 +689,37 @@ mod tests {
             panic!("a sized body");
         };
         assert_eq!(bytes, length);
+    }
+
+    #[tokio::test]
+    async fn several_ranges_are_sent_as_slices_of_the_stored_body_never_a_copy() {
+        use http_body_util::BodyExt;
+
+        let stored = Bytes::from(vec![7u8; 1 << 20]);
+        let inside = |f: &Bytes| {
+            let base = stored.as_ptr() as usize;
+            let at = f.as_ptr() as usize;
+            at >= base && at + f.len() <= base + stored.len()
+        };
+        let ranges = [0..=524_287, 600_000..=1_048_575];
+        let mut response = Response::new(Body::empty());
+        partial(&mut response, &stored, &ranges, None);
+        let mut body = response.into_body();
+        let mut from_stored = 0;
+        while let Some(frame) = body.frame().await {
+            let data = frame.unwrap().into_data().unwrap();
+            if inside(&data) {
+                from_stored += data.len();
+            } else {
+                assert!(data.len() < 200, "only part heads are made: {}", data.len());
+            }
+        }
+        assert_eq!(from_stored, 524_288 + 448_576);
+
+        // From a fill's chunks: a range across two chunks is two slices.
+        let chunks = [stored.slice(..1000), stored.slice(1000..3000)];
+        let got: Vec<Bytes> = slices(&chunks, &(500..=1499)).collect();
+        assert_eq!(got.iter().map(Bytes::len).collect::<Vec<_>>(), [500, 500]);
+        assert!(got.iter().all(inside));
     }
 }

@@ -23,10 +23,11 @@ use crate::config::{RequestLimits, WaitTimeoutPolicy};
 use crate::events::{OutcomeRecord, unix_now_ms};
 use crate::flight::{Acquire, FillError, FlightKey, FlightSubscriber, HeadOutcome};
 use crate::forward::{ForwardFields, Peer};
+use crate::listener::{ConnGuard, LeadTicket};
 use crate::origin::{ClientAddr, Tenant, strip_hop_by_hop};
 use crate::request_head::RefusalReason;
 use crate::semantics::{self, RequestDirectives, is_conditional};
-use crate::status::CacheStatus;
+use crate::status::{CacheStatus, ClientLimit};
 
 /// The 414, 431 or 413 for a request past `limits`, checked before any other work;
 /// `None` when it fits.
@@ -87,6 +88,8 @@ struct Ctx {
     range: Option<Box<RangeRequest>>,
     /// `limits.max_body_bytes` as this request read it.
     max_body_bytes: u64,
+    /// The client connection's guard (a proxy listener's): its fill bounds.
+    conn: Option<Arc<ConnGuard>>,
 }
 
 impl Ctx {
@@ -110,6 +113,15 @@ impl Ctx {
 fn has_body(headers: &http::HeaderMap) -> bool {
     headers.contains_key(header::TRANSFER_ENCODING)
         || content_length(headers).is_some_and(|n| n > 0)
+}
+
+/// A ticket to lead a fill within the bounds of the request's connection (none for a
+/// request that came on no proxy connection), or the limit (counted) that refuses it.
+fn lead_ticket(ctx: &Ctx) -> Result<Option<LeadTicket<'_>>, ClientLimit> {
+    let Some(fills) = ctx.conn.as_deref().and_then(ConnGuard::fills) else {
+        return Ok(None);
+    };
+    fills.try_lead().map(Some)
 }
 
 /// Unsafe methods (RFC 9110 §9.2.1) whose success invalidates the URL (RFC 9111 §4.4).
@@ -173,17 +185,19 @@ impl Node {
 
     /// Answers one request from the client at `client_addr`.
     pub async fn handle_from(&self, request: Request, client_addr: Option<ClientAddr>) -> Response {
-        self.handle_guarded(request, client_addr, None).await
+        self.handle_guarded(request, client_addr, None, None).await
     }
 
     /// Answers one request whose raw HTTP/1 head the connection's head guard may
     /// have checked already (`head_verdict`); without a verdict the parsed request is
-    /// checked. A refused request gets `400` before anything else runs.
+    /// checked. A refused request gets `400` before anything else runs. A miss leads
+    /// a fill within the bounds of its connection (`conn`), if it came on one.
     pub(crate) async fn handle_guarded(
         &self,
         request: Request,
         client_addr: Option<ClientAddr>,
         head_verdict: Option<crate::listener::Verdict>,
+        conn: Option<Arc<ConnGuard>>,
     ) -> Response {
         let verdict = head_verdict.unwrap_or_else(|| {
             crate::request_head::check_request_parts(
@@ -266,6 +280,7 @@ impl Node {
             headers: parts.headers,
             range,
             max_body_bytes,
+            conn,
         };
         let directives = RequestDirectives::parse(&ctx.headers);
         let now = Instant::now();
@@ -473,10 +488,19 @@ impl Node {
                     return response;
                 }
                 Acquire::Lead(permit) => {
+                    let ticket = match lead_ticket(&ctx) {
+                        Ok(ticket) => ticket,
+                        // Dropping the permit frees the key: a waiter may lead.
+                        Err(limit) => return super::response::lead_refused(limit),
+                    };
                     let subscriber = permit.subscribe();
                     let request = ctx.fill_request(self.inner.origin.fields(), stored.clone());
                     self.spawn_fill(permit, Arc::clone(&ctx.tenant), request, force);
-                    return self.lead(subscriber, &ctx).await;
+                    let response = self.lead(subscriber, &ctx).await;
+                    if let Some(ticket) = ticket {
+                        ticket.answered();
+                    }
+                    return response;
                 }
                 Acquire::Join(subscriber) => {
                     self.inner.metrics.waiters_joined.inc();
@@ -577,17 +601,20 @@ impl Node {
             }
             Ok(HeadOutcome::Head(head)) => {
                 if let Some(vary) = &head.vary
-                    && ctx.key.variant().is_none()
-                    && ctx.variant(self.inner.origin.fields(), &vary.names) != vary.variant
+                    && !vary.selects(ctx.key.variant(), |names| {
+                        ctx.variant(self.inner.origin.fields(), names)
+                    })
                 {
-                    // Joined before the URL's `Vary` was known, and the response is
-                    // for other selecting headers: never shared (RFC 9111 §4.1).
+                    // Joined before the URL's `Vary` was known (or while it varied on
+                    // other fields), and the response is for other selecting headers:
+                    // never shared (RFC 9111 §4.1). The variant's own flight, if the
+                    // key now has one, else a fetch of its own.
                     let fields = self.inner.origin.fields();
                     let key = self
                         .inner
                         .cache
                         .key_for_with(&ctx.key.primary(), |names| ctx.variant(fields, names));
-                    return if key.variant().is_some() {
+                    return if key.variant().is_some() && key != ctx.key {
                         None
                     } else {
                         Some(self.direct(ctx).await)

@@ -40,6 +40,23 @@ pub(super) fn fill_error_response(error: &FillError, status: CacheStatus) -> Res
     response
 }
 
+/// The 429 for a request that would lead a fill past its connection's or address's
+/// bound (`limit`, counted): it starts no fill; a second later it may.
+pub(super) fn lead_refused(limit: crate::status::ClientLimit) -> Response {
+    let mut response = error_response(
+        StatusCode::TOO_MANY_REQUESTS,
+        Some(CacheStatus::Miss),
+        &format!(
+            "too many origin fills from this client ({})",
+            limit.as_str()
+        ),
+    );
+    response
+        .headers_mut()
+        .insert(header::RETRY_AFTER, HeaderValue::from(1u32));
+    response
+}
+
 pub(super) fn content_length(headers: &http::HeaderMap) -> Option<u64> {
     headers
         .get(header::CONTENT_LENGTH)

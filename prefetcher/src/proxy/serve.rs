@@ -64,7 +64,7 @@ fn listening(node: &Node, tls: Option<TlsAcceptor>) -> Listening {
 /// nothing else; the client's address and whether it came over TLS ride along
 /// without touching the request's extensions (which would allocate per request), and
 /// so does the connection's guard, from which an HTTP/1 request takes its head's
-/// verdict.
+/// verdict and a miss its ticket to lead a fill.
 #[derive(Clone)]
 struct ProxyService(Node, ClientAddr, Option<Arc<ConnGuard>>);
 
@@ -81,7 +81,7 @@ impl hyper::service::Service<http::Request<Incoming>> for ProxyService {
                 _ => None,
             };
             Ok(node
-                .handle_guarded(request.map(Body::new), Some(peer), verdict)
+                .handle_guarded(request.map(Body::new), Some(peer), verdict, guard)
                 .await)
         })
     }
