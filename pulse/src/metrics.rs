@@ -85,7 +85,8 @@ pub struct Metrics {
     pub dead_lettered: Counter,
     /// Errors the ingest consumer polled instead of a message, by kind
     /// (`authentication`: the broker refused pulse's credentials; `tls`: the TLS
-    /// handshake failed; `transport`, `all_brokers_down`, `other`).
+    /// handshake failed; `transport`, `all_brokers_down`, `unknown_topic`: the topic is
+    /// not there yet, `other`; the end of a partition is no error and not counted).
     pub consume_errors: Family<ReasonLabel, Counter>,
     /// Messages behind the partitions' high watermarks, summed.
     pub consumer_lag: Gauge,

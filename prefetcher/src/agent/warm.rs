@@ -41,7 +41,9 @@ use crate::cache_key::normalise_key;
 use crate::events::unix_now_ms;
 use crate::limits::FillLimiter;
 use crate::metrics::Metrics;
-use crate::prewarm::{LoggingContext, RecentCommands, check_prewarm, subscribe_prewarm};
+use crate::prewarm::{
+    LoggingContext, RecentCommands, check_prewarm, is_waiting_for_topic, subscribe_prewarm,
+};
 use crate::status::RejectReason;
 
 /// One checked pre-warm: the request to send.
@@ -283,6 +285,7 @@ impl WarmConsumer {
         tracing::info!("edge agent: pre-warm consumer started");
         let mut tasks = JoinSet::new();
         let mut recent = RecentCommands::new(RecentCommands::DEFAULT_CAPACITY);
+        let mut waiting = false;
         loop {
             while tasks.try_join_next().is_some() {}
             let message = tokio::select! {
@@ -290,7 +293,18 @@ impl WarmConsumer {
                 _ = shutdown.wait_for(|stop| *stop) => break,
             };
             let message = match message {
-                Ok(message) => message,
+                Ok(message) => {
+                    waiting = false;
+                    message
+                }
+                Err(error) if is_waiting_for_topic(&error) => {
+                    if !waiting {
+                        tracing::info!("edge agent: waiting for the pre-warm topic to be created");
+                        waiting = true;
+                    }
+                    tokio::time::sleep(Duration::from_millis(200)).await;
+                    continue;
+                }
                 Err(error) => {
                     tracing::warn!(%error, "edge agent: pre-warm receive failed");
                     tokio::time::sleep(Duration::from_millis(200)).await;
