@@ -48,6 +48,9 @@ pub(crate) struct ClientCounters {
     pub(crate) open: Gauge,
     /// Client addresses tracked for the per-address limits.
     pub(crate) addresses: Gauge,
+    /// TLS handshakes with clients that failed (no shared version or cipher, a
+    /// client that gave up, not TLS at all).
+    pub(crate) tls_handshake_failures: Counter,
 }
 
 impl Default for ClientCounters {
@@ -65,6 +68,7 @@ impl Default for ClientCounters {
                 .collect(),
             open: Gauge::default(),
             addresses: Gauge::default(),
+            tls_handshake_failures: Counter::default(),
         }
     }
 }
@@ -224,7 +228,13 @@ impl Metrics {
             refused: requests_refused.clone(),
             open: Gauge::default(),
             addresses: Gauge::default(),
+            tls_handshake_failures: Counter::default(),
         };
+        registry.register(
+            "client_tls_handshake_failures",
+            "TLS handshakes with clients on the TLS listener that failed",
+            clients.tls_handshake_failures.clone(),
+        );
         registry.register(
             "client_limits",
             "Client connections closed or refused and requests refused by a [server] limit, by reason",

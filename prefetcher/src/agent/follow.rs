@@ -144,6 +144,14 @@ impl LogFollower {
         }
     }
 
+    /// Bytes of the file being read past [`Self::position`]: how far the agent is
+    /// behind the log (0 before the file is open, or when its size cannot be read).
+    pub fn unread_bytes(&self) -> u64 {
+        let Some(open) = &self.open else { return 0 };
+        let len = open.file.metadata().map_or(0, |m| m.len());
+        len.saturating_sub(self.position().offset)
+    }
+
     /// Rotations, truncations and overlong lines so far.
     pub fn stats(&self) -> FollowStats {
         self.stats

@@ -130,6 +130,10 @@ pub(super) async fn answer<T: Covered>(
         ..Coverage::default()
     });
     let coverage = Coverage::merge(&covered);
+    state.metrics.fleet_answers.inc();
+    if !(from_owner || coverage.complete) {
+        state.metrics.fleet_answers_incomplete.inc();
+    }
     match merge(parts) {
         Some(mut merged) => {
             if !from_owner {

@@ -170,6 +170,7 @@ pub async fn start(config: PulseConfig) -> Result<PulseHandle, StartError> {
     let model = if config.prewarm {
         let model = load_model(&config)?;
         tracing::info!(model = %model.name, threshold = config.threshold, "prediction on");
+        metrics.model_put_in_use();
         Some(Arc::new(model))
     } else {
         None
@@ -331,9 +332,11 @@ async fn follow_model_topic(
     let started = ready.and_then(|()| {
         let publisher = ModelPublisher::new(kafka, topic).map_err(|e| e.to_string())?;
         let partitions = partitions.clone();
+        let in_use_since = metrics.model_in_use_since.clone();
         let watcher =
             ModelWatcher::start_counted(kafka, topic, metrics.model_watch.clone(), move |model| {
                 tracing::info!(model = %model.name, "fleet model in use");
+                in_use_since.set((crate::clock::wall_clock_ms() / 1_000) as i64);
                 partitions
                     .write()
                     .unwrap_or_else(|e| e.into_inner())
