@@ -116,13 +116,28 @@ pub(crate) async fn ensure_topics(
         };
         out.push((spec.name.clone(), ensured));
     }
+    // A topic just created reaches every broker's metadata a moment later: waiting for
+    // it keeps the consumer's first subscription from finding it missing.
+    for (name, ensured) in &out {
+        if *ensured == Ensured::Created {
+            let deadline = std::time::Instant::now() + METADATA_WAIT;
+            while !exists(clients, name).await && std::time::Instant::now() < deadline {
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        }
+    }
     Ok(out)
 }
+
+/// The longest pulse waits for a topic it created to appear in the metadata.
+const METADATA_WAIT: Duration = Duration::from_secs(5);
 
 /// Whether the broker's metadata lists `topic` (with partitions).
 async fn exists(clients: &KafkaClients, topic: &str) -> bool {
     // A blocking metadata request, on a client of its own: off the async threads.
-    let config = clients.config(&[]);
+    // Asking about a topic must not create it (a producer's metadata request may,
+    // where the broker auto-creates topics).
+    let config = clients.config(&[("allow.auto.create.topics", "false")]);
     let topic = topic.to_owned();
     let found = tokio::task::spawn_blocking(move || {
         let client: BaseProducer = config.create().ok()?;
