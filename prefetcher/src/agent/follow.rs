@@ -344,6 +344,23 @@ mod tests {
         assert_eq!(f.position().offset, 8);
     }
 
+    /// The lag is what the file holds past the position: a partial line and lines
+    /// written since the last poll; 0 once everything complete is read.
+    #[test]
+    fn the_unread_bytes_are_the_file_past_the_position() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("access.log");
+        append(&path, "one\ntw");
+        let mut f = LogFollower::new(path.clone(), None, 1024, Duration::ZERO);
+        assert_eq!(f.unread_bytes(), 0, "not open yet");
+        assert_eq!(collect(&mut f), ["one"]);
+        assert_eq!(f.unread_bytes(), 2, "the partial line");
+        append(&path, "o\nthree\n");
+        assert_eq!(f.unread_bytes(), 10);
+        assert_eq!(collect(&mut f), ["two", "three"]);
+        assert_eq!(f.unread_bytes(), 0);
+    }
+
     #[test]
     fn a_rename_rotation_reads_the_old_file_to_its_end_then_the_new_one() {
         let dir = tempfile::tempdir().unwrap();
