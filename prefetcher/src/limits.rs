@@ -165,6 +165,11 @@ impl FillLimiter {
         }
     }
 
+    /// Most concurrent fills (`flight.max_fills`).
+    pub fn max_fills(&self) -> usize {
+        self.inner.max_fills
+    }
+
     /// Fill slots free right now (either class).
     pub fn free_slots(&self) -> usize {
         self.inner.slots.available_permits()

@@ -53,6 +53,9 @@ pub(crate) struct ClientCounters {
     pub(crate) open: Gauge,
     /// Client addresses tracked for the per-address limits.
     pub(crate) addresses: Gauge,
+    /// TLS handshakes with clients that failed (no shared version or cipher, a
+    /// client that gave up, not TLS at all).
+    pub(crate) tls_handshake_failures: Counter,
 }
 
 impl Default for ClientCounters {
@@ -70,6 +73,7 @@ impl Default for ClientCounters {
                 .collect(),
             open: Gauge::default(),
             addresses: Gauge::default(),
+            tls_handshake_failures: Counter::default(),
         }
     }
 }
@@ -101,6 +105,21 @@ impl ClientCounters {
         self.refused[reason.index()].inc();
     }
 }
+
+/// Every reason a fill fails with ([`FillError::label`](crate::FillError)), each exported
+/// from the start at 0 so a rate over them is a series before the first failure.
+const FILL_FAILURE_REASONS: [&str; 10] = [
+    "upstream_5xx",
+    "connect",
+    "tls",
+    "timeout",
+    "body",
+    "truncated",
+    "too_large",
+    "aborted",
+    "no_capacity",
+    "overloaded",
+];
 
 /// The node's metrics and their registry.
 pub struct Metrics {
@@ -152,6 +171,10 @@ pub struct Metrics {
     pub prefetches_shed: Counter,
     /// The adaptive prefetch fill limit.
     pub prefetch_limit: Gauge,
+    /// Most concurrent origin fills (`flight.max_fills`), set at each scrape.
+    pub fill_limit: Gauge,
+    /// Fill slots taken (either class), set at each scrape.
+    pub fills_active: Gauge,
     /// Pre-warm fills waiting for a prefetch slot.
     pub prefetch_queued: Gauge,
     /// Origin requests (fills, hedges, pass-through) whose TLS failed: an untrusted
@@ -237,7 +260,13 @@ impl Metrics {
             refused: requests_refused.clone(),
             open: Gauge::default(),
             addresses: Gauge::default(),
+            tls_handshake_failures: Counter::default(),
         };
+        registry.register(
+            "client_tls_handshake_failures",
+            "TLS handshakes with clients on the TLS listener that failed",
+            clients.tls_handshake_failures.clone(),
+        );
         registry.register(
             "client_limits",
             "Client connections closed or refused and requests refused by a [server] limit, by reason",
@@ -291,6 +320,8 @@ impl Metrics {
             prefetches_shed: Counter::default(),
             prefetch_limit: Gauge::default(),
             prefetch_queued: Gauge::default(),
+            fill_limit: Gauge::default(),
+            fills_active: Gauge::default(),
             origin_tls_failures: Counter::default(),
             config_reloads_ok: reloads.get_or_create_owned(&ResultLabels { result: "ok" }),
             config_reloads_refused: reloads
@@ -301,6 +332,9 @@ impl Metrics {
             let _ = m
                 .prefetches_rejected
                 .get_or_create(&RejectLabels { reason });
+        }
+        for reason in FILL_FAILURE_REASONS {
+            let _ = m.fill_failures.get_or_create(&ReasonLabels { reason });
         }
         registry.register(
             "fills_started",
@@ -408,6 +442,16 @@ impl Metrics {
             m.prefetch_queued.clone(),
         );
         registry.register(
+            "fill_limit",
+            "Most concurrent origin fills (flight.max_fills)",
+            m.fill_limit.clone(),
+        );
+        registry.register(
+            "fills_active",
+            "Origin fill slots taken, user and prefetch",
+            m.fills_active.clone(),
+        );
+        registry.register(
             "origin_tls_failures",
             "Origin requests whose TLS failed (untrusted or misnamed certificate, handshake)",
             m.origin_tls_failures.clone(),
@@ -492,25 +536,14 @@ impl Metrics {
 
     /// Failed fills so far, all reasons.
     pub fn fill_failures(&self) -> u64 {
-        [
-            "upstream_5xx",
-            "connect",
-            "tls",
-            "timeout",
-            "body",
-            "truncated",
-            "too_large",
-            "aborted",
-            "no_capacity",
-            "overloaded",
-        ]
-        .into_iter()
-        .map(|reason| {
-            self.fill_failures
-                .get_or_create(&ReasonLabels { reason })
-                .get()
-        })
-        .sum()
+        FILL_FAILURE_REASONS
+            .into_iter()
+            .map(|reason| {
+                self.fill_failures
+                    .get_or_create(&ReasonLabels { reason })
+                    .get()
+            })
+            .sum()
     }
 
     /// The Prometheus text exposition.

@@ -46,7 +46,19 @@ use crate::status::RejectReason;
 /// Logs rebalances and commits (the edge agent's pre-warm consumer uses it too).
 pub(crate) struct LoggingContext;
 
-impl ClientContext for LoggingContext {}
+impl ClientContext for LoggingContext {
+    fn error(&self, error: KafkaError, reason: &str) {
+        // The consumer's own loop says once that it waits for a missing topic; end of
+        // a partition is no error.
+        if is_waiting_for_topic(&error)
+            || error.rdkafka_error_code() == Some(rdkafka::types::RDKafkaErrorCode::PartitionEOF)
+        {
+            tracing::debug!(%error, reason, "pre-warm consumer");
+        } else {
+            tracing::error!(%error, reason, "pre-warm consumer: kafka client error");
+        }
+    }
+}
 
 impl ConsumerContext for LoggingContext {
     fn pre_rebalance(&self, _consumer: &BaseConsumer<Self>, rebalance: &Rebalance<'_>) {
@@ -249,13 +261,26 @@ impl PrewarmConsumer {
         log_authentication("pre-warm consumer", self.keys.as_ref());
         let metrics = self.node.metrics();
         let mut recent = RecentCommands::new(RecentCommands::DEFAULT_CAPACITY);
+        let mut waiting = false;
         loop {
             let message = tokio::select! {
                 message = self.consumer.recv() => message,
                 _ = shutdown.wait_for(|stop| *stop) => break,
             };
             let message = match message {
-                Ok(message) => message,
+                Ok(message) => {
+                    waiting = false;
+                    message
+                }
+                Err(error) if is_waiting_for_topic(&error) => {
+                    // Pulse creates the topic; the edge waits for it, saying so once.
+                    if !waiting {
+                        tracing::info!(topic = %self.topic, "pre-warm consumer: waiting for the topic to be created");
+                        waiting = true;
+                    }
+                    tokio::time::sleep(Duration::from_millis(200)).await;
+                    continue;
+                }
                 Err(error) => {
                     // Broker gone, rebalance in progress, ...: warn and keep going.
                     tracing::warn!(%error, "pre-warm consumer: receive failed");
@@ -305,6 +330,16 @@ impl PrewarmConsumer {
         }
         tracing::info!("pre-warm consumer stopped");
     }
+}
+
+/// Whether `error` says the topic is not there (yet): the edge does not create the
+/// pre-warm topic (pulse, its producer, does), so this is a wait, not a failure.
+pub(crate) fn is_waiting_for_topic(error: &KafkaError) -> bool {
+    use rdkafka::types::RDKafkaErrorCode::{UnknownTopic, UnknownTopicOrPartition};
+    matches!(
+        error.rdkafka_error_code(),
+        Some(UnknownTopicOrPartition | UnknownTopic)
+    )
 }
 
 /// A consumer of the pre-warm topic in `group`, subscribed. Offsets are stored by
@@ -414,6 +449,18 @@ mod tests {
         assert!(recent.is_repeat("pw-1", 999));
         assert!(!recent.is_repeat("pw-1", 1_000), "expired");
         assert!(!recent.is_repeat("pw-2", 500), "another id");
+    }
+
+    /// A topic not there yet is waited for; other receive errors are failures.
+    #[test]
+    fn a_missing_topic_is_a_wait() {
+        use rdkafka::types::RDKafkaErrorCode;
+        assert!(is_waiting_for_topic(&KafkaError::MessageConsumption(
+            RDKafkaErrorCode::UnknownTopicOrPartition
+        )));
+        assert!(!is_waiting_for_topic(&KafkaError::MessageConsumption(
+            RDKafkaErrorCode::AllBrokersDown
+        )));
     }
 
     /// Memory is bounded: past `capacity` the oldest ids go, and expired ones go

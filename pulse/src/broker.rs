@@ -1,11 +1,18 @@
 //! An embedded Kafka broker: librdkafka's in-process mock cluster, listening on
 //! loopback, so `pulse` and every test speak the real Kafka protocol without an
 //! installed broker.
+//!
+//! The mock cluster does not implement the admin API (CreateTopics, DescribeConfigs):
+//! an admin request to it waits out its timeout. So each running broker is listed by
+//! its bootstrap address, and code of this process that is given that address (the
+//! demo hands it to [`crate::start`] as `brokers`) creates topics through
+//! [`EmbeddedBroker::create_topic_at`] instead, at once.
 
-use std::sync::mpsc;
+use std::collections::HashMap;
+use std::sync::{Mutex, mpsc};
 use std::thread;
 
-use rdkafka::error::KafkaError;
+use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::mocking::MockCluster;
 
 /// Why the embedded broker could not start or act.
@@ -26,6 +33,9 @@ enum Request {
         reply: mpsc::Sender<Result<(), KafkaError>>,
     },
 }
+
+/// The running embedded brokers of this process, by bootstrap address.
+static RUNNING: Mutex<Option<HashMap<String, mpsc::Sender<Request>>>> = Mutex::new(None);
 
 /// A running mock cluster. It stops when dropped.
 ///
@@ -67,7 +77,12 @@ impl EmbeddedBroker {
                 }
             })
             .expect("spawning a thread");
-        let bootstrap_servers = ready_rx.recv().map_err(|_| BrokerError::Stopped)??;
+        let bootstrap_servers: String = ready_rx.recv().map_err(|_| BrokerError::Stopped)??;
+        RUNNING
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get_or_insert_with(HashMap::new)
+            .insert(bootstrap_servers.clone(), requests_tx.clone());
         Ok(EmbeddedBroker {
             bootstrap_servers,
             requests_tx: Some(requests_tx),
@@ -82,10 +97,55 @@ impl EmbeddedBroker {
 
     /// Creates a topic (the mock cluster does not implement the CreateTopics API).
     pub fn create_topic(&self, name: &str, partitions: i32) -> Result<(), BrokerError> {
+        create_on(
+            self.requests_tx.as_ref().ok_or(BrokerError::Stopped)?,
+            name,
+            partitions,
+        )
+    }
+
+    /// Whether `bootstrap_servers` is an embedded broker running in this process.
+    pub fn is_running_at(bootstrap_servers: &str) -> bool {
+        Self::sender_at(bootstrap_servers).is_some()
+    }
+
+    /// Creates a topic on the embedded broker of this process at `bootstrap_servers`;
+    /// `None` when there is none there (a real broker: use the admin API). A topic
+    /// that exists already is left as it is.
+    pub fn create_topic_at(
+        bootstrap_servers: &str,
+        name: &str,
+        partitions: i32,
+    ) -> Option<Result<(), BrokerError>> {
+        let sender = Self::sender_at(bootstrap_servers)?;
+        Some(match create_on(&sender, name, partitions) {
+            Err(BrokerError::Kafka(e))
+                if e.rdkafka_error_code() == Some(RDKafkaErrorCode::TopicAlreadyExists) =>
+            {
+                Ok(())
+            }
+            other => other,
+        })
+    }
+
+    fn sender_at(bootstrap_servers: &str) -> Option<mpsc::Sender<Request>> {
+        RUNNING
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .as_ref()?
+            .get(bootstrap_servers)
+            .cloned()
+    }
+}
+
+fn create_on(
+    requests: &mpsc::Sender<Request>,
+    name: &str,
+    partitions: i32,
+) -> Result<(), BrokerError> {
+    {
         let (reply, reply_rx) = mpsc::channel();
-        self.requests_tx
-            .as_ref()
-            .ok_or(BrokerError::Stopped)?
+        requests
             .send(Request::CreateTopic {
                 name: name.to_owned(),
                 partitions,
@@ -98,7 +158,11 @@ impl EmbeddedBroker {
 
 impl Drop for EmbeddedBroker {
     fn drop(&mut self) {
-        // Closing the channel ends the owner's loop, which drops the cluster.
+        // Closing the channel (every sender: the listed one too) ends the owner's
+        // loop, which drops the cluster.
+        if let Some(running) = RUNNING.lock().unwrap_or_else(|e| e.into_inner()).as_mut() {
+            running.remove(&self.bootstrap_servers);
+        }
         self.requests_tx.take();
         if let Some(owner) = self.owner.take() {
             let _ = owner.join();
@@ -120,5 +184,23 @@ mod tests {
             broker.bootstrap_servers()
         );
         broker.create_topic("t", 3).unwrap();
+    }
+
+    /// A broker of this process is found by its address, and a topic it has already is
+    /// no error; once it stops it is not found.
+    #[test]
+    fn a_running_broker_is_found_by_its_address() {
+        let broker = EmbeddedBroker::start(1).unwrap();
+        let address = broker.bootstrap_servers().to_owned();
+        assert!(EmbeddedBroker::is_running_at(&address));
+        EmbeddedBroker::create_topic_at(&address, "t", 2)
+            .unwrap()
+            .unwrap();
+        EmbeddedBroker::create_topic_at(&address, "t", 2)
+            .unwrap()
+            .unwrap();
+        drop(broker);
+        assert!(!EmbeddedBroker::is_running_at(&address));
+        assert!(EmbeddedBroker::create_topic_at("127.0.0.1:9", "t", 1).is_none());
     }
 }

@@ -20,8 +20,8 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use rdkafka::ClientConfig;
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
+use rdkafka::{ClientConfig, ClientContext};
 
 /// The librdkafka properties pulse sets itself on the clients that need them, and why
 /// an operator may not override them.
@@ -217,9 +217,15 @@ impl KafkaClients {
 
 /// The kind of a client error, as a metric label: `authentication` (SASL refused),
 /// `tls` (the handshake failed: an untrusted or mismatched certificate, TLS spoken to
-/// a plaintext listener), `transport`, `all_brokers_down` or `other`.
+/// a plaintext listener), `transport`, `all_brokers_down`, `unknown_topic` (the topic
+/// is not there yet), `end_of_partition` (no error: caught up; never counted) or
+/// `other`.
 pub(crate) fn error_kind(error: &KafkaError) -> &'static str {
     match error.rdkafka_error_code() {
+        Some(RDKafkaErrorCode::PartitionEOF) => "end_of_partition",
+        Some(RDKafkaErrorCode::UnknownTopicOrPartition | RDKafkaErrorCode::UnknownTopic) => {
+            "unknown_topic"
+        }
         Some(RDKafkaErrorCode::Authentication | RDKafkaErrorCode::SaslAuthenticationFailed) => {
             "authentication"
         }
@@ -229,6 +235,68 @@ pub(crate) fn error_kind(error: &KafkaError) -> &'static str {
         _ => "other",
     }
 }
+
+/// How a client-level error librdkafka reports (its error callback, "Global error")
+/// is worth logging: end of a partition is no error at all (the model watcher asks
+/// for it), a topic that is not there yet is news once, not an error (ingest waits for
+/// it), anything else is an error.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum ClientErrorLevel {
+    /// Not logged above debug.
+    Quiet,
+    /// Logged at info, once per client while it lasts.
+    Waiting,
+    /// Logged at error.
+    Error,
+}
+
+/// What [`ClientErrorLevel`] `error` has.
+pub(crate) fn client_error_level(error: &KafkaError) -> ClientErrorLevel {
+    match error.rdkafka_error_code() {
+        Some(RDKafkaErrorCode::PartitionEOF) => ClientErrorLevel::Quiet,
+        Some(RDKafkaErrorCode::UnknownTopicOrPartition | RDKafkaErrorCode::UnknownTopic) => {
+            ClientErrorLevel::Waiting
+        }
+        _ => ClientErrorLevel::Error,
+    }
+}
+
+/// Logs a client-level error at its [`ClientErrorLevel`]; `waiting` remembers that the
+/// "topic not there yet" line was written (cleared by the caller when it gets a
+/// message).
+pub(crate) fn log_client_error(
+    error: &KafkaError,
+    reason: &str,
+    waiting: &std::sync::atomic::AtomicBool,
+) {
+    use std::sync::atomic::Ordering;
+    match client_error_level(error) {
+        ClientErrorLevel::Quiet => tracing::debug!(%error, reason, "kafka client"),
+        ClientErrorLevel::Waiting => {
+            if !waiting.swap(true, Ordering::Relaxed) {
+                tracing::info!(reason, "kafka: a topic is not there yet; waiting for it");
+            } else {
+                tracing::debug!(%error, reason, "kafka: still waiting for a topic");
+            }
+        }
+        ClientErrorLevel::Error => tracing::error!(%error, reason, "kafka client error"),
+    }
+}
+
+/// A client context that logs client-level errors by [`log_client_error`] (librdkafka's
+/// own log lines go to `tracing` as the default context sends them).
+#[derive(Debug, Default)]
+pub(crate) struct QuietContext {
+    waiting: std::sync::atomic::AtomicBool,
+}
+
+impl ClientContext for QuietContext {
+    fn error(&self, error: KafkaError, reason: &str) {
+        log_client_error(&error, reason, &self.waiting);
+    }
+}
+
+impl rdkafka::consumer::ConsumerContext for QuietContext {}
 
 #[cfg(test)]
 mod tests {
@@ -273,6 +341,18 @@ mod tests {
         );
         assert!(parse_property("no-equals").is_err());
         assert!(parse_property("=value").is_err());
+    }
+
+    /// End of a partition is no error; a topic not there yet is waited for; the rest
+    /// are errors.
+    #[test]
+    fn client_errors_are_logged_at_what_they_mean() {
+        let eof = KafkaError::MessageConsumption(RDKafkaErrorCode::PartitionEOF);
+        let unknown = KafkaError::Global(RDKafkaErrorCode::UnknownTopicOrPartition);
+        let down = KafkaError::Global(RDKafkaErrorCode::AllBrokersDown);
+        assert_eq!(client_error_level(&eof), ClientErrorLevel::Quiet);
+        assert_eq!(client_error_level(&unknown), ClientErrorLevel::Waiting);
+        assert_eq!(client_error_level(&down), ClientErrorLevel::Error);
     }
 
     /// Comments (`#`, `!`), blank lines, `=` and `:` separators; a malformed line is

@@ -85,6 +85,7 @@ mod stoppable;
 #[cfg(feature = "testing")]
 pub mod testing;
 mod ticks;
+mod topics;
 
 pub use api::{AppState, app};
 pub use broker::{BrokerError, EmbeddedBroker};

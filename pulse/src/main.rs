@@ -356,6 +356,13 @@ struct ServeArgs {
     /// and exit: 0 when they are good, 1 naming the bad flag or field.
     #[arg(long)]
     check_config: bool,
+    /// Partitions of the events and pre-warm topics when pulse creates them at start
+    /// (on a broker that lacks them; an existing topic is used as it is).
+    #[arg(long, env = "PULSE_TOPIC_PARTITIONS", default_value_t = PulseConfig::default().topic_partitions)]
+    topic_partitions: i32,
+    /// Retention of the topics pulse creates, in hours (the broker's default without it).
+    #[arg(long, env = "PULSE_TOPIC_RETENTION_HOURS")]
+    topic_retention_hours: Option<u64>,
 }
 
 impl ServeArgs {
@@ -402,6 +409,10 @@ impl ServeArgs {
             peer_timeout_ms: self.peer_timeout_ms,
             fleet_model: !self.no_model_topic,
             model_topic: self.model_topic,
+            topic_partitions: self.topic_partitions,
+            topic_retention_ms: self
+                .topic_retention_hours
+                .map(|h| h.saturating_mul(3_600_000)),
             ..PulseConfig::default()
         };
         config.validate().map_err(|e| {
@@ -438,6 +449,8 @@ impl ServeArgs {
                 "peers" => "--peers (PULSE_PEERS)",
                 "peer_timeout_ms" => "--peer-timeout-ms (PULSE_PEER_TIMEOUT_MS)",
                 "model_topic" => "--model-topic (PULSE_MODEL_TOPIC)",
+                "topic_partitions" => "--topic-partitions (PULSE_TOPIC_PARTITIONS)",
+                "topic_retention_ms" => "--topic-retention-hours (PULSE_TOPIC_RETENTION_HOURS)",
                 other => other,
             };
             anyhow::anyhow!("{flag}: {}", e.reason)

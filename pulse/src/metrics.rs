@@ -85,7 +85,8 @@ pub struct Metrics {
     pub dead_lettered: Counter,
     /// Errors the ingest consumer polled instead of a message, by kind
     /// (`authentication`: the broker refused pulse's credentials; `tls`: the TLS
-    /// handshake failed; `transport`, `all_brokers_down`, `other`).
+    /// handshake failed; `transport`, `all_brokers_down`, `unknown_topic`: the topic is
+    /// not there yet, `other`; the end of a partition is no error and not counted).
     pub consume_errors: Family<ReasonLabel, Counter>,
     /// Messages behind the partitions' high watermarks, summed.
     pub consumer_lag: Gauge,
@@ -127,6 +128,15 @@ pub struct Metrics {
     pub peer_seconds: Histogram,
     /// What the model-topic watcher applied, skipped and refused.
     pub model_watch: Arc<ModelWatcherCounts>,
+    /// Unix time, in seconds, the scoring model in use was put in use (loaded at
+    /// start, a retrain that replaced it, a fleet model applied); 0 with prediction
+    /// off. Its age is `time() - pulse_model_in_use_since_seconds`.
+    pub model_in_use_since: Gauge,
+    /// Answers for the fleet gathered from the peers (`--peers`).
+    pub fleet_answers: Counter,
+    /// Of those, answers that say they miss a partition or a peer (`coverage`
+    /// incomplete).
+    pub fleet_answers_incomplete: Counter,
 }
 
 impl Default for Metrics {
@@ -167,6 +177,9 @@ impl Metrics {
             peer_answers: Family::default(),
             peer_seconds: Histogram::new(exponential_buckets(0.000_1, 2.0, 16)),
             model_watch: Arc::default(),
+            model_in_use_since: Gauge::default(),
+            fleet_answers: Counter::default(),
+            fleet_answers_incomplete: Counter::default(),
             registry: Registry::default(),
         };
         registry.register(
@@ -296,6 +309,21 @@ impl Metrics {
             "Messages on the model topic that are not a usable model, by reason",
             m.model_watch.rejected.clone(),
         );
+        registry.register(
+            "model_in_use_since_seconds",
+            "Unix time the scoring model in use was put in use (0: prediction off)",
+            m.model_in_use_since.clone(),
+        );
+        registry.register(
+            "fleet_answers",
+            "Answers for the fleet gathered from the peers",
+            m.fleet_answers.clone(),
+        );
+        registry.register(
+            "fleet_answers_incomplete",
+            "Answers for the fleet that miss a partition or a peer",
+            m.fleet_answers_incomplete.clone(),
+        );
         // Every label a reason enum can give, so a dashboard sees each series at 0
         // before the first rejection and no list of labels is kept by hand.
         for reason in RejectReason::ALL {
@@ -327,6 +355,12 @@ impl Metrics {
                 reason: skip.as_str(),
             })
             .inc_by(n);
+    }
+
+    /// Notes that a scoring model was put in use now.
+    pub fn model_put_in_use(&self) {
+        self.model_in_use_since
+            .set((crate::clock::wall_clock_ms() / 1_000) as i64);
     }
 
     /// The Prometheus text exposition.

@@ -224,6 +224,9 @@ impl Retrainer {
                 } else {
                     "elsewhere"
                 };
+                if outcome == "replaced" {
+                    metrics.model_put_in_use();
+                }
                 metrics
                     .retrains
                     .get_or_create(&ReasonLabel { reason: outcome })

@@ -144,6 +144,14 @@ impl LogFollower {
         }
     }
 
+    /// Bytes of the file being read past [`Self::position`]: how far the agent is
+    /// behind the log (0 before the file is open, or when its size cannot be read).
+    pub fn unread_bytes(&self) -> u64 {
+        let Some(open) = &self.open else { return 0 };
+        let len = open.file.metadata().map_or(0, |m| m.len());
+        len.saturating_sub(self.position().offset)
+    }
+
     /// Rotations, truncations and overlong lines so far.
     pub fn stats(&self) -> FollowStats {
         self.stats
@@ -334,6 +342,23 @@ mod tests {
         append(&path, "o\n");
         assert_eq!(collect(&mut f), ["two"]);
         assert_eq!(f.position().offset, 8);
+    }
+
+    /// The lag is what the file holds past the position: a partial line and lines
+    /// written since the last poll; 0 once everything complete is read.
+    #[test]
+    fn the_unread_bytes_are_the_file_past_the_position() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("access.log");
+        append(&path, "one\ntw");
+        let mut f = LogFollower::new(path.clone(), None, 1024, Duration::ZERO);
+        assert_eq!(f.unread_bytes(), 0, "not open yet");
+        assert_eq!(collect(&mut f), ["one"]);
+        assert_eq!(f.unread_bytes(), 2, "the partial line");
+        append(&path, "o\nthree\n");
+        assert_eq!(f.unread_bytes(), 10);
+        assert_eq!(collect(&mut f), ["two", "three"]);
+        assert_eq!(f.unread_bytes(), 0);
     }
 
     #[test]

@@ -35,6 +35,8 @@ pub struct AgentMetrics {
     pub truncations: Counter,
     /// Bytes of the log consumed (the read position in the current file).
     pub read_offset: Gauge,
+    /// Bytes of the current log file not read yet: how far the agent is behind.
+    pub lag_bytes: Gauge,
     /// Pre-warm requests the node answered without a server error.
     pub warms_ok: Counter,
     /// Pre-warm requests that failed (5xx, timeout, connection).
@@ -62,6 +64,7 @@ impl AgentMetrics {
             rotations: Counter::default(),
             truncations: Counter::default(),
             read_offset: Gauge::default(),
+            lag_bytes: Gauge::default(),
             warms_ok: Counter::default(),
             warms_failed: Counter::default(),
             warm_seconds: Histogram::new([
@@ -121,6 +124,11 @@ impl AgentMetrics {
             "read_offset_bytes",
             "Read position in the current log file",
             m.read_offset.clone(),
+        );
+        registry.register(
+            "log_lag_bytes",
+            "Bytes of the current log file not read yet",
+            m.lag_bytes.clone(),
         );
         registry.register(
             "warm_seconds",

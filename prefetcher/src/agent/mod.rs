@@ -186,6 +186,10 @@ impl FollowLoop {
             metrics_delta(&self.metrics, &mut seen, stats);
             let position = self.follower.position();
             self.metrics.read_offset.set(position.offset as i64);
+            // One fstat per poll, not per line.
+            self.metrics
+                .lag_bytes
+                .set(self.follower.unread_bytes() as i64);
             let now = Instant::now();
             if now.duration_since(last_mark) >= self.checkpoint {
                 last_mark = now;

@@ -45,8 +45,8 @@ use crate::events::unix_now_ms;
 use crate::limits::FillLimiter;
 use crate::metrics::Metrics;
 use crate::prewarm::{
-    LoggingContext, RecentCommands, check_prewarm, check_signature, log_authentication,
-    subscribe_prewarm,
+    LoggingContext, RecentCommands, check_prewarm, check_signature, is_waiting_for_topic,
+    log_authentication, subscribe_prewarm,
 };
 use crate::status::RejectReason;
 
@@ -300,6 +300,7 @@ impl WarmConsumer {
         log_authentication("edge agent", self.keys.as_ref());
         let mut tasks = JoinSet::new();
         let mut recent = RecentCommands::new(RecentCommands::DEFAULT_CAPACITY);
+        let mut waiting = false;
         loop {
             while tasks.try_join_next().is_some() {}
             let message = tokio::select! {
@@ -307,7 +308,18 @@ impl WarmConsumer {
                 _ = shutdown.wait_for(|stop| *stop) => break,
             };
             let message = match message {
-                Ok(message) => message,
+                Ok(message) => {
+                    waiting = false;
+                    message
+                }
+                Err(error) if is_waiting_for_topic(&error) => {
+                    if !waiting {
+                        tracing::info!("edge agent: waiting for the pre-warm topic to be created");
+                        waiting = true;
+                    }
+                    tokio::time::sleep(Duration::from_millis(200)).await;
+                    continue;
+                }
                 Err(error) => {
                     tracing::warn!(%error, "edge agent: pre-warm receive failed");
                     tokio::time::sleep(Duration::from_millis(200)).await;

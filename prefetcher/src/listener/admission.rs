@@ -182,19 +182,29 @@ pub(crate) type Refused = ClientLimit;
 impl ConnectionLimiter {
     /// A limiter for `limits` (already validated), counting into `counters`.
     pub(crate) fn new(limits: &ConnectionLimits, counters: ClientCounters) -> ConnectionLimiter {
+        Self::fitted(limits, counters, true)
+    }
+
+    /// [`Self::new`]; `configured` says whether `limits.max_connections` is the
+    /// operator's (lowering it is then worth a warning) or a stand-in for "none".
+    fn fitted(
+        limits: &ConnectionLimits,
+        counters: ClientCounters,
+        configured: bool,
+    ) -> ConnectionLimiter {
         let mut max_connections = limits.max_connections;
         if let Some(files) = open_file_limit() {
             // Origin connections, the listeners, Kafka and files need descriptors too.
             let budget = files.saturating_sub((files / 8).max(256)).max(1);
-            if budget < max_connections {
+            if budget < max_connections && configured {
                 tracing::warn!(
                     configured = max_connections,
                     open_file_limit = files,
                     using = budget,
                     "server.max_connections lowered to fit the open-file limit (raise ulimit -n)"
                 );
-                max_connections = budget;
             }
+            max_connections = max_connections.min(budget);
         }
         let rate = (limits.requests_per_second_per_address > 0.0).then(|| {
             let interval = (1e9 / limits.requests_per_second_per_address).max(1.0) as u64;
@@ -233,7 +243,8 @@ impl ConnectionLimiter {
             max_tracked_addresses: 10_000_000,
             ..ConnectionLimits::default()
         };
-        ConnectionLimiter::new(&limits, ClientCounters::default())
+        // Nobody configured these: fitting them to the open-file limit is no news.
+        ConnectionLimiter::fitted(&limits, ClientCounters::default(), false)
     }
 
     /// The limits in force (as configured; see [`Self::max_connections`]).

@@ -243,7 +243,10 @@ pub(crate) async fn serve_with<S>(
                             let accepted = connection.supervised.run(acceptor.accept(stream)).await;
                             match accepted {
                                 Some(Ok(stream)) => connection.serve(stream, service).await,
-                                Some(Err(e)) => tracing::debug!(error = %e, "TLS handshake failed"),
+                                Some(Err(e)) => {
+                                    connection.counters.tls_handshake_failures.inc();
+                                    tracing::debug!(error = %e, "TLS handshake failed")
+                                }
                                 None => {}
                             }
                         });

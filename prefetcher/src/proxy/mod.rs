@@ -149,6 +149,9 @@ async fn metrics(State(node): State<Node>) -> Response {
     let m = &node.inner.metrics;
     m.prefetch_limit.set(limiter.prefetch_limit() as i64);
     m.prefetch_queued.set(limiter.prefetch_queued() as i64);
+    m.fill_limit.set(limiter.max_fills() as i64);
+    m.fills_active
+        .set(limiter.max_fills().saturating_sub(limiter.free_slots()) as i64);
     let mut response = Response::new(Body::from(node.inner.metrics.encode()));
     response.headers_mut().insert(
         header::CONTENT_TYPE,

@@ -130,6 +130,10 @@ pub(super) async fn answer<T: Covered>(
         ..Coverage::default()
     });
     let coverage = Coverage::merge(&covered);
+    state.metrics.fleet_answers.inc();
+    if !(from_owner || coverage.complete) {
+        state.metrics.fleet_answers_incomplete.inc();
+    }
     match merge(parts) {
         Some(mut merged) => {
             if !from_owner {
@@ -287,6 +291,24 @@ mod tests {
         let (status, body) = get(&a, &format!("/api/keys/acme{key}")).await;
         assert_eq!(status, 503, "{body}");
         assert_eq!(body["coverage"]["missing_peers"], serde_json::json!([gone]));
+    }
+
+    /// Every answer gathered for the fleet is counted, and one that misses a peer also
+    /// as incomplete (the alert's ratio); a local answer is neither.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn fleet_answers_are_counted_and_incomplete_ones_apart() {
+        let b_url = serve(app(state(&[2, 3], &[]))).await;
+        let gone = closed_port().await;
+        let whole = state(&[0, 1], &[b_url]);
+        let partial = state(&[0, 1], &[gone]);
+        let (whole_counts, partial_counts) = (whole.metrics.clone(), partial.metrics.clone());
+        let (whole, partial) = (app(whole), app(partial));
+        get(&whole, "/api/tenants").await;
+        get(&partial, "/api/tenants").await;
+        get(&partial, "/api/tenants?scope=local").await;
+        let counts = |m: &Metrics| (m.fleet_answers.get(), m.fleet_answers_incomplete.get());
+        assert_eq!(counts(&whole_counts), (1, 0));
+        assert_eq!(counts(&partial_counts), (1, 1));
     }
 
     /// A tenant nobody knows is a 404 that covers every partition, not an outage.

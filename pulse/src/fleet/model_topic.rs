@@ -29,7 +29,7 @@ use rdkafka::producer::future_producer::{DeliveryFuture, OwnedDeliveryResult};
 use rdkafka::producer::{FutureProducer, FutureRecord};
 use rdkafka::{ClientConfig, Offset, TopicPartitionList};
 
-use crate::kafka::KafkaClients;
+use crate::kafka::{KafkaClients, QuietContext};
 use crate::metrics::{ModelWatcherCounts, ReasonLabel};
 use crate::predict::ScoringModel;
 use crate::stoppable::StoppableThread;
@@ -383,7 +383,8 @@ impl ModelWatcher {
             topic: topic.to_owned(),
             error,
         };
-        let consumer: BaseConsumer = clients
+        // Its end-of-partition errors are asked for (below), not errors.
+        let consumer: BaseConsumer<QuietContext> = clients
             .config(&[
                 // Never joins or commits: the id only has to be unique.
                 ("group.id", &unique_group_id()),
@@ -393,7 +394,7 @@ impl ModelWatcher {
                 // The end of the partition is when the model found at start is applied.
                 ("enable.partition.eof", "true"),
             ])
-            .create()
+            .create_with_context(QuietContext::default())
             .map_err(kafka)?;
         let mut assignment = TopicPartitionList::new();
         assignment

@@ -33,6 +33,8 @@ pub(super) struct IngestContext {
     /// Set when ingest stops: revoked partitions keep their state (the handle may
     /// still read it), their offsets are committed all the same.
     pub(super) closing: AtomicBool,
+    /// Set once "waiting for the topic" was logged; cleared when a message comes.
+    pub(super) waiting_for_topic: AtomicBool,
 }
 
 pub(super) fn describe(tpl: &TopicPartitionList) -> String {
@@ -47,6 +49,10 @@ pub(super) fn describe(tpl: &TopicPartitionList) -> String {
 }
 
 impl ClientContext for IngestContext {
+    fn error(&self, error: rdkafka::error::KafkaError, reason: &str) {
+        crate::kafka::log_client_error(&error, reason, &self.waiting_for_topic);
+    }
+
     fn stats_raw(&self, statistics: &[u8]) {
         // Parse only what we need: the mock cluster omits fields the typed struct wants.
         let Ok(v) = serde_json::from_slice::<serde_json::Value>(statistics) else {
@@ -184,6 +190,7 @@ impl IngestContext {
             revoked: Mutex::new(Vec::new()),
             any_revoked: AtomicBool::new(false),
             closing: AtomicBool::new(false),
+            waiting_for_topic: AtomicBool::new(false),
         }
     }
 

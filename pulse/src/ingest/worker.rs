@@ -110,14 +110,32 @@ impl Worker {
                 let Some(result) = polled else { break };
                 timeout = Duration::ZERO;
                 match result {
-                    Ok(m) => messages.push(m),
+                    Ok(m) => {
+                        self.consumer
+                            .context()
+                            .waiting_for_topic
+                            .store(false, Ordering::Relaxed);
+                        messages.push(m)
+                    }
                     Err(e) => {
                         let reason = crate::kafka::error_kind(&e);
+                        if reason == "end_of_partition" {
+                            // Not an error: librdkafka says it has caught up.
+                            continue;
+                        }
                         self.metrics
                             .consume_errors
                             .get_or_create(&crate::metrics::ReasonLabel { reason })
                             .inc();
-                        if reason == "authentication" {
+                        if reason == "unknown_topic" {
+                            // Not created yet (pulse creates it at start where it
+                            // may): said once, counted each time.
+                            crate::kafka::log_client_error(
+                                &e,
+                                "the events topic",
+                                &self.consumer.context().waiting_for_topic,
+                            );
+                        } else if reason == "authentication" {
                             tracing::error!(error = %e, "the broker refused pulse's credentials (--kafka-property sasl.*); continuing");
                         } else if reason == "tls" {
                             tracing::error!(error = %e, "the TLS handshake with the broker failed (--kafka-property ssl.*); continuing");

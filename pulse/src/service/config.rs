@@ -84,6 +84,11 @@ pub struct PulseConfig {
     pub api_token: Option<String>,
     /// Partitions of the topics created on the embedded broker.
     pub embedded_partitions: i32,
+    /// Partitions of the events, pre-warm and dead-letter topics when pulse creates
+    /// them on a broker that lacks them (an existing topic is used as it is).
+    pub topic_partitions: i32,
+    /// `retention.ms` of the topics pulse creates (`None`: the broker's default).
+    pub topic_retention_ms: Option<u64>,
     /// The other instances of this group (`http://host:port` of their APIs): fleet
     /// answers gather their `scope=local` parts. Empty: this instance answers alone.
     pub peers: Vec<String>,
@@ -128,6 +133,8 @@ impl Default for PulseConfig {
             retrain_interval_secs: 300,
             api_token: None,
             embedded_partitions: 4,
+            topic_partitions: 4,
+            topic_retention_ms: None,
             peers: Vec::new(),
             peer_timeout_ms: DEFAULT_PEER_TIMEOUT.as_millis() as u64,
             fleet_model: true,
@@ -249,6 +256,15 @@ impl PulseConfig {
         }
         if !(1..=1_000).contains(&self.embedded_partitions) {
             return refuse("embedded_partitions", "1 to 1000");
+        }
+        if !(1..=1_000).contains(&self.topic_partitions) {
+            return refuse("topic_partitions", "1 to 1000");
+        }
+        if self.topic_retention_ms == Some(0) {
+            return refuse(
+                "topic_retention_ms",
+                "at least 1 (leave it out for the broker's default)",
+            );
         }
         if self.peer_timeout_ms == 0 {
             return refuse("peer_timeout_ms", "must be at least 1");

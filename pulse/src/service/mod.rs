@@ -7,6 +7,8 @@
 //! 1. validates the config (the error names the field) and, with
 //!    `prewarm_signing_keys`, reads the key file and takes the signing key from it;
 //! 2. without `brokers`, starts an [`EmbeddedBroker`] and creates the topics on it;
+//!    with them, creates the topics the broker lacks (`topic_partitions`,
+//!    `topic_retention_ms`; where it may not, it says once that it waits for them);
 //! 3. reads the checkpoint file, if there is one of this topic: each partition's
 //!    snapshot waits for its partition to be assigned (an unreadable or older one: a
 //!    warning, and partitions start empty);
@@ -170,6 +172,9 @@ pub async fn start(config: PulseConfig) -> Result<PulseHandle, StartError> {
             field: "kafka_properties",
             reason: e.to_string(),
         })?;
+    if config.brokers.is_some() {
+        ensure_topics(&kafka, &config).await;
+    }
     let allowed = allowed_tenants(&config)?;
     if let Some(allowed) = &allowed {
         tracing::info!(tenants = allowed.len(), "tenant allow-list on");
@@ -178,6 +183,7 @@ pub async fn start(config: PulseConfig) -> Result<PulseHandle, StartError> {
     let model = if config.prewarm {
         let model = load_model(&config)?;
         tracing::info!(model = %model.name, threshold = config.threshold, "prediction on");
+        metrics.model_put_in_use();
         Some(Arc::new(model))
     } else {
         None
@@ -298,6 +304,27 @@ pub async fn start(config: PulseConfig) -> Result<PulseHandle, StartError> {
     })
 }
 
+/// Creates the topics pulse needs that the broker lacks ([`crate::topics`]). A broker
+/// that cannot be asked is no reason not to start: ingest waits for it as it waits
+/// through an outage.
+async fn ensure_topics(kafka: &KafkaClients, config: &PulseConfig) {
+    let spec = |name: &str, partitions| crate::topics::TopicSpec {
+        name: name.to_owned(),
+        partitions,
+        retention_ms: config.topic_retention_ms,
+    };
+    let mut topics = vec![spec(&config.topic, config.topic_partitions)];
+    if config.prewarm {
+        topics.push(spec(&config.prewarm_topic, config.topic_partitions));
+    }
+    if let Some(dlq) = &config.dead_letter_topic {
+        topics.push(spec(dlq, 1));
+    }
+    if let Err(e) = crate::topics::ensure_topics(kafka, &topics).await {
+        tracing::warn!(error = %e, "topics not checked: the broker did not answer; ingest waits for it");
+    }
+}
+
 /// Creates the model topic if needed and follows it: the newest model on it is put in
 /// use on every partition. `None`, with a warning, when the topic cannot be had: each
 /// instance then keeps its own model.
@@ -308,9 +335,15 @@ async fn follow_model_topic(
     partitions: &SharedPartitions,
     metrics: &Metrics,
 ) -> Option<(ModelPublisher, ModelWatcher)> {
-    let ready = match embedded {
-        // librdkafka's mock cluster has no topic configs: a plain topic does.
-        Some(broker) => broker.create_topic(topic, 1).map_err(|e| e.to_string()),
+    // librdkafka's mock cluster has no topic configs nor admin API: a plain topic
+    // does, made through the embedded broker (this one's, or one of this process that
+    // `brokers` names, as the demo's).
+    let on_embedded = match embedded {
+        Some(broker) => Some(broker.create_topic(topic, 1)),
+        None => EmbeddedBroker::create_topic_at(kafka.brokers(), topic, 1),
+    };
+    let ready = match on_embedded {
+        Some(created) => created.map_err(|e| e.to_string()),
         None => ModelTopic::ensure(kafka, topic)
             .await
             .map(|_| ())
@@ -319,9 +352,11 @@ async fn follow_model_topic(
     let started = ready.and_then(|()| {
         let publisher = ModelPublisher::new(kafka, topic).map_err(|e| e.to_string())?;
         let partitions = partitions.clone();
+        let in_use_since = metrics.model_in_use_since.clone();
         let watcher =
             ModelWatcher::start_counted(kafka, topic, metrics.model_watch.clone(), move |model| {
                 tracing::info!(model = %model.name, "fleet model in use");
+                in_use_since.set((crate::clock::wall_clock_ms() / 1_000) as i64);
                 partitions
                     .write()
                     .unwrap_or_else(|e| e.into_inner())
