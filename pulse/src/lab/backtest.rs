@@ -224,6 +224,7 @@ pub fn percentile(times: &[Duration], q: f64) -> Option<Duration> {
 }
 
 /// Replays once per threshold with `model` and scores each run.
+#[cfg(test)]
 pub(crate) fn backtest(
     events: &[AccessEvent],
     truth: Option<&[Burst]>,
