@@ -30,7 +30,7 @@ mod tracker;
 
 use std::sync::Arc;
 
-use models::{AccessEventRef, PrewarmCommand, TenantId};
+use models::{AccessEventRef, CacheKey, PrewarmCommand, TenantId};
 
 pub(crate) use decide::{Candidate, Decider};
 pub use decide::{Decision, DecisionCounts, DecisionPolicy, Skip, Verdict};
@@ -189,6 +189,12 @@ impl Predictor {
                     .flatten()
                     .and_then(|windows| extract(&windows, &self.tracker, tenant, &key, now_ms));
                 self.tracker.note_burst(tenant, &key, bursting, now_ms);
+                if decide
+                    && let Some(command) =
+                        follow_up(&mut self.decider, &self.tracker, tenant, &key, now_ms)
+                {
+                    commands.push(command);
+                }
                 let Some(x) = extracted else {
                     continue;
                 };
@@ -228,6 +234,7 @@ impl Predictor {
                         self.tracker.fill_seconds(tenant),
                     ),
                     burst_start_ms: burst_start.unwrap_or(now_ms),
+                    reached: x.reached.clone(),
                 };
                 if let Ok(command) = self.decider.consider(now_ms, candidate) {
                     commands.push(command);
@@ -280,6 +287,50 @@ impl Predictor {
     pub fn take_samples(&mut self) -> Vec<Sample> {
         self.labeler.take()
     }
+}
+
+/// A follow-up command for a followed key that spread since its last command
+/// (`decide::follow`): a region it had not reached then has asked at least
+/// [`MIN_REGION_DEMAND`] times. It names the tenant's regions that have not asked in the
+/// last minute (a pre-warm is no request: a region warmed but not asked is named again)
+/// and share an audience with a reached one.
+fn follow_up(
+    decider: &mut Decider,
+    tracker: &Tracker,
+    tenant: &TenantId,
+    key: &CacheKey,
+    now_ms: u64,
+) -> Option<PrewarmCommand> {
+    let before = decider.follow_up_due(tenant, key, now_ms)?;
+    let t = tracker.tenants.get(tenant)?;
+    let k = t.keys.get(key)?;
+    let minute_ago = now_ms.saturating_sub(60_000);
+    let (mut reached, mut unseen) = (Vec::new(), Vec::new());
+    for i in t.regions(now_ms) {
+        let asked = k
+            .regions
+            .get(i)
+            .is_some_and(|r| r.count > 0 && r.last_ms >= minute_ago);
+        if asked {
+            reached.push(i);
+        } else {
+            unseen.push(i);
+        }
+    }
+    let spread = reached
+        .iter()
+        .any(|r| !before.contains(r) && k.region_count(*r) >= MIN_REGION_DEMAND);
+    if !spread || unseen.is_empty() {
+        return None;
+    }
+    let keep = t.same_audience(&reached, &unseen);
+    let unseen = unseen
+        .iter()
+        .zip(keep)
+        .filter(|(_, keep)| *keep)
+        .map(|(i, _)| tracker.regions[*i].clone())
+        .collect();
+    decider.follow_up(now_ms, tenant, key, reached, unseen)
 }
 
 /// Client misses one warmed region would be spared if it then asks: its first miss,
