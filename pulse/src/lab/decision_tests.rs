@@ -1,5 +1,6 @@
 //! The online decision rules replayed on small hand-made traces (a model that is always
-//! sure, so only the rules decide): follow-up commands on a slow spread.
+//! sure, so only the rules decide): follow-up commands on a slow spread, and the
+//! outcome memory on a key that bursts on a schedule in one region.
 
 use std::sync::Arc;
 
@@ -101,4 +102,51 @@ fn a_slow_spread_gets_follow_ups_for_the_regions_it_reaches_after_the_first_comm
     );
     // One command, and at most one follow-up per region the key spread to.
     assert!(commands.len() <= arrivals.len(), "{commands:#?}");
+}
+
+/// A job that runs every minute at the same second in one region: each command for it
+/// is wasted (no other region ever asks). After the first, the key waits for a second
+/// region, which never comes.
+#[test]
+fn a_key_that_bursts_on_a_schedule_in_one_region_is_commanded_at_most_once() {
+    let mut events = background(11 * 60_000);
+    for minute in 1..=10 {
+        let from = minute * 60_000 + 5_000;
+        events.extend(demand("/cron", "r0", from, from + 3_000));
+    }
+    let events = sorted(events);
+    let run = replay(&events, Some(always_sure()), &ReplayOptions::default());
+    let commanded = run
+        .commands
+        .iter()
+        .filter(|c| c.key.as_str() == "/cron")
+        .count();
+    assert!(commanded >= 1, "the first burst looks like any other");
+    assert!(
+        commanded <= 1,
+        "{commanded} commands for a key whose every command was wasted"
+    );
+}
+
+/// A key that bursts now and then in one region, at no fixed second: its first command
+/// is wasted, so its later bursts wait for a second region.
+#[test]
+fn a_key_whose_last_command_was_wasted_waits_for_a_second_region() {
+    let starts = [65_000, 172_000, 318_000, 441_000];
+    let mut events = background(8 * 60_000);
+    for from in starts {
+        events.extend(demand("/now-and-then", "r0", from, from + 3_000));
+    }
+    // A later burst that does spread still gets its command, at its second region.
+    events.extend(demand("/now-and-then", "r1", 442_000, 444_000));
+    let events = sorted(events);
+    let run = replay(&events, Some(always_sure()), &ReplayOptions::default());
+    let issued: Vec<u64> = run
+        .commands
+        .iter()
+        .filter(|c| c.key.as_str() == "/now-and-then")
+        .map(|c| c.issued_at_ms)
+        .collect();
+    assert_eq!(issued.len(), 2, "{issued:?}");
+    assert!(issued[0] < starts[1] && issued[1] >= 442_000, "{issued:?}");
 }

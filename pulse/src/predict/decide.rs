@@ -12,6 +12,7 @@ use serde::Serialize;
 use super::model::Score;
 
 mod follow;
+mod memory;
 
 /// The decision rules.
 #[derive(Debug, Clone, PartialEq)]
@@ -229,6 +230,7 @@ pub(crate) struct Decider {
     streaks: HashMap<(TenantId, CacheKey), (u32, u64)>,
     budgets: HashMap<TenantId, TokenBucket>,
     following: follow::Following,
+    wasted: memory::Wasted,
     // Newest last; bounded by `policy.history`.
     decisions: VecDeque<Decision>,
     counts: DecisionCounts,
@@ -243,6 +245,7 @@ impl Decider {
             streaks: HashMap::new(),
             budgets: HashMap::new(),
             following: follow::Following::default(),
+            wasted: memory::Wasted::default(),
             decisions: VecDeque::new(),
             counts: DecisionCounts::default(),
         }
@@ -401,6 +404,7 @@ impl Decider {
                 if decision.verdict == Verdict::Pending {
                     decision.verdict = Verdict::Useful;
                     self.counts.useful += 1;
+                    self.wasted.note(&decision.command, Verdict::Useful, ts_ms);
                 }
             }
             break; // only the newest command for the key counts
@@ -413,6 +417,9 @@ impl Decider {
             if decision.verdict == Verdict::Pending && decision.command.is_expired(now_ms) {
                 decision.verdict = Verdict::Wasted;
                 self.counts.wasted += 1;
+                if !self.following.superseded(&decision.command) {
+                    self.wasted.note(&decision.command, Verdict::Wasted, now_ms);
+                }
             }
         }
     }
@@ -421,6 +428,9 @@ impl Decider {
     fn settle(&mut self, old: &Decision, now_ms: u64) {
         if old.verdict == Verdict::Pending && old.command.is_expired(now_ms) {
             self.counts.wasted += 1;
+            if !self.following.superseded(&old.command) {
+                self.wasted.note(&old.command, Verdict::Wasted, now_ms);
+            }
         }
     }
 

@@ -206,7 +206,7 @@ impl Predictor {
                 let Some(model) = &self.model else {
                     continue;
                 };
-                if x.reached.len() < self.decider.policy().min_regions_reached {
+                if x.reached.len() < self.regions_needed(tenant, &key, &x.features, now_ms) {
                     continue;
                 }
                 self.scored += 1;
@@ -246,6 +246,25 @@ impl Predictor {
             self.decider.expire(now_ms);
         }
         commands
+    }
+
+    /// Regions that must have asked for the key before it can get a command:
+    /// [`DecisionPolicy::min_regions_reached`], and at least 2 for a key whose last
+    /// command was wasted or that bursts on a schedule (an earlier burst at the same
+    /// second of an earlier minute): for those the first region is no evidence.
+    fn regions_needed(
+        &self,
+        tenant: &TenantId,
+        key: &CacheKey,
+        features: &Features,
+        now_ms: u64,
+    ) -> usize {
+        let wary = features.phase_bursts_before >= 1.0
+            || self.decider.last_command_wasted(tenant, key, now_ms);
+        self.decider
+            .policy()
+            .min_regions_reached
+            .max(if wary { 2 } else { 1 })
     }
 
     /// The decision rules in force.

@@ -31,6 +31,17 @@ pub(super) struct Following {
     len: usize,
 }
 
+impl Following {
+    /// Whether a later command (a follow-up) was sent for the command's key: its
+    /// verdict is then not the key's last.
+    pub(super) fn superseded(&self, command: &PrewarmCommand) -> bool {
+        self.keys
+            .get(&command.tenant)
+            .and_then(|keys| keys.get(&command.key))
+            .is_some_and(|f| f.last.id != command.id)
+    }
+}
+
 impl Decider {
     /// Starts following a key that just got its first command for a burst.
     pub(super) fn follow(
