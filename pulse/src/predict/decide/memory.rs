@@ -91,7 +91,7 @@ mod tests {
                 features: vec![],
             },
         };
-        let mut consider = |d: &mut Decider, now_ms: u64| {
+        let consider = |d: &mut Decider, now_ms: u64| {
             let candidate = Candidate {
                 tenant: &t,
                 key: &k,
