@@ -150,3 +150,25 @@ fn a_key_whose_last_command_was_wasted_waits_for_a_second_region() {
     assert_eq!(issued.len(), 2, "{issued:?}");
     assert!(issued[0] < starts[1] && issued[1] >= 442_000, "{issued:?}");
 }
+
+/// The label of a scoring moment counts a region that asks while a command sent then
+/// would still be valid (as the honest scorer does), not only within 10 s: the first
+/// moments of a slow spread, whose next region asks 25 s later, are viral.
+#[test]
+fn a_slow_spreads_first_moments_are_labelled_viral() {
+    let mut events = background(210_000);
+    for (region, from) in [("r0", 70_000), ("r1", 95_000)] {
+        events.extend(demand("/viral", region, from, 200_000));
+    }
+    let run = replay(&sorted(events), None, &ReplayOptions::default());
+    let first = run
+        .samples
+        .iter()
+        .find(|s| s.key.as_str() == "/viral")
+        .expect("the burst was scored");
+    assert!(first.ts_ms < 75_000, "{}", first.ts_ms);
+    assert!(
+        first.viral,
+        "a region asked 25 s later, within the command TTL"
+    );
+}

@@ -59,8 +59,6 @@ pub struct PredictorConfig {
     pub policy: DecisionPolicy,
     /// Keys tracked per tenant.
     pub max_tracked_keys: usize,
-    /// How far ahead a label looks for demand.
-    pub horizon_ms: u64,
     /// At most one training sample per key per this long.
     pub sample_every_ms: u64,
     /// Labelled samples kept for retraining.
@@ -72,7 +70,6 @@ impl Default for PredictorConfig {
         PredictorConfig {
             policy: DecisionPolicy::default(),
             max_tracked_keys: 2_048,
-            horizon_ms: 10_000,
             sample_every_ms: 500,
             sample_capacity: 50_000,
         }
@@ -97,13 +94,15 @@ impl Predictor {
     pub fn new(model: Option<Arc<ScoringModel>>, config: PredictorConfig) -> Self {
         Predictor {
             model,
-            decider: Decider::new(config.policy),
             tracker: Tracker::new(config.max_tracked_keys),
             labeler: Labeler::new(
-                config.horizon_ms,
+                // What the honest scorer counts: a region asks while a command sent
+                // then would still be valid.
+                config.policy.command_ttl_ms,
                 config.sample_every_ms,
                 config.sample_capacity,
             ),
+            decider: Decider::new(config.policy),
             scored: 0,
             first_event_ms: None,
         }
