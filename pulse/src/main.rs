@@ -699,7 +699,13 @@ fn backtest(args: BacktestArgs) -> anyhow::Result<()> {
     }
     print!(
         "{}",
-        pulse::backtest_table(&events, truth.as_deref(), model, &args.thresholds)?
+        pulse::backtest_table(
+            &events,
+            truth.as_deref(),
+            model,
+            &args.thresholds,
+            args.threshold
+        )?
     );
     Ok(())
 }

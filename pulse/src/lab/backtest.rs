@@ -130,7 +130,7 @@ impl Replayer {
     pub(crate) fn finish(&mut self, options: &ReplayOptions) -> Vec<PrewarmCommand> {
         let commands = self.predictor.tick(&self.heat, self.heat.now_ms());
         let p = &options.predictor;
-        let end = self.heat.now_ms() + p.policy.command_ttl_ms.max(p.horizon_ms) + 1;
+        let end = self.heat.now_ms() + p.policy.command_ttl_ms + 1;
         self.predictor.tick(&self.heat, end);
         commands
     }
@@ -224,6 +224,7 @@ pub fn percentile(times: &[Duration], q: f64) -> Option<Duration> {
 }
 
 /// Replays once per threshold with `model` and scores each run.
+#[cfg(test)]
 pub(crate) fn backtest(
     events: &[AccessEvent],
     truth: Option<&[Burst]>,

@@ -11,7 +11,7 @@ use std::time::Duration;
 use models::{AccessEvent, PrewarmCommand};
 
 use super::backtest::{
-    BacktestRow, ReplayOptions, backtest, read_events, read_topic, replay, score as score_replay,
+    BacktestRow, ReplayOptions, read_events, read_topic, replay, score as score_replay,
 };
 use super::honest::{HonestOptions, score_commands};
 use super::trace::{Burst, Family, Trace, generate as generate_trace};
@@ -210,19 +210,7 @@ pub fn family_rows(
             };
             let run = replay(&trace.events, Some(model.clone()), &options);
             let row = score_replay(&run, &trace.events, threshold, Some(&trace.bursts));
-            let (_, per_command) = score_commands(
-                &run.commands,
-                &trace.events,
-                Some(&trace.bursts),
-                &HonestOptions::default(),
-            );
-            let judged = run
-                .commands
-                .iter()
-                .zip(&per_command)
-                .filter(|(_, s)| s.judged)
-                .map(|(c, s)| (c.confidence, !s.warmed.is_empty()))
-                .collect();
+            let judged = judged_commands(&run.commands, &trace.events, Some(&trace.bursts));
             FamilyRow {
                 family: family.name,
                 trained_on: model.metrics.families.iter().any(|f| f == family.name),
@@ -232,6 +220,37 @@ pub fn family_rows(
             }
         })
         .collect())
+}
+
+/// Each judged command's confidence and whether it proved useful (a named region asked
+/// in time), by the honest scorer.
+fn judged_commands(
+    commands: &[PrewarmCommand],
+    events: &[AccessEvent],
+    truth: Option<&[Burst]>,
+) -> Vec<(f64, bool)> {
+    let (_, per_command) = score_commands(commands, events, truth, &HonestOptions::default());
+    commands
+        .iter()
+        .zip(&per_command)
+        .filter(|(_, s)| s.judged)
+        .map(|(c, s)| (c.confidence, !s.warmed.is_empty()))
+        .collect()
+}
+
+/// A reliability table in Markdown: per tenth of confidence, the judged commands, their
+/// mean confidence and the share that proved useful.
+fn reliability_table(judged: &[(f64, bool)]) -> String {
+    let mut out = String::from(
+        "| confidence | commands | mean confidence | useful share |\n|---|---:|---:|---:|\n",
+    );
+    for bin in reliability(judged) {
+        out.push_str(&format!(
+            "| {:.1}–{:.1} | {} | {:.3} | {:.3} |\n",
+            bin.lower, bin.upper, bin.samples, bin.mean_confidence, bin.viral_share
+        ));
+    }
+    out
 }
 
 /// The per-family Markdown table `pulse backtest --families` prints.
@@ -265,15 +284,7 @@ pub fn family_table(model: &ScoringModel, rows: &[FamilyRow], seed: u64) -> Stri
         .flat_map(|r| r.judged.iter().copied())
         .collect();
     out.push_str("\nreliability of the held-out families' commands (useful = a named region asked in time)\n");
-    out.push_str(
-        "| confidence | commands | mean confidence | useful share |\n|---|---:|---:|---:|\n",
-    );
-    for bin in reliability(&held_out) {
-        out.push_str(&format!(
-            "| {:.1}–{:.1} | {} | {:.3} | {:.3} |\n",
-            bin.lower, bin.upper, bin.samples, bin.mean_confidence, bin.viral_share
-        ));
-    }
+    out.push_str(&reliability_table(&held_out));
     out
 }
 
@@ -311,29 +322,45 @@ pub fn train_summary(model: &ScoringModel) -> String {
 }
 
 /// Replays `events` with `model` at each threshold and returns the Markdown table
-/// `pulse backtest` prints (a model line, then one row per threshold).
+/// `pulse backtest` prints (a model line, then one row per threshold), then the
+/// reliability table of the commands sent at `reliability_at` (replayed once more if it
+/// is not one of `thresholds`).
 pub fn backtest_table(
     events: &[AccessEvent],
     truth: Option<&[Burst]>,
     model: ScoringModel,
     thresholds: &[f64],
+    reliability_at: f64,
 ) -> Result<String, OfflineError> {
-    if let Some(t) = thresholds.iter().find(|t| !(0.0..=1.0).contains(*t)) {
+    if let Some(t) = thresholds
+        .iter()
+        .chain([&reliability_at])
+        .find(|t| !(0.0..=1.0).contains(*t))
+    {
         return Err(OfflineError::Threshold(*t));
     }
     let mut out = format!("model {}, {} events\n", model.name, events.len());
     out.push_str(TABLE_HEADER);
     let model = Arc::new(model);
+    let run_at = |threshold: f64| {
+        let mut options = ReplayOptions::default();
+        options.predictor.policy.threshold = threshold;
+        replay(events, Some(model.clone()), &options)
+    };
+    let mut judged = None;
     for threshold in thresholds {
-        let row = &backtest(
-            events,
-            truth,
-            model.clone(),
-            &[*threshold],
-            &ReplayOptions::default(),
-        )[0];
-        out.push_str(&table_row(row));
+        let run = run_at(*threshold);
+        out.push_str(&table_row(&score_replay(&run, events, *threshold, truth)));
+        if *threshold == reliability_at && judged.is_none() {
+            judged = Some(judged_commands(&run.commands, events, truth));
+        }
     }
+    let judged =
+        judged.unwrap_or_else(|| judged_commands(&run_at(reliability_at).commands, events, truth));
+    out.push_str(&format!(
+        "\nreliability of the commands at {reliability_at:.2} (useful = a named region asked in time)\n"
+    ));
+    out.push_str(&reliability_table(&judged));
     Ok(out)
 }
 
@@ -400,11 +427,56 @@ mod tests {
         assert!("kafka:///t".parse::<EventSource>().is_err());
     }
 
+    /// After the threshold rows, `pulse backtest` prints the reliability of the commands
+    /// sent at `--threshold`: every judged command in one confidence bucket.
+    #[test]
+    fn the_backtest_prints_the_reliability_of_its_commands() {
+        use crate::lab::trace::TraceSpec;
+        let trace = generate_trace(&TraceSpec {
+            seed: 23,
+            duration_ms: 90_000,
+            background_rps: 150.0,
+            virals: 2,
+            noise: 2,
+            crons: 0,
+            ..TraceSpec::default()
+        });
+        let model = crate::predict::default_model();
+        let table =
+            backtest_table(&trace.events, Some(&trace.bursts), model, &[0.85], 0.85).unwrap();
+        let (rows, reliability) = table
+            .split_once("reliability of the commands at 0.85")
+            .unwrap_or_else(|| panic!("no reliability table:\n{table}"));
+        // The threshold row: | 0.85 | commands | … | useful | wasted | …
+        let row: Vec<&str> = rows
+            .lines()
+            .find(|l| l.starts_with("| 0.85 |"))
+            .unwrap()
+            .split('|')
+            .map(str::trim)
+            .collect();
+        let judged: usize = row[7].parse::<usize>().unwrap() + row[8].parse::<usize>().unwrap();
+        let bucketed: usize = reliability
+            .lines()
+            .filter(|l| l.starts_with("| 0.") || l.starts_with("| 1."))
+            .map(|l| {
+                l.split('|')
+                    .nth(2)
+                    .unwrap()
+                    .trim()
+                    .parse::<usize>()
+                    .unwrap()
+            })
+            .sum();
+        assert!(judged > 0, "{table}");
+        assert_eq!(bucketed, judged, "{table}");
+    }
+
     #[test]
     fn a_threshold_outside_the_unit_interval_is_refused() {
         let model = crate::predict::default_model();
         assert!(matches!(
-            backtest_table(&[], None, model, &[0.5, 1.5]),
+            backtest_table(&[], None, model, &[0.5, 1.5], 0.85),
             Err(OfflineError::Threshold(t)) if t == 1.5
         ));
     }

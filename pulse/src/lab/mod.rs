@@ -15,6 +15,8 @@
 
 mod backtest;
 mod commands;
+#[cfg(test)]
+mod decision_tests;
 mod honest;
 #[cfg(test)]
 mod replayed_api;

@@ -11,6 +11,9 @@ use serde::Serialize;
 
 use super::model::Score;
 
+mod follow;
+mod memory;
+
 /// The decision rules.
 #[derive(Debug, Clone, PartialEq)]
 pub struct DecisionPolicy {
@@ -38,6 +41,9 @@ pub struct DecisionPolicy {
     /// for it in the last minute: 2 waits for spread evidence (a one-region crowd never
     /// gets a command) at the cost of the second region's warm-up.
     pub min_regions_reached: usize,
+    /// Follow-up commands per burst, while the key keeps spreading, each with a fresh
+    /// TTL for the regions it has not reached yet (0: none; see `decide::follow`).
+    pub follow_ups: u32,
 }
 
 impl Default for DecisionPolicy {
@@ -53,6 +59,8 @@ impl Default for DecisionPolicy {
             // batches scores a key once per burst, so live pulse keeps 1 (see README).
             confirmations: 1,
             min_regions_reached: 1,
+            // A fleet of 12 regions crossed slowly needs a few; each needs new spread.
+            follow_ups: 6,
             // A wasted fill costs about what one client miss does: the threshold binds
             // first; a tenant with a costly origin raises it.
             wasted_fill_cost: 1.0,
@@ -145,6 +153,9 @@ pub(crate) struct Candidate<'a> {
     /// When the key's current burst began (event time, ms): with the tenant, key and
     /// model it names the decision.
     pub burst_start_ms: u64,
+    /// The tenant's regions (tracker ids) that asked for it lately: a follow-up needs
+    /// a region beyond these.
+    pub reached: Vec<usize>,
 }
 
 /// A command's id: the same (tenant, key, burst, model) always gives the same id, so a
@@ -218,6 +229,8 @@ pub(crate) struct Decider {
     /// Per key: consecutive scorings at or above the threshold, and the last one's time.
     streaks: HashMap<(TenantId, CacheKey), (u32, u64)>,
     budgets: HashMap<TenantId, TokenBucket>,
+    following: follow::Following,
+    wasted: memory::Wasted,
     // Newest last; bounded by `policy.history`.
     decisions: VecDeque<Decision>,
     counts: DecisionCounts,
@@ -231,6 +244,8 @@ impl Decider {
             last_command_ms: HashMap::new(),
             streaks: HashMap::new(),
             budgets: HashMap::new(),
+            following: follow::Following::default(),
+            wasted: memory::Wasted::default(),
             decisions: VecDeque::new(),
             counts: DecisionCounts::default(),
         }
@@ -266,6 +281,7 @@ impl Decider {
             unseen,
             saved_misses,
             burst_start_ms,
+            reached,
         } = candidate;
         let skip = |counts: &mut DecisionCounts, why: Skip| {
             counts.skipped[why as usize] += 1;
@@ -305,25 +321,9 @@ impl Decider {
         if self.cooling_down(&flight, now_ms) {
             return skip(&mut self.counts, Skip::Cooldown);
         }
-        let bucket = self.budgets.entry(tenant.clone()).or_insert(TokenBucket {
-            tokens: self.policy.tenant_burst,
-            updated_ms: now_ms,
-        });
-        if !bucket.take(
-            now_ms,
-            self.policy.tenant_rate_per_s,
-            self.policy.tenant_burst,
-        ) {
+        if !self.take_token(tenant, now_ms) {
             return skip(&mut self.counts, Skip::OverBudget);
         }
-        self.last_command_ms.insert(flight, now_ms);
-        // Cooldowns older than the window can go; keeps the map bounded by the rate.
-        if self.last_command_ms.len() > 4 * self.policy.history {
-            let cooldown = self.policy.cooldown_ms;
-            self.last_command_ms
-                .retain(|_, last| now_ms < *last + cooldown);
-        }
-
         let command = PrewarmCommand::new(
             command_id(tenant, key, burst_start_ms, &score.reason.model),
             tenant.clone(),
@@ -334,6 +334,34 @@ impl Decider {
             RegionTargets::Only(unseen),
             score.reason.clone(),
         );
+        self.issue(now_ms, &command);
+        self.follow(&command, burst_start_ms, reached);
+        Ok(command)
+    }
+
+    /// Takes a token from the tenant's budget, if it has one.
+    fn take_token(&mut self, tenant: &TenantId, now_ms: u64) -> bool {
+        let bucket = self.budgets.entry(tenant.clone()).or_insert(TokenBucket {
+            tokens: self.policy.tenant_burst,
+            updated_ms: now_ms,
+        });
+        bucket.take(
+            now_ms,
+            self.policy.tenant_rate_per_s,
+            self.policy.tenant_burst,
+        )
+    }
+
+    /// Records a command as sent: its key's cooldown, the totals, the history.
+    fn issue(&mut self, now_ms: u64, command: &PrewarmCommand) {
+        self.last_command_ms
+            .insert((command.tenant.clone(), command.key.clone()), now_ms);
+        // Cooldowns older than the window can go; keeps the map bounded by the rate.
+        if self.last_command_ms.len() > 4 * self.policy.history {
+            let cooldown = self.policy.cooldown_ms;
+            self.last_command_ms
+                .retain(|_, last| now_ms < *last + cooldown);
+        }
         self.counts.sent += 1;
         self.decisions.push_back(Decision {
             command: command.clone(),
@@ -345,7 +373,6 @@ impl Decider {
                 self.settle(&old, now_ms);
             }
         }
-        Ok(command)
     }
 
     /// Feeds one access event: a request in a warmed region makes its command useful.
@@ -377,6 +404,7 @@ impl Decider {
                 if decision.verdict == Verdict::Pending {
                     decision.verdict = Verdict::Useful;
                     self.counts.useful += 1;
+                    self.wasted.note(&decision.command, Verdict::Useful, ts_ms);
                 }
             }
             break; // only the newest command for the key counts
@@ -389,6 +417,9 @@ impl Decider {
             if decision.verdict == Verdict::Pending && decision.command.is_expired(now_ms) {
                 decision.verdict = Verdict::Wasted;
                 self.counts.wasted += 1;
+                if !self.following.superseded(&decision.command) {
+                    self.wasted.note(&decision.command, Verdict::Wasted, now_ms);
+                }
             }
         }
     }
@@ -397,6 +428,9 @@ impl Decider {
     fn settle(&mut self, old: &Decision, now_ms: u64) {
         if old.verdict == Verdict::Pending && old.command.is_expired(now_ms) {
             self.counts.wasted += 1;
+            if !self.following.superseded(&old.command) {
+                self.wasted.note(&old.command, Verdict::Wasted, now_ms);
+            }
         }
     }
 
@@ -443,6 +477,7 @@ mod tests {
             unseen,
             saved_misses,
             burst_start_ms: 0,
+            reached: vec![],
         }
     }
 

@@ -1,7 +1,8 @@
 //! Labels for the model: did demand come? A key scored at `t` is *viral* when, within
-//! the horizon after `t`, at least one region that had not asked for it in the minute
-//! before `t` asks for it at least [`MIN_REGION_DEMAND`] times: exactly the case where
-//! a pre-warm at `t` pays off. Pulse labels its own scoring moments this way, online
+//! the horizon after `t` (the command TTL: as long as a command sent at `t` would be
+//! valid, what the honest scorer counts), at least one region that had not asked for it
+//! in the minute before `t` asks for it at least [`MIN_REGION_DEMAND`] times: exactly
+//! the case where a pre-warm at `t` pays off. Pulse labels its own scoring moments this way, online
 //! and in replays alike, so training needs no hand-made labels.
 
 use std::collections::{HashMap, VecDeque};

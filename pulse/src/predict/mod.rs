@@ -30,7 +30,7 @@ mod tracker;
 
 use std::sync::Arc;
 
-use models::{AccessEventRef, PrewarmCommand, TenantId};
+use models::{AccessEventRef, CacheKey, PrewarmCommand, TenantId};
 
 pub(crate) use decide::{Candidate, Decider};
 pub use decide::{Decision, DecisionCounts, DecisionPolicy, Skip, Verdict};
@@ -59,8 +59,6 @@ pub struct PredictorConfig {
     pub policy: DecisionPolicy,
     /// Keys tracked per tenant.
     pub max_tracked_keys: usize,
-    /// How far ahead a label looks for demand.
-    pub horizon_ms: u64,
     /// At most one training sample per key per this long.
     pub sample_every_ms: u64,
     /// Labelled samples kept for retraining.
@@ -72,7 +70,6 @@ impl Default for PredictorConfig {
         PredictorConfig {
             policy: DecisionPolicy::default(),
             max_tracked_keys: 2_048,
-            horizon_ms: 10_000,
             sample_every_ms: 500,
             sample_capacity: 50_000,
         }
@@ -97,13 +94,15 @@ impl Predictor {
     pub fn new(model: Option<Arc<ScoringModel>>, config: PredictorConfig) -> Self {
         Predictor {
             model,
-            decider: Decider::new(config.policy),
             tracker: Tracker::new(config.max_tracked_keys),
             labeler: Labeler::new(
-                config.horizon_ms,
+                // What the honest scorer counts: a region asks while a command sent
+                // then would still be valid.
+                config.policy.command_ttl_ms,
                 config.sample_every_ms,
                 config.sample_capacity,
             ),
+            decider: Decider::new(config.policy),
             scored: 0,
             first_event_ms: None,
         }
@@ -189,6 +188,12 @@ impl Predictor {
                     .flatten()
                     .and_then(|windows| extract(&windows, &self.tracker, tenant, &key, now_ms));
                 self.tracker.note_burst(tenant, &key, bursting, now_ms);
+                if decide
+                    && let Some(command) =
+                        follow_up(&mut self.decider, &self.tracker, tenant, &key, now_ms)
+                {
+                    commands.push(command);
+                }
                 let Some(x) = extracted else {
                     continue;
                 };
@@ -200,7 +205,7 @@ impl Predictor {
                 let Some(model) = &self.model else {
                     continue;
                 };
-                if x.reached.len() < self.decider.policy().min_regions_reached {
+                if x.reached.len() < self.regions_needed(tenant, &key, &x.features, now_ms) {
                     continue;
                 }
                 self.scored += 1;
@@ -228,6 +233,7 @@ impl Predictor {
                         self.tracker.fill_seconds(tenant),
                     ),
                     burst_start_ms: burst_start.unwrap_or(now_ms),
+                    reached: x.reached.clone(),
                 };
                 if let Ok(command) = self.decider.consider(now_ms, candidate) {
                     commands.push(command);
@@ -239,6 +245,25 @@ impl Predictor {
             self.decider.expire(now_ms);
         }
         commands
+    }
+
+    /// Regions that must have asked for the key before it can get a command:
+    /// [`DecisionPolicy::min_regions_reached`], and at least 2 for a key whose last
+    /// command was wasted or that bursts on a schedule (an earlier burst at the same
+    /// second of an earlier minute): for those the first region is no evidence.
+    fn regions_needed(
+        &self,
+        tenant: &TenantId,
+        key: &CacheKey,
+        features: &Features,
+        now_ms: u64,
+    ) -> usize {
+        let wary = features.phase_bursts_before >= 1.0
+            || self.decider.last_command_wasted(tenant, key, now_ms);
+        self.decider
+            .policy()
+            .min_regions_reached
+            .max(if wary { 2 } else { 1 })
     }
 
     /// The decision rules in force.
@@ -280,6 +305,50 @@ impl Predictor {
     pub fn take_samples(&mut self) -> Vec<Sample> {
         self.labeler.take()
     }
+}
+
+/// A follow-up command for a followed key that spread since its last command
+/// (`decide::follow`): a region it had not reached then has asked at least
+/// [`MIN_REGION_DEMAND`] times. It names the tenant's regions that have not asked in the
+/// last minute (a pre-warm is no request: a region warmed but not asked is named again)
+/// and share an audience with a reached one.
+fn follow_up(
+    decider: &mut Decider,
+    tracker: &Tracker,
+    tenant: &TenantId,
+    key: &CacheKey,
+    now_ms: u64,
+) -> Option<PrewarmCommand> {
+    let before = decider.follow_up_due(tenant, key, now_ms)?;
+    let t = tracker.tenants.get(tenant)?;
+    let k = t.keys.get(key)?;
+    let minute_ago = now_ms.saturating_sub(60_000);
+    let (mut reached, mut unseen) = (Vec::new(), Vec::new());
+    for i in t.regions(now_ms) {
+        let asked = k
+            .regions
+            .get(i)
+            .is_some_and(|r| r.count > 0 && r.last_ms >= minute_ago);
+        if asked {
+            reached.push(i);
+        } else {
+            unseen.push(i);
+        }
+    }
+    let spread = reached
+        .iter()
+        .any(|r| !before.contains(r) && k.region_count(*r) >= MIN_REGION_DEMAND);
+    if !spread || unseen.is_empty() {
+        return None;
+    }
+    let keep = t.same_audience(&reached, &unseen);
+    let unseen = unseen
+        .iter()
+        .zip(keep)
+        .filter(|(_, keep)| *keep)
+        .map(|(i, _)| tracker.regions[*i].clone())
+        .collect();
+    decider.follow_up(now_ms, tenant, key, reached, unseen)
 }
 
 /// Client misses one warmed region would be spared if it then asks: its first miss,

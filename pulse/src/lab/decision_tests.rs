@@ -1,0 +1,174 @@
+//! The online decision rules replayed on small hand-made traces (a model that is always
+//! sure, so only the rules decide): follow-up commands on a slow spread, and the
+//! outcome memory on a key that bursts on a schedule in one region.
+
+use std::sync::Arc;
+
+use models::{AccessEvent, NodeId, Outcome, PrewarmCommand, RegionTargets};
+
+use super::backtest::{ReplayOptions, replay};
+use crate::predict::{ScoringModel, default_model};
+
+/// A model whose confidence is 0.99 whatever the features.
+fn always_sure() -> Arc<ScoringModel> {
+    let mut model = default_model();
+    model.coefficients.iter_mut().for_each(|c| *c = 0.0);
+    model.calibration.slope = 0.0;
+    model.calibration.offset = 4.6; // sigmoid(4.6) ≈ 0.99
+    Arc::new(model)
+}
+
+fn event(ts_ms: u64, key: &str, region: &str) -> AccessEvent {
+    AccessEvent::new(
+        ts_ms,
+        "acme".parse().unwrap(),
+        key.parse().unwrap(),
+        region.parse().unwrap(),
+        format!("n-{region}").parse::<NodeId>().unwrap(),
+        Outcome::Miss,
+    )
+}
+
+const REGIONS: [&str; 4] = ["r0", "r1", "r2", "r3"];
+
+/// Every region asks for the tenant's background key five times a second: they are
+/// the tenant's regions.
+fn background(until_ms: u64) -> Vec<AccessEvent> {
+    (0..until_ms)
+        .step_by(200)
+        .flat_map(|ms| REGIONS.map(|r| event(ms, "/background", r)))
+        .collect()
+}
+
+/// `key` at 40 requests/s in `region` over [from, to).
+fn demand(key: &str, region: &str, from_ms: u64, to_ms: u64) -> Vec<AccessEvent> {
+    (from_ms..to_ms)
+        .step_by(25)
+        .map(|ms| event(ms, key, region))
+        .collect()
+}
+
+fn sorted(mut events: Vec<AccessEvent>) -> Vec<AccessEvent> {
+    events.sort_by_key(|e| e.ts_ms);
+    events
+}
+
+fn names(command: &PrewarmCommand, region: &str) -> bool {
+    match &command.regions {
+        RegionTargets::All => true,
+        RegionTargets::Only(regions) => regions.iter().any(|r| r.as_str() == region),
+    }
+}
+
+/// A viral that reaches a region every 25–45 s: its first command expires before the
+/// third and fourth regions ask, and follow-ups, each when the key has spread to
+/// another region, warm them in time.
+#[test]
+fn a_slow_spread_gets_follow_ups_for_the_regions_it_reaches_after_the_first_command_expired() {
+    let arrivals = [
+        ("r0", 70_000),
+        ("r1", 95_000),
+        ("r2", 140_000),
+        ("r3", 170_000),
+    ];
+    let mut events = background(210_000);
+    for (region, from) in arrivals {
+        events.extend(demand("/viral", region, from, 200_000));
+    }
+    let events = sorted(events);
+    let run = replay(&events, Some(always_sure()), &ReplayOptions::default());
+    let commands: Vec<_> = run
+        .commands
+        .iter()
+        .filter(|c| c.key.as_str() == "/viral")
+        .collect();
+    let first = commands.first().expect("the viral got a command");
+    assert!(first.expires_at_ms < 140_000, "{first:?}");
+    for (region, asks) in &arrivals[2..] {
+        // Warmed in time, as the honest scorer counts it: a command naming the
+        // region at least 100 ms before its first request, not expired by then.
+        assert!(
+            commands.iter().any(|c| names(c, region)
+                && c.issued_at_ms + 100 <= *asks
+                && *asks < c.expires_at_ms),
+            "{region}, first asking at {asks} ms, was not warmed in time: {commands:#?}"
+        );
+    }
+    let ids: std::collections::HashSet<_> = commands.iter().map(|c| &c.id).collect();
+    assert_eq!(
+        ids.len(),
+        commands.len(),
+        "each follow-up has an id of its own"
+    );
+    // One command, and at most one follow-up per region the key spread to.
+    assert!(commands.len() <= arrivals.len(), "{commands:#?}");
+}
+
+/// A job that runs every minute at the same second in one region: each command for it
+/// is wasted (no other region ever asks). After the first, the key waits for a second
+/// region, which never comes.
+#[test]
+fn a_key_that_bursts_on_a_schedule_in_one_region_is_commanded_at_most_once() {
+    let mut events = background(11 * 60_000);
+    for minute in 1..=10 {
+        let from = minute * 60_000 + 5_000;
+        events.extend(demand("/cron", "r0", from, from + 3_000));
+    }
+    let events = sorted(events);
+    let run = replay(&events, Some(always_sure()), &ReplayOptions::default());
+    let commanded = run
+        .commands
+        .iter()
+        .filter(|c| c.key.as_str() == "/cron")
+        .count();
+    assert!(commanded >= 1, "the first burst looks like any other");
+    assert!(
+        commanded <= 1,
+        "{commanded} commands for a key whose every command was wasted"
+    );
+}
+
+/// A key that bursts now and then in one region, at no fixed second: its first command
+/// is wasted, so its later bursts wait for a second region.
+#[test]
+fn a_key_whose_last_command_was_wasted_waits_for_a_second_region() {
+    let starts = [65_000, 172_000, 318_000, 441_000];
+    let mut events = background(8 * 60_000);
+    for from in starts {
+        events.extend(demand("/now-and-then", "r0", from, from + 3_000));
+    }
+    // A later burst that does spread still gets its command, at its second region.
+    events.extend(demand("/now-and-then", "r1", 442_000, 444_000));
+    let events = sorted(events);
+    let run = replay(&events, Some(always_sure()), &ReplayOptions::default());
+    let issued: Vec<u64> = run
+        .commands
+        .iter()
+        .filter(|c| c.key.as_str() == "/now-and-then")
+        .map(|c| c.issued_at_ms)
+        .collect();
+    assert_eq!(issued.len(), 2, "{issued:?}");
+    assert!(issued[0] < starts[1] && issued[1] >= 442_000, "{issued:?}");
+}
+
+/// The label of a scoring moment counts a region that asks while a command sent then
+/// would still be valid (as the honest scorer does), not only within 10 s: the first
+/// moments of a slow spread, whose next region asks 25 s later, are viral.
+#[test]
+fn a_slow_spreads_first_moments_are_labelled_viral() {
+    let mut events = background(210_000);
+    for (region, from) in [("r0", 70_000), ("r1", 95_000)] {
+        events.extend(demand("/viral", region, from, 200_000));
+    }
+    let run = replay(&sorted(events), None, &ReplayOptions::default());
+    let first = run
+        .samples
+        .iter()
+        .find(|s| s.key.as_str() == "/viral")
+        .expect("the burst was scored");
+    assert!(first.ts_ms < 75_000, "{}", first.ts_ms);
+    assert!(
+        first.viral,
+        "a region asked 25 s later, within the command TTL"
+    );
+}

@@ -1,0 +1,137 @@
+//! Follow-up commands: a viral that spreads slowly reaches its later regions after its
+//! first command expired. While a commanded key keeps spreading (a region it had not
+//! reached when its last command went out has since asked), once that command is half
+//! its TTL old, the key gets another, with a fresh TTL, for the regions still unreached.
+//! At most [`DecisionPolicy::follow_ups`](super::DecisionPolicy::follow_ups) per burst;
+//! each takes a token from the tenant's budget like any command.
+
+use std::collections::HashMap;
+
+use models::{CacheKey, PrewarmCommand, RegionId, RegionTargets, TenantId};
+
+use super::{Decider, command_id};
+
+/// A commanded key being followed.
+#[derive(Debug, Clone)]
+pub(super) struct Followed {
+    /// The last command sent for the key (the first, or a follow-up).
+    last: PrewarmCommand,
+    /// When the burst it was decided on began.
+    burst_start_ms: u64,
+    /// The tenant's regions (tracker ids) that had asked for the key when it was sent.
+    reached: Vec<usize>,
+    /// Follow-ups sent so far.
+    follow_ups: u32,
+}
+
+/// The keys being followed, by tenant then key (looked up by reference, per tick).
+#[derive(Debug, Default)]
+pub(super) struct Following {
+    keys: HashMap<TenantId, HashMap<CacheKey, Followed>>,
+    len: usize,
+}
+
+impl Following {
+    /// Whether a later command (a follow-up) was sent for the command's key: its
+    /// verdict is then not the key's last.
+    pub(super) fn superseded(&self, command: &PrewarmCommand) -> bool {
+        self.keys
+            .get(&command.tenant)
+            .and_then(|keys| keys.get(&command.key))
+            .is_some_and(|f| f.last.id != command.id)
+    }
+}
+
+impl Decider {
+    /// Starts following a key that just got its first command for a burst.
+    pub(super) fn follow(
+        &mut self,
+        command: &PrewarmCommand,
+        burst_start_ms: u64,
+        reached: Vec<usize>,
+    ) {
+        if self.policy.follow_ups == 0 {
+            return;
+        }
+        let following = &mut self.following;
+        // Bounded by the command rate: entries whose last command expired can go.
+        if following.len > 4 * self.policy.history.max(1_000) {
+            let now_ms = command.issued_at_ms;
+            for keys in following.keys.values_mut() {
+                keys.retain(|_, f| !f.last.is_expired(now_ms));
+            }
+            following.keys.retain(|_, keys| !keys.is_empty());
+            following.len = following.keys.values().map(HashMap::len).sum();
+        }
+        let previous = following
+            .keys
+            .entry(command.tenant.clone())
+            .or_default()
+            .insert(
+                command.key.clone(),
+                Followed {
+                    last: command.clone(),
+                    burst_start_ms,
+                    reached,
+                    follow_ups: 0,
+                },
+            );
+        following.len += usize::from(previous.is_none());
+    }
+
+    /// The regions (tracker ids) the key had reached at its last command, when a
+    /// follow-up may be due: the key is followed, its last command is at least half its
+    /// TTL old and not expired, and the cap is not reached.
+    pub(crate) fn follow_up_due(
+        &self,
+        tenant: &TenantId,
+        key: &CacheKey,
+        now_ms: u64,
+    ) -> Option<&[usize]> {
+        let f = self.following.keys.get(tenant)?.get(key)?;
+        let half_ttl = self.policy.command_ttl_ms / 2;
+        (f.follow_ups < self.policy.follow_ups
+            && now_ms >= f.last.issued_at_ms + half_ttl
+            && !f.last.is_expired(now_ms))
+        .then_some(f.reached.as_slice())
+    }
+
+    /// Sends a follow-up for a followed key that has spread since its last command, to
+    /// `unseen` (the regions it has still not reached), if the tenant's budget allows:
+    /// the last command's confidence and reasons, a fresh TTL, an id of its own.
+    pub(crate) fn follow_up(
+        &mut self,
+        now_ms: u64,
+        tenant: &TenantId,
+        key: &CacheKey,
+        reached: Vec<usize>,
+        unseen: Vec<RegionId>,
+    ) -> Option<PrewarmCommand> {
+        self.follow_up_due(tenant, key, now_ms)?;
+        if unseen.is_empty() || !self.take_token(tenant, now_ms) {
+            return None;
+        }
+        let f = self.following.keys.get_mut(tenant)?.get_mut(key)?;
+        f.follow_ups += 1;
+        let reason = f.last.reason.clone();
+        let command = PrewarmCommand::new(
+            command_id(
+                tenant,
+                key,
+                f.burst_start_ms,
+                &format!("{}+{}", reason.model, f.follow_ups),
+            ),
+            tenant.clone(),
+            key.clone(),
+            f.last.confidence,
+            now_ms,
+            now_ms + self.policy.command_ttl_ms,
+            RegionTargets::Only(unseen),
+            reason,
+        );
+        f.last = command.clone();
+        f.reached = reached;
+        self.issue(now_ms, &command);
+        Some(command)
+    }
+}
