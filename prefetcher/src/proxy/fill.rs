@@ -349,18 +349,18 @@ impl Node {
             Storability::Store(f) => f,
             _ => Default::default(),
         };
+        let entry = Entry::stored(
+            stored.status,
+            merged,
+            stored.body.clone(),
+            freshness,
+            fill_time,
+            false,
+        )
+        .with_age(Instant::now(), initial_age);
         if storability == Storability::Private {
             // The update is per-user (`Set-Cookie`, `private` …): the leader gets the
             // merged response, waiters fetch on their own, and nothing is stored.
-            let entry = Entry::stored(
-                stored.status,
-                merged,
-                stored.body.clone(),
-                freshness,
-                fill_time,
-                false,
-            )
-            .with_age(Instant::now(), initial_age);
             let head = Head {
                 status: entry.status,
                 headers: entry.headers.clone(),
@@ -372,15 +372,6 @@ impl Node {
             permit.bypass(head, Body::from(entry.body.clone()));
             return;
         }
-        let entry = Entry::stored(
-            stored.status,
-            merged,
-            stored.body.clone(),
-            freshness,
-            fill_time,
-            false,
-        )
-        .with_age(Instant::now(), initial_age);
         let key = permit.key().clone();
         let primary = key.primary();
         let cache = &inner.cache;
