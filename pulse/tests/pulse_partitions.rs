@@ -257,7 +257,8 @@ async fn a_join_and_a_leave_lose_nothing_and_apply_nothing_twice() {
         assert_eq!(c.live_from, high[p], "partition {p}: committed on revoke");
         assert_eq!(
             c.replay_from, 0,
-            "partition {p}: replayed from the window start"
+            "partition {p}: replayed from the window start ({c:?}, high {})",
+            high[p]
         );
         assert_eq!(
             (c.replayed, c.applied),
