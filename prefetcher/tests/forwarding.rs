@@ -9,35 +9,17 @@ mod common;
 
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
 
 use common::{HOST, Rig, x_cache};
 use http::{Method, StatusCode};
 use prefetcher::RefusalReason;
 use prefetcher::testing::{Scripted, TestNode, wait_until};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::{TcpListener, TcpStream};
+use tokio::net::TcpListener;
 
-/// Writes `bytes` on a fresh connection and reads until the server closes it (or
-/// 10 s pass): the status of every response it read.
+/// The statuses a raw exchange read (`common::exchange`).
 async fn exchange(addr: SocketAddr, bytes: &[u8]) -> Vec<u16> {
-    let mut stream = TcpStream::connect(addr).await.unwrap();
-    let _ = stream.write_all(bytes).await;
-    let mut buf = Vec::new();
-    let _ = tokio::time::timeout(Duration::from_secs(10), async {
-        let mut chunk = [0u8; 4096];
-        loop {
-            match stream.read(&mut chunk).await {
-                Ok(0) | Err(_) => break,
-                Ok(n) => buf.extend_from_slice(&chunk[..n]),
-            }
-        }
-    })
-    .await;
-    let text = String::from_utf8_lossy(&buf);
-    text.match_indices("HTTP/1.1 ")
-        .filter_map(|(i, _)| text.get(i + 9..i + 12)?.parse().ok())
-        .collect()
+    common::exchange(addr, bytes).await.0
 }
 
 /// A node in front of an origin behind the path prefix `/t1`.

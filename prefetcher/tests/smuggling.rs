@@ -13,15 +13,14 @@
 //! `Host` missing, doubled or invalid, an absolute-form target naming another host,
 //! `CONNECT` and the asterisk form.
 
+mod common;
+
 use std::net::SocketAddr;
-use std::time::Duration;
 
 use http::StatusCode;
 use models::TenantId;
 use prefetcher::testing::{SyntheticOrigin, TestClient, TestNode, wait_until};
 use prefetcher::{Config, RefusalReason};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::TcpStream;
 
 const HOST: &str = "edge.test";
 
@@ -33,28 +32,12 @@ fn config(origin: &str) -> Config {
     )
 }
 
-/// Writes `bytes` on a fresh connection and reads until the server closes it (or
-/// 10 s pass): every status line it answered with.
+/// Writes `bytes` on a fresh connection and reads until the server closes it
+/// (`common::exchange`): every status line it answered with.
 async fn exchange(addr: SocketAddr, bytes: &[u8]) -> Vec<u16> {
-    let mut stream = TcpStream::connect(addr).await.unwrap();
-    // The server may answer and close before it has read everything.
-    let _ = stream.write_all(bytes).await;
-    let mut buf = Vec::new();
-    let read = tokio::time::timeout(Duration::from_secs(10), async {
-        let mut chunk = [0u8; 4096];
-        loop {
-            match stream.read(&mut chunk).await {
-                Ok(0) | Err(_) => break,
-                Ok(n) => buf.extend_from_slice(&chunk[..n]),
-            }
-        }
-    })
-    .await;
-    assert!(read.is_ok(), "the connection was not closed within 10 s");
-    let text = String::from_utf8_lossy(&buf);
-    text.match_indices("HTTP/1.1 ")
-        .filter_map(|(i, _)| text.get(i + 9..i + 12)?.parse().ok())
-        .collect()
+    let (statuses, closed) = common::exchange(addr, bytes).await;
+    assert!(closed, "the connection was not closed within 10 s");
+    statuses
 }
 
 /// Sends one row and checks everything the module promises of it.

@@ -131,3 +131,30 @@ pub fn header<'a>(f: &'a Fetched, name: &str) -> Option<&'a str> {
 pub fn x_cache(f: &Fetched) -> String {
     header(f, "x-cache").unwrap_or("").to_string()
 }
+
+/// Writes `bytes` on a fresh connection and reads until the server closes it (or
+/// 10 s pass): the status of every response it read, and whether the server closed
+/// the connection within those 10 s.
+pub async fn exchange(addr: std::net::SocketAddr, bytes: &[u8]) -> (Vec<u16>, bool) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+    // The server may answer and close before it has read everything.
+    let _ = stream.write_all(bytes).await;
+    let mut buf = Vec::new();
+    let read = tokio::time::timeout(Duration::from_secs(10), async {
+        let mut chunk = [0u8; 4096];
+        loop {
+            match stream.read(&mut chunk).await {
+                Ok(0) | Err(_) => break,
+                Ok(n) => buf.extend_from_slice(&chunk[..n]),
+            }
+        }
+    })
+    .await;
+    let text = String::from_utf8_lossy(&buf);
+    let statuses = text
+        .match_indices("HTTP/1.1 ")
+        .filter_map(|(i, _)| text.get(i + 9..i + 12)?.parse().ok())
+        .collect();
+    (statuses, read.is_ok())
+}
