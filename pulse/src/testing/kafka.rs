@@ -137,7 +137,12 @@ impl TestKafka {
             None => {
                 let admin: AdminClient<DefaultClientContext> =
                     self.config().create().expect("creating an admin client");
-                let topic = NewTopic::new(name, partitions, TopicReplication::Fixed(1));
+                // No time retention: the traces tests produce are stamped in the past
+                // (the generator's fixed start), and the broker's retention check
+                // (every five minutes) would delete them by their timestamps, leaving
+                // a replay window empty at random.
+                let topic = NewTopic::new(name, partitions, TopicReplication::Fixed(1))
+                    .set("retention.ms", "-1");
                 let results = admin
                     .create_topics([&topic], &AdminOptions::new())
                     .await
