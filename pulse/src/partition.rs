@@ -479,7 +479,10 @@ mod tests {
             ..DecisionPolicy::default()
         };
         let local = gated_policy(&policy);
-        assert_eq!((local.tenant_rate_per_s, local.tenant_burst), (f64::MAX, f64::MAX));
+        assert_eq!(
+            (local.tenant_rate_per_s, local.tenant_burst),
+            (f64::MAX, f64::MAX)
+        );
         assert_eq!(local.cooldown_ms, policy.cooldown_ms);
     }
 

@@ -249,11 +249,14 @@ impl Stage {
             self.send(&admitted);
         } else {
             // The state may not be on the broker: sending could repeat after a crash.
-            self.metrics.prewarm_send_failed.inc_by(admitted.len() as u64);
+            self.metrics
+                .prewarm_send_failed
+                .inc_by(admitted.len() as u64);
         }
         let mut tpl = TopicPartitionList::new();
         for (partition, next) in offsets {
-            let _ = tpl.add_partition_offset(&self.topics.decisions, partition, Offset::Offset(next));
+            let _ =
+                tpl.add_partition_offset(&self.topics.decisions, partition, Offset::Offset(next));
         }
         if let Err(e) = self.consumer.commit(&tpl, CommitMode::Sync) {
             tracing::warn!(error = %e, "gate: committing the decisions' offsets");
@@ -297,9 +300,9 @@ impl Stage {
     /// Partition `partition` of the state topic, to its end: the last record per tenant.
     fn restore(&self, partition: i32) -> Result<HashMap<TenantId, TenantGate>, KafkaError> {
         let topic = &self.topics.state;
-        let (low, high) = self
-            .restorer
-            .fetch_watermarks(topic, partition, Duration::from_secs(10))?;
+        let (low, high) =
+            self.restorer
+                .fetch_watermarks(topic, partition, Duration::from_secs(10))?;
         let mut tenants = HashMap::new();
         if high <= low {
             return Ok(tenants);

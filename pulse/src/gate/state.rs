@@ -181,13 +181,19 @@ mod tests {
     }
 
     fn first(key_n: u32, at_ms: u64) -> PrewarmCommand {
-        command(&format!("pw-{at_ms}-{key_n:016x}"), &format!("/k{key_n}"), at_ms)
+        command(
+            &format!("pw-{at_ms}-{key_n:016x}"),
+            &format!("/k{key_n}"),
+            at_ms,
+        )
     }
 
     #[test]
     fn one_bucket_per_tenant_whoever_decided() {
         let mut gate = TenantGate::fresh(&RULES, 1_000);
-        let outcomes: Vec<_> = (0..5).map(|i| gate.admit(&RULES, &first(i, 1_000))).collect();
+        let outcomes: Vec<_> = (0..5)
+            .map(|i| gate.admit(&RULES, &first(i, 1_000)))
+            .collect();
         assert_eq!(
             outcomes,
             [
