@@ -112,6 +112,8 @@ impl Gate {
                 // A new group decides on every proposal kept: the state refuses repeats.
                 ("auto.offset.reset", "earliest"),
                 ("enable.partition.eof", "false"),
+                // A dead instance's tenants move within seconds, as its partitions do.
+                ("session.timeout.ms", "6000"),
             ])
             .create_with_context(context)?;
         consumer.subscribe(&[&topics.decisions])?;
@@ -203,6 +205,9 @@ impl Stage {
             };
             let proposal = decode::<PrewarmCommand>(message.payload().unwrap_or_default()).ok();
             batch.push((message.partition(), message.offset(), proposal));
+        }
+        if self.consumer.context().rebalances.load(Ordering::SeqCst) != started {
+            return Vec::new();
         }
         batch
     }
