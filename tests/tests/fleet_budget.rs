@@ -9,20 +9,23 @@
 //! (a dozen or so per tenant), so it binds.
 //!
 //! - `a_crash_repeats_no_command`: three `pulse serve` processes on 8 partitions, a
-//!   budget out of the way and commits 30 s apart; B is SIGKILLed while the events are
+//!   budget of 3 + 0.02/s per tenant and commits 30 s apart; B is SIGKILLed while the events are
 //!   produced (its uncommitted tail is decided again by its partitions' new owners, and
 //!   its gate partitions move with their state) and restarted. On the prewarm topic: no
 //!   id twice, no (tenant, key) commanded twice within its cooldown (other than
-//!   follow-ups of the same burst); and the gates of A and C did refuse decisions made
-//!   again (`duplicate`, `cooldown`), or the check would prove nothing.
+//!   follow-ups of the same burst), per tenant at most one budget; and the gates did
+//!   refuse decisions made again (`duplicate`, `cooldown`), or the check would prove
+//!   nothing.
 //! - `one_budget_for_1_3_and_8_instances`: in-process `pulse::start` handles (eight
 //!   processes per group would cost more than they show), groups of 1, 3 and 8
 //!   instances on one events topic at P = 8, then at P = 32; per group and tenant, no
 //!   more commands than one budget, and the gate refused some (it bound).
 //!
 //! On the code before the gate the budget was split per partition (max(burst / P, 1)
-//! each: 8 and 32 at once here, not 2): the second test fails on the budget check; the
-//! first on the cooldown check (a new owner decided B's tail again, under new ids).
+//! each: 8 and 32 at once here, not 2 or 3), and both tests fail on the budget check;
+//! that code also read a moved partition's tail as one backlog, ticked once, and so
+//! rarely decided it again: the crash then lost commands rather than repeating them,
+//! and the first test's "decided again" check fails on it too.
 //!
 //! Needs a real broker (`KAFKA_BOOTSTRAP_SERVERS`, `scripts/kafka start`); fails,
 //! loudly, without one.
@@ -44,10 +47,11 @@ use tests::{TestKafka, free_port, produce_paced, wall_ms};
 const BURST: f64 = 2.0;
 /// Each tenant's rate, per second.
 const RATE_PER_S: f64 = 0.02;
-/// The crash test's budget: out of the way, so only the cooldown and the dedupe stand
-/// between a decision made again and the edges.
-const CRASH_BURST: f64 = 1_000.0;
-const CRASH_RATE_PER_S: f64 = 100.0;
+/// The crash test's budget: binding too (the issue's scenario checks both), though a
+/// decision made again is refused as a duplicate or by the cooldown before the budget
+/// is asked.
+const CRASH_BURST: f64 = 3.0;
+const CRASH_RATE_PER_S: f64 = 0.02;
 /// The default cooldown.
 const COOLDOWN_MS: u64 = 60_000;
 
@@ -233,11 +237,16 @@ async fn a_crash_repeats_no_command() {
             b.log_tail()
         );
         if let Ok((_, Value::String(text))) = probe.get(b.addr(), "/metrics").await {
-            let proposed = text
+            // Proposed (or, by a pulse without a gate, sent).
+            let decided = text
                 .lines()
-                .find(|l| l.starts_with("pulse_prewarm_proposals_total"))
-                .and_then(|l| l.rsplit(' ').next()?.parse::<f64>().ok());
-            if proposed.is_some_and(|n| n > 0.0) {
+                .filter(|l| {
+                    l.starts_with("pulse_prewarm_proposals_total")
+                        || l.starts_with("pulse_prewarm_commands_sent_total")
+                })
+                .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+                .sum::<f64>();
+            if decided > 0.0 {
                 break;
             }
         }
@@ -254,7 +263,7 @@ async fn a_crash_repeats_no_command() {
     wait_owned(&probe, &mut [&mut a, &mut b, &mut c], P, Some(&hwm)).await;
     // The gates' last batches.
     tokio::time::sleep(Duration::from_secs(3)).await;
-    // What the gates refused as made again: on A and C (B's counts restarted with it).
+    // What the gates refused as made again (B's counts are since its restart).
     let mut repeats_refused = 0.0;
     for p in [&a, &b, &c] {
         if let Ok((_, Value::String(text))) = probe.get(p.addr(), "/metrics").await {
@@ -264,7 +273,7 @@ async fn a_crash_repeats_no_command() {
             {
                 eprintln!("{}: {line}", p.name);
                 let repeat = line.contains("\"duplicate\"") || line.contains("\"cooldown\"");
-                if repeat && p.name != "b" {
+                if repeat {
                     repeats_refused += line
                         .rsplit(' ')
                         .next()
@@ -284,8 +293,8 @@ async fn a_crash_repeats_no_command() {
     );
     assert!(
         repeats_refused > 0.0,
-        "no decision was made again after the crash (no duplicate or cooldown refused on \
-         A or C): the check proves nothing"
+        "no decision was made again after the crash (no duplicate or cooldown refused by \
+         any gate): the check proves nothing"
     );
     for p in [&mut a, &mut b, &mut c] {
         p.sigterm();

@@ -240,11 +240,12 @@ impl Stage {
                 .or_insert_with(|| TenantGate::fresh(&rules, command.issued_at_ms))
                 .admit(&rules, &command);
             self.count(admission.as_str());
+            if admission != Admission::Duplicate {
+                // Its id is remembered, whatever became of it.
+                changed.insert((partition, command.tenant.clone()));
+            }
             match admission {
-                Admission::Admitted => {
-                    changed.insert((partition, command.tenant.clone()));
-                    admitted.push(command);
-                }
+                Admission::Admitted => admitted.push(command),
                 Admission::Cooldown => self.metrics.skip(Skip::Cooldown, 1),
                 Admission::OverBudget => self.metrics.skip(Skip::OverBudget, 1),
                 Admission::Duplicate => {}

@@ -7,7 +7,8 @@
 //!    the event time of the decisions, whichever partition decided them.
 //! 2. A key that had a command gets no other first command within the cooldown; a
 //!    follow-up of the same burst (same burst start in its id) may pass.
-//! 3. An id let through once is refused again (a replayed decision).
+//! 3. An id decided on once (let through or refused) is refused again as a duplicate
+//!    (a decision made again: a replay after a crash or a move).
 //! 4. The state read back from its record refuses what the state it was written from
 //!    refuses: a partition move or a crash neither refills the bucket nor forgets.
 //! 5. What is remembered is bounded: cooldowns and ids older than they matter go.
@@ -39,7 +40,7 @@ pub(crate) enum Admission {
     Cooldown,
     /// The tenant's fleet budget is spent.
     OverBudget,
-    /// This id was let through before (a decision made again after a crash or a move).
+    /// This id was decided on before (a decision made again after a crash or a move).
     Duplicate,
 }
 
@@ -76,8 +77,8 @@ pub(crate) struct TenantGate {
     updated_ms: u64,
     /// Per key: the last first command's time and the burst start it was for.
     cooldowns: BTreeMap<String, (u64, u64)>,
-    /// Ids let through, with when.
-    sent: BTreeMap<String, u64>,
+    /// Ids decided on (let through or refused), with when.
+    seen: BTreeMap<String, u64>,
 }
 
 /// The burst start a command id names (`pw-{burst_start_ms}-{hash}`, see
@@ -93,7 +94,7 @@ impl TenantGate {
             tokens: rules.burst,
             updated_ms: now_ms,
             cooldowns: BTreeMap::new(),
-            sent: BTreeMap::new(),
+            seen: BTreeMap::new(),
         }
     }
 
@@ -101,9 +102,10 @@ impl TenantGate {
     pub(crate) fn admit(&mut self, rules: &GateRules, command: &PrewarmCommand) -> Admission {
         let now_ms = command.issued_at_ms;
         self.forget(rules, now_ms);
-        if self.sent.contains_key(&command.id) {
+        if self.seen.contains_key(&command.id) {
             return Admission::Duplicate;
         }
+        self.seen.insert(command.id.clone(), now_ms);
         let burst = burst_of(&command.id);
         let key = command.key.as_str();
         let follow_up = match self.cooldowns.get(key) {
@@ -126,7 +128,6 @@ impl TenantGate {
             self.cooldowns
                 .insert(key.to_owned(), (now_ms, burst.unwrap_or(now_ms)));
         }
-        self.sent.insert(command.id.clone(), now_ms);
         Admission::Admitted
     }
 
@@ -134,7 +135,7 @@ impl TenantGate {
     fn forget(&mut self, rules: &GateRules, now_ms: u64) {
         self.cooldowns
             .retain(|_, (last, _)| now_ms < *last + rules.cooldown_ms);
-        self.sent
+        self.seen
             .retain(|_, at| now_ms < *at + rules.remember_ms.max(rules.cooldown_ms));
     }
 
@@ -225,7 +226,7 @@ mod tests {
     }
 
     #[test]
-    fn an_id_let_through_is_refused_again() {
+    fn an_id_decided_on_is_refused_again() {
         let mut gate = TenantGate::fresh(&RULES, 0);
         let c = first(1, 0);
         assert_eq!(gate.admit(&RULES, &c), Admission::Admitted);
@@ -233,6 +234,16 @@ mod tests {
         let mut later = c.clone();
         later.issued_at_ms = 70_000; // past the cooldown, still remembered
         assert_eq!(gate.admit(&RULES, &later), Admission::Duplicate);
+        // Refused over budget, then made again once the bucket has refilled: the same
+        // decision, still refused.
+        for i in 2..4 {
+            gate.admit(&RULES, &first(i, 0));
+        }
+        let refused = first(9, 0);
+        assert_eq!(gate.admit(&RULES, &refused), Admission::OverBudget);
+        let mut again = refused.clone();
+        again.issued_at_ms = 5_000;
+        assert_eq!(gate.admit(&RULES, &again), Admission::Duplicate);
     }
 
     #[test]
@@ -259,7 +270,7 @@ mod tests {
         }
         gate.admit(&RULES, &first(10, 200_000));
         assert_eq!(gate.cooldowns.len(), 1);
-        assert_eq!(gate.sent.len(), 1);
+        assert_eq!(gate.seen.len(), 1);
         assert_eq!(burst_of("pw-123-00ff"), Some(123));
         assert_eq!(burst_of("other"), None);
     }
