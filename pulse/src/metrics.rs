@@ -28,6 +28,18 @@ pub struct OutcomeLabel {
     pub outcome: &'static str,
 }
 
+/// What the gate can do with a proposal (`gate::Admission`'s labels, then `invalid`: a
+/// message that is not a decision or a state, and `state_unavailable`: the partition's
+/// state could not be read, so nothing of it is admitted).
+pub(crate) const GATE_OUTCOMES: [&str; 6] = [
+    "admitted",
+    "cooldown",
+    "over_budget",
+    "duplicate",
+    "invalid",
+    "state_unavailable",
+];
+
 /// Label of HTTP request metrics.
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct RouteLabel {
@@ -360,7 +372,7 @@ impl Metrics {
                 reason: skip.as_str(),
             });
         }
-        for outcome in crate::gate::Admission::LABELS {
+        for outcome in GATE_OUTCOMES {
             let _ = m.gate_decisions.get_or_create(&OutcomeLabel { outcome });
         }
         Metrics { registry, ..m }

@@ -45,18 +45,6 @@ pub(crate) enum Admission {
 }
 
 impl Admission {
-    /// Every outcome, for the metric's labels: the admissions, then `invalid` (a
-    /// message that is not a decision or a state) and `state_unavailable` (the
-    /// partition's state could not be read: refused).
-    pub(crate) const LABELS: [&'static str; 6] = [
-        "admitted",
-        "cooldown",
-        "over_budget",
-        "duplicate",
-        "invalid",
-        "state_unavailable",
-    ];
-
     /// The metric label.
     pub(crate) fn as_str(self) -> &'static str {
         match self {
@@ -260,6 +248,18 @@ mod tests {
         assert_eq!(restored.admit(&RULES, &replayed), Admission::Cooldown);
         assert_eq!(TenantGate::from_record(b"{\"tokens\":1}"), None);
         assert_eq!(TenantGate::from_record(b"not json"), None);
+    }
+
+    #[test]
+    fn every_admission_is_a_metric_label() {
+        for admission in [
+            Admission::Admitted,
+            Admission::Cooldown,
+            Admission::OverBudget,
+            Admission::Duplicate,
+        ] {
+            assert!(crate::metrics::GATE_OUTCOMES.contains(&admission.as_str()));
+        }
     }
 
     #[test]
