@@ -36,7 +36,7 @@ use models::{PrewarmCommand, TenantId, decode};
 use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer, ConsumerContext, Rebalance};
 use rdkafka::error::KafkaError;
 use rdkafka::message::Message;
-use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
+use rdkafka::producer::{BaseProducer, BaseRecord, DeliveryResult, Producer, ProducerContext};
 use rdkafka::{ClientContext, Offset, TopicPartitionList};
 
 use crate::kafka::{KafkaClients, log_client_error};
@@ -86,6 +86,31 @@ impl ConsumerContext for GateContext {
     }
 }
 
+/// Counts the state records the broker did not take: their batch's commands are not
+/// sent (a flush returns once every record is settled, delivered or not).
+#[derive(Default)]
+struct StateDeliveries {
+    failed: AtomicU64,
+    waiting: AtomicBool,
+}
+
+impl ClientContext for StateDeliveries {
+    fn error(&self, error: KafkaError, reason: &str) {
+        log_client_error(&error, reason, &self.waiting);
+    }
+}
+
+impl ProducerContext for StateDeliveries {
+    type DeliveryOpaque = ();
+
+    fn delivery(&self, result: &DeliveryResult<'_>, _: ()) {
+        if let Err((e, _)) = result {
+            self.failed.fetch_add(1, Ordering::SeqCst);
+            tracing::warn!(error = %e, "gate: a state record was not written");
+        }
+    }
+}
+
 /// The gate's thread.
 pub(crate) struct Gate {
     thread: StoppableThread,
@@ -117,9 +142,9 @@ impl Gate {
             ])
             .create_with_context(context)?;
         consumer.subscribe(&[&topics.decisions])?;
-        let state_producer: BaseProducer = kafka
+        let state_producer: BaseProducer<StateDeliveries> = kafka
             .config(&[("linger.ms", "1"), ("acks", "all")])
-            .create()?;
+            .create_with_context(StateDeliveries::default())?;
         let restorer: BaseConsumer = kafka
             .config(&[
                 ("group.id", &format!("{}.restore", topics.group)),
@@ -150,7 +175,7 @@ impl Gate {
 
 struct Stage {
     consumer: BaseConsumer<GateContext>,
-    state_producer: BaseProducer,
+    state_producer: BaseProducer<StateDeliveries>,
     restorer: BaseConsumer,
     publisher: PrewarmPublisher,
     topics: GateTopics,
@@ -350,6 +375,7 @@ impl Stage {
         if changed.is_empty() {
             return true;
         }
+        let failed_before = self.state_producer.context().failed.load(Ordering::SeqCst);
         for (partition, tenant) in changed {
             let record = self.loaded[partition][tenant].to_record();
             let sent = self.state_producer.send(
@@ -364,7 +390,7 @@ impl Stage {
             }
         }
         match self.state_producer.flush(DELIVERY_TIMEOUT) {
-            Ok(()) => true,
+            Ok(()) => self.state_producer.context().failed.load(Ordering::SeqCst) == failed_before,
             Err(e) => {
                 tracing::warn!(error = %e, "gate: state not confirmed; the batch's commands are dropped");
                 false
