@@ -9,13 +9,13 @@
 //! (a dozen or so per tenant), so it binds.
 //!
 //! - `a_crash_repeats_no_command`: three `pulse serve` processes on 8 partitions, a
-//!   budget of 3 + 0.02/s per tenant and commits 30 s apart; B is SIGKILLed while the events are
-//!   produced (its uncommitted tail is decided again by its partitions' new owners, and
-//!   its gate partitions move with their state) and restarted. On the prewarm topic: no
-//!   id twice, no (tenant, key) commanded twice within its cooldown (other than
-//!   follow-ups of the same burst), per tenant at most one budget; and the gates did
-//!   refuse decisions made again (`duplicate`, `cooldown`), or the check would prove
-//!   nothing.
+//!   budget of 3 + 0.02/s per tenant and no periodic commit during the run; B is
+//!   SIGKILLed while the events are produced, once it has proposed (its uncommitted
+//!   tail is decided again by its partitions' new owners, and its gate partitions move
+//!   with their state), and restarted. On the prewarm topic: no id twice, no (tenant,
+//!   key) commanded twice within its cooldown (other than follow-ups of the same
+//!   burst), per tenant at most one budget; and the gates did refuse decisions made
+//!   again (`duplicate`, `cooldown`), or the check would prove nothing.
 //! - `one_budget_for_1_3_and_8_instances`: in-process `pulse::start` handles (eight
 //!   processes per group would cost more than they show), groups of 1, 3 and 8
 //!   instances on one events topic at P = 8, then at P = 32; per group and tenant, no
@@ -41,7 +41,7 @@ use serde_json::Value;
 use tests::fleet::{
     FleetProbe, ProcessEnv, PulseProcess, high_watermarks, parse_health, pulse_bin, read_commands,
 };
-use tests::{TestKafka, free_port, produce_paced, wall_ms};
+use tests::{TestKafka, committed_offsets, free_port, produce_paced, wall_ms};
 
 /// Each tenant's burst, for the whole fleet.
 const BURST: f64 = 2.0;
@@ -158,6 +158,25 @@ fn check_commands(label: &str, commands: &[PrewarmCommand], burst: f64, rate_per
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_crash_repeats_no_command() {
     let _serial = SERIAL.lock().await;
+    // Whether the dead instance's tail holds a decision its new owner makes again
+    // depends on where the kill falls: a run where none was made again proves nothing
+    // and is run once more (each run's checks hold either way).
+    for attempt in 1..=2 {
+        let repeats_refused = crash_run().await;
+        if repeats_refused > 0.0 {
+            return;
+        }
+        eprintln!("attempt {attempt}: no decision was made again after the crash");
+    }
+    panic!(
+        "no decision was made again after the crash in 2 runs (no duplicate or cooldown \
+         refused by any gate): the check proves nothing"
+    );
+}
+
+/// One run of the crash scenario, its checks made; what the gates refused as made
+/// again.
+async fn crash_run() -> f64 {
     const P: i32 = 8;
     let kafka = TestKafka::start();
     assert!(
@@ -198,11 +217,15 @@ async fn a_crash_repeats_no_command() {
             "--prewarm-topic",
             &prewarm_topic,
             "--no-model-topic",
+            // The gate's topics too: 8 partitions.
+            "--topic-partitions",
+            "8",
             "--retrain-interval-secs",
             "0",
-            // A long uncommitted tail: the crash makes the new owners decide it again.
+            // No periodic commit within the test: B's whole tail is uncommitted, and
+            // the crash makes its partitions' new owners decide it again.
             "--commit-interval-secs",
-            "30",
+            "600",
             "--tenant-burst",
             &CRASH_BURST.to_string(),
             "--tenant-rate",
@@ -261,8 +284,34 @@ async fn a_crash_repeats_no_command() {
     produced.await.expect("producing the events");
     let hwm = high_watermarks(&kafka, &events_topic, P);
     wait_owned(&probe, &mut [&mut a, &mut b, &mut c], P, Some(&hwm)).await;
-    // The gates' last batches.
-    tokio::time::sleep(Duration::from_secs(3)).await;
+    // Every proposal decided on: the gate group's offsets at the decisions' end.
+    let group = format!("{events_topic}-fleet");
+    let decisions = format!("{events_topic}.{group}.decisions");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let end = high_watermarks(&kafka, &decisions, P);
+        let committed = committed_offsets(
+            &kafka.config(),
+            &format!("{group}.gate"),
+            &decisions,
+            P,
+            Duration::from_secs(10),
+        )
+        .unwrap_or_default();
+        let done = committed.len() == end.len()
+            && committed
+                .iter()
+                .zip(&end)
+                .all(|(c, e)| *e == 0 || *c == Some(*e));
+        if done {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the gates did not decide every proposal: committed {committed:?}, end {end:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
     // What the gates refused as made again (B's counts are since its restart).
     let mut repeats_refused = 0.0;
     for p in [&a, &b, &c] {
@@ -291,14 +340,10 @@ async fn a_crash_repeats_no_command() {
         CRASH_BURST,
         CRASH_RATE_PER_S,
     );
-    assert!(
-        repeats_refused > 0.0,
-        "no decision was made again after the crash (no duplicate or cooldown refused by \
-         any gate): the check proves nothing"
-    );
     for p in [&mut a, &mut b, &mut c] {
         p.sigterm();
     }
+    repeats_refused
 }
 
 /// Waits until every partition is owned by a live instance, not replaying and, with
