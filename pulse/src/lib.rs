@@ -33,6 +33,9 @@
 //! - `predict`: [`Predictor`], [`Features`], the [`ScoringModel`], decisions, the label
 //!   rule, online retraining.
 //! - `prewarm`: [`PrewarmLoop`], [`PrewarmPublisher`] and the [`Retrainer`] thread.
+//! - `gate`: the fleet's command gate: per tenant one budget, cooldown and dedupe for
+//!   every instance, behind a decisions topic keyed by tenant, its state in a
+//!   compacted topic (`state`).
 //! - `api`: [`app`] and its [`AppState`] (`mod.rs`: the router and the OpenAPI document),
 //!   `ApiError` and the parameter checks (`error`), the handlers by resource (`heat`,
 //!   `predictions`, `rates`, `edges`, `health`), the fleet fan-out (`fleet`), the
@@ -70,6 +73,7 @@ mod broker;
 mod checkpoint;
 mod clock;
 mod fleet;
+mod gate;
 mod heat;
 mod ingest;
 mod kafka;
@@ -108,7 +112,7 @@ pub use lab::{
     replay, train_model, train_on_families, train_summary, write_commands, write_trace,
 };
 pub use logging::{LOG_FORMAT_ENV, LogFormat, init_logging};
-pub use metrics::{Metrics, ModelWatcherCounts, PeerLabel, ReasonLabel, RouteLabel};
+pub use metrics::{Metrics, ModelWatcherCounts, OutcomeLabel, PeerLabel, ReasonLabel, RouteLabel};
 pub use partition::{PartitionHealth, PartitionState, PartitionTemplate, Partitions, Snapshot};
 pub use predict::{
     Calibration, Decision, DecisionCounts, DecisionPolicy, Evaluation, FEATURE_COUNT, Features,

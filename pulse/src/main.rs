@@ -311,12 +311,11 @@ struct ServeArgs {
     /// Seconds a command stays valid at the edges.
     #[arg(long, env = "PULSE_COMMAND_TTL_SECS", default_value_t = DecisionPolicy::default().command_ttl_ms / 1000)]
     command_ttl_secs: u64,
-    /// Each tenant's committed rate of commands per second, for the whole topic (each
-    /// partition gets an even share).
+    /// Each tenant's committed rate of commands per second, for the whole fleet (one
+    /// bucket per tenant, at the fleet's gate).
     #[arg(long, env = "PULSE_TENANT_RATE", default_value_t = DecisionPolicy::default().tenant_rate_per_s)]
     tenant_rate: f64,
-    /// Each tenant's burst allowance, in commands, for the whole topic (split like the
-    /// rate, at least one per partition).
+    /// Each tenant's burst allowance, in commands, for the whole fleet.
     #[arg(long, env = "PULSE_TENANT_BURST", default_value_t = DecisionPolicy::default().tenant_burst)]
     tenant_burst: f64,
     /// What a wasted pre-warm fill costs, in client misses: a command goes out only when

@@ -20,6 +20,26 @@ pub struct ReasonLabel {
     pub reason: &'static str,
 }
 
+/// Label of the gate's decisions.
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct OutcomeLabel {
+    /// What the gate did: `admitted`, `cooldown`, `over_budget`, `duplicate`,
+    /// `invalid`, `state_unavailable`.
+    pub outcome: &'static str,
+}
+
+/// What the gate can do with a proposal (`gate::Admission`'s labels, then `invalid`: a
+/// message that is not a decision or a state, and `state_unavailable`: the partition's
+/// state could not be read, so nothing of it is admitted).
+pub(crate) const GATE_OUTCOMES: [&str; 6] = [
+    "admitted",
+    "cooldown",
+    "over_budget",
+    "duplicate",
+    "invalid",
+    "state_unavailable",
+];
+
 /// Label of HTTP request metrics.
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct RouteLabel {
@@ -108,6 +128,10 @@ pub struct Metrics {
     pub prewarm_sent: Counter,
     /// Pre-warm commands that could not be handed to the producer.
     pub prewarm_send_failed: Counter,
+    /// Decisions the partitions proposed to the fleet's gate (the decisions topic).
+    pub prewarm_proposed: Counter,
+    /// What the fleet's gate did with the proposals it read, by outcome.
+    pub gate_decisions: Family<OutcomeLabel, Counter>,
     /// Commands requested in a warmed region before they expired.
     pub prewarm_useful: Counter,
     /// Commands that expired with no request in any warmed region.
@@ -169,6 +193,8 @@ impl Metrics {
             keys_scored: Counter::default(),
             prewarm_sent: Counter::default(),
             prewarm_send_failed: Counter::default(),
+            prewarm_proposed: Counter::default(),
+            gate_decisions: Family::default(),
             prewarm_useful: Counter::default(),
             prewarm_wasted: Counter::default(),
             prewarm_skipped: Family::default(),
@@ -260,6 +286,16 @@ impl Metrics {
             m.prewarm_send_failed.clone(),
         );
         registry.register(
+            "prewarm_proposals",
+            "Decisions proposed to the fleet's gate (the decisions topic)",
+            m.prewarm_proposed.clone(),
+        );
+        registry.register(
+            "gate_decisions",
+            "Proposals the fleet's gate read, by what it did with them",
+            m.gate_decisions.clone(),
+        );
+        registry.register(
             "prewarm_commands_useful",
             "Commands requested in a warmed region before they expired",
             m.prewarm_useful.clone(),
@@ -336,6 +372,9 @@ impl Metrics {
                 reason: skip.as_str(),
             });
         }
+        for outcome in GATE_OUTCOMES {
+            let _ = m.gate_decisions.get_or_create(&OutcomeLabel { outcome });
+        }
         Metrics { registry, ..m }
     }
 
@@ -355,6 +394,13 @@ impl Metrics {
                 reason: skip.as_str(),
             })
             .inc_by(n);
+    }
+
+    /// Counts one proposal the gate handled, by `outcome`.
+    pub(crate) fn gate_outcome(&self, outcome: &'static str) {
+        self.gate_decisions
+            .get_or_create(&OutcomeLabel { outcome })
+            .inc();
     }
 
     /// Notes that a scoring model was put in use now.

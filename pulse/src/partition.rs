@@ -5,8 +5,9 @@
 //! key lives in exactly one partition and per-key state (heat-map rows, tracker,
 //! cooldown, command ids) never needs another partition. Each owned partition has its
 //! own [`HeatMap`], sized as its share of the configured budget, and its own
-//! [`Predictor`] (sharing one model), with the per-tenant command budget split evenly
-//! over the topic's partitions: the budget holds for the fleet whoever owns what.
+//! [`Predictor`] (sharing one model). A partition's predictor proposes; the per-tenant
+//! command budget is the fleet gate's (`crate::gate`), one for the fleet whoever owns
+//! what, so a partition's decider has none of its own.
 //!
 //! Invariants:
 //! - a partition's state holds the events of offsets below `next_offset` from where
@@ -272,7 +273,7 @@ impl Partitions {
             Mutex::new(Predictor::new(
                 self.model.clone(),
                 PredictorConfig {
-                    policy: split_policy(&config.policy, self.partition_count),
+                    policy: gated_policy(&config.policy),
                     ..config.clone()
                 },
             ))
@@ -445,13 +446,14 @@ fn split_top(k: usize, partitions: u64) -> usize {
     (k.div_ceil(partitions as usize) * 2).clamp(1, k.max(1))
 }
 
-/// `policy` for one of `partitions` partitions: each tenant's rate and burst split
-/// evenly (a burst of at least one command), so the fleet-wide budget holds.
-pub(crate) fn split_policy(policy: &DecisionPolicy, partitions: i32) -> DecisionPolicy {
-    let p = f64::from(partitions.max(1));
+/// `policy` for a partition's decider: no budget of its own (the fleet's gate holds
+/// each tenant's one budget; a split per partition wasted most of it where a tenant's
+/// keys crowd a few partitions, and refilled on every move).
+pub(crate) fn gated_policy(policy: &DecisionPolicy) -> DecisionPolicy {
     DecisionPolicy {
-        tenant_rate_per_s: policy.tenant_rate_per_s / p,
-        tenant_burst: (policy.tenant_burst / p).max(1.0),
+        // Finite, so a bucket's arithmetic stays finite: never reached.
+        tenant_rate_per_s: f64::MAX,
+        tenant_burst: f64::MAX,
         ..policy.clone()
     }
 }
@@ -468,18 +470,20 @@ mod tests {
         }
     }
 
-    /// The fleet-wide budget is split evenly: rate / P, burst / P but at least one.
+    /// A partition's decider has no budget of its own: the gate's is the fleet's.
     #[test]
-    fn tenant_budgets_are_split_over_the_partitions() {
+    fn a_partitions_decider_leaves_the_budget_to_the_gate() {
         let policy = DecisionPolicy {
             tenant_rate_per_s: 8.0,
             tenant_burst: 4.0,
             ..DecisionPolicy::default()
         };
-        let one = split_policy(&policy, 8);
-        assert_eq!((one.tenant_rate_per_s, one.tenant_burst), (1.0, 1.0));
-        let two = split_policy(&policy, 2);
-        assert_eq!((two.tenant_rate_per_s, two.tenant_burst), (4.0, 2.0));
+        let local = gated_policy(&policy);
+        assert_eq!(
+            (local.tenant_rate_per_s, local.tenant_burst),
+            (f64::MAX, f64::MAX)
+        );
+        assert_eq!(local.cooldown_ms, policy.cooldown_ms);
     }
 
     /// A partition's heat map gets its share of the memory budget, never less than

@@ -37,6 +37,8 @@ pub struct PrewarmPublisher {
     producer: BaseProducer,
     topic: String,
     signer: Option<Signer>,
+    /// Keyed by tenant alone: proposals to the fleet's gate (`crate::gate`).
+    by_tenant: bool,
 }
 
 impl PrewarmPublisher {
@@ -53,6 +55,16 @@ impl PrewarmPublisher {
             producer,
             topic: topic.to_owned(),
             signer: None,
+            by_tenant: false,
+        })
+    }
+
+    /// A producer of proposals to the gate's decisions topic, keyed by tenant so that
+    /// one gate sees all of a tenant's, whichever partition decided them.
+    pub(crate) fn to_gate(kafka: &KafkaClients, decisions_topic: &str) -> Result<Self, KafkaError> {
+        Ok(PrewarmPublisher {
+            by_tenant: true,
+            ..PrewarmPublisher::new(kafka, decisions_topic)?
         })
     }
 
@@ -62,9 +74,14 @@ impl PrewarmPublisher {
         self
     }
 
-    /// Queues one command, keyed by `tenant/key` (and signed, with a signer).
+    /// Queues one command, keyed by `tenant/key` (by tenant, to the gate; signed,
+    /// with a signer).
     pub fn send(&self, command: &PrewarmCommand) -> Result<(), KafkaError> {
-        let key = command.partition_key();
+        let key = if self.by_tenant {
+            command.tenant.to_string()
+        } else {
+            command.partition_key()
+        };
         let payload = encode(command);
         let record = BaseRecord::to(&self.topic).key(&key).payload(&payload);
         let record = match &self.signer {
@@ -88,8 +105,9 @@ impl PrewarmPublisher {
     }
 }
 
-/// Runs on the ingest thread: feeds each live partition's predictor, publishes its
-/// commands.
+/// Runs on the ingest thread: feeds each live partition's predictor, proposes its
+/// commands to the fleet's gate (which sends what the tenant's budget, cooldown and
+/// dedupe admit).
 pub(crate) struct PrewarmLoop {
     publisher: PrewarmPublisher,
     metrics: Arc<Metrics>,
@@ -152,13 +170,12 @@ impl BatchObserver for PrewarmLoop {
         for command in &commands {
             match self.publisher.send(command) {
                 Ok(()) => {
-                    self.metrics.prewarm_sent.inc();
-                    tracing::info!(
+                    self.metrics.prewarm_proposed.inc();
+                    tracing::debug!(
                         tenant = %command.tenant,
                         key = %command.key,
-                        confidence = command.confidence,
-                        regions = ?command.regions,
-                        "pre-warm sent"
+                        id = %command.id,
+                        "pre-warm proposed"
                     );
                 }
                 Err(e) => {

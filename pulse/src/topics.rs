@@ -32,6 +32,8 @@ pub(crate) struct TopicSpec {
     pub partitions: i32,
     /// `retention.ms`, when pulse creates it (`None`: the broker's default).
     pub retention_ms: Option<u64>,
+    /// Created with `cleanup.policy=compact` (a state topic: the last record per key).
+    pub compacted: bool,
 }
 
 /// What happened to one topic.
@@ -81,9 +83,14 @@ pub(crate) async fn ensure_topics(
         .zip(&retention)
         .map(|(t, retention)| {
             let topic = NewTopic::new(&t.name, t.partitions, TopicReplication::Fixed(-1));
-            match retention {
-                Some(ms) => topic.set("retention.ms", ms),
-                None => topic,
+            let topic = match retention {
+                Some(ms) if !t.compacted => topic.set("retention.ms", ms),
+                _ => topic,
+            };
+            if t.compacted {
+                topic.set("cleanup.policy", "compact")
+            } else {
+                topic
             }
         })
         .collect();
@@ -172,6 +179,7 @@ mod tests {
             name: "events".into(),
             partitions: 2,
             retention_ms: Some(60_000),
+            compacted: false,
         }];
         for _ in 0..2 {
             let ensured = ensure_topics(&clients, &specs).await.unwrap();

@@ -215,8 +215,9 @@ impl Worker {
     /// Applies the batch, run by run (one partition per run), under one write lock;
     /// then, under a read lock, feeds replayed events to their partition's tracker
     /// (no scoring) and runs the observer on each live partition's events.
-    fn apply(&self, items: &[Item<'_>], observer: Option<&mut dyn BatchObserver>) {
+    fn apply(&self, items: &[Item<'_>], mut observer: Option<&mut dyn BatchObserver>) {
         let observing = observer.is_some();
+        let tick_now = Instant::now();
         let mut live: Vec<(i32, Vec<AccessEventRef<'_>>)> = Vec::new();
         let mut replayed: Vec<(i32, Vec<AccessEventRef<'_>>)> = Vec::new();
         if !items.is_empty() {
@@ -226,6 +227,7 @@ impl Worker {
             {
                 let mut partitions = self.partitions.write().unwrap_or_else(|e| e.into_inner());
                 let predicting = observing && partitions.prediction_on();
+                let mut ticks = self.ticks.borrow_mut();
                 let mut rest = items;
                 while let Some(&(p, _, _)) = rest.first() {
                     let len = rest.iter().take_while(|(q, _, _)| *q == p).count();
@@ -238,6 +240,9 @@ impl Worker {
                     state.heat.set_clock(now);
                     let mut live_events = Vec::new();
                     let mut replay_events = Vec::new();
+                    // Live events before `observed` were handed to the observer by a
+                    // tick on the event-time grid, mid-run (`crate::ticks`).
+                    let mut observed = 0;
                     for (_, offset, event) in run {
                         // Applied already (a replay start before it, or a fetch
                         // repeated): never twice.
@@ -248,6 +253,26 @@ impl Worker {
                         state.next_offset = offset + 1;
                         let Some(event) = event else { continue };
                         let replay = state.is_replay(*offset);
+                        // Before the event that opens a new cell of event time, whatever
+                        // the batch: the ticks follow the events alone. (A run that
+                        // ends a replay ticks after it, on the wall-time rule.)
+                        let opens_cell = crate::ticks::cell(event.ts_ms)
+                            > crate::ticks::cell(state.heat.now_ms());
+                        if predicting && !replay && opens_cell && replay_events.is_empty() {
+                            if let Some(observer) = observer.as_deref_mut() {
+                                let state = &*state;
+                                if live_events.len() > observed {
+                                    observer.observe(state, &live_events[observed..]);
+                                    observed = live_events.len();
+                                    ticks.events(p, tick_now);
+                                }
+                                if let Some(since) =
+                                    ticks.take_crossed(p, state.heat.now_ms(), tick_now)
+                                {
+                                    observer.tick(state, since);
+                                }
+                            }
+                        }
                         match state.heat.apply_ref(event) {
                             Ok(()) if replay => {
                                 state.replayed += 1;
@@ -271,6 +296,7 @@ impl Worker {
                     if !replay_events.is_empty() {
                         replayed.push((p, replay_events));
                     }
+                    live_events.drain(..observed);
                     if !live_events.is_empty() {
                         live.push((p, live_events));
                     }

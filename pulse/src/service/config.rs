@@ -68,11 +68,10 @@ pub struct PulseConfig {
     pub cooldown_ms: u64,
     /// How long a command stays valid at the edges.
     pub command_ttl_ms: u64,
-    /// Each tenant's committed rate of commands per second, for the whole topic:
-    /// each partition gets an even share.
+    /// Each tenant's committed rate of commands per second, for the whole fleet (one
+    /// bucket per tenant, held by the gate).
     pub tenant_rate_per_s: f64,
-    /// Each tenant's burst allowance, in commands, split like the rate (at least one
-    /// per partition).
+    /// Each tenant's burst allowance, in commands, for the whole fleet.
     pub tenant_burst: f64,
     /// What a wasted pre-warm fill costs, in client misses (the cost rule).
     pub wasted_fill_cost: f64,
@@ -293,6 +292,22 @@ impl PulseConfig {
         self.model_topic
             .clone()
             .unwrap_or_else(|| format!("{}.{}.model", self.topic, self.group))
+    }
+
+    /// The fleet gate's decisions topic: proposals keyed by tenant (`crate::gate`).
+    pub fn decisions_topic(&self) -> String {
+        format!("{}.{}.decisions", self.topic, self.group)
+    }
+
+    /// The fleet gate's compacted state topic: per tenant, its budget, cooldowns and
+    /// the ids sent.
+    pub fn gate_state_topic(&self) -> String {
+        format!("{}.{}.gate-state", self.topic, self.group)
+    }
+
+    /// The fleet gate's consumer group.
+    pub fn gate_group(&self) -> String {
+        format!("{}.gate", self.group)
     }
 
     /// The peers these settings name, `None` without any.

@@ -58,6 +58,7 @@ use crate::api::{AppState, app, require_api_token};
 use crate::broker::{BrokerError, EmbeddedBroker};
 use crate::checkpoint::{self, CheckpointError};
 use crate::fleet::{ModelPublisher, ModelTopic, ModelWatcher};
+use crate::gate::{Gate, GateRules, GateTopics};
 use crate::heat::Window;
 use crate::ingest::{BatchObserver, Ingest, IngestConfig, IngestError, WallClock};
 use crate::kafka::KafkaClients;
@@ -114,6 +115,9 @@ pub enum StartError {
     /// The pre-warm producer could not be created.
     #[error("pre-warm publisher: {0}")]
     Publisher(KafkaError),
+    /// The fleet's command gate (its consumer or producers) could not be created.
+    #[error("pre-warm gate: {0}")]
+    Gate(KafkaError),
     /// Ingest could not start.
     #[error(transparent)]
     Ingest(#[from] IngestError),
@@ -140,6 +144,8 @@ pub struct PulseHandle {
     retrainer: Option<Retrainer>,
     model_watcher: Option<ModelWatcher>,
     ingest: Option<Ingest>,
+    // Dropped after ingest: it decides on ingest's last proposals.
+    gate: Option<Gate>,
     // Declared last: dropped after ingest has stopped.
     embedded: Option<EmbeddedBroker>,
 }
@@ -155,6 +161,8 @@ pub async fn start(config: PulseConfig) -> Result<PulseHandle, StartError> {
             let broker = EmbeddedBroker::start(1)?;
             broker.create_topic(&config.topic, config.embedded_partitions)?;
             broker.create_topic(&config.prewarm_topic, config.embedded_partitions)?;
+            broker.create_topic(&config.decisions_topic(), config.embedded_partitions)?;
+            broker.create_topic(&config.gate_state_topic(), config.embedded_partitions)?;
             if let Some(dlq) = &config.dead_letter_topic {
                 broker.create_topic(dlq, 1)?;
             }
@@ -215,6 +223,7 @@ pub async fn start(config: PulseConfig) -> Result<PulseHandle, StartError> {
     // Prediction runs on the ingest thread after each batch; the retrainer beside it.
     let mut observer: Option<Box<dyn BatchObserver>> = None;
     let mut retrainer = None;
+    let mut gate = None;
     if config.prewarm {
         let mut publisher =
             PrewarmPublisher::new(&kafka, &config.prewarm_topic).map_err(StartError::Publisher)?;
@@ -225,7 +234,25 @@ pub async fn start(config: PulseConfig) -> Result<PulseHandle, StartError> {
             }
             None => tracing::info!("pre-warm commands are not signed (no prewarm_signing_keys)"),
         }
-        observer = Some(Box::new(PrewarmLoop::new(publisher, metrics.clone())));
+        // The partitions propose; the gate holds each tenant's one budget for the fleet.
+        let topics = GateTopics {
+            decisions: config.decisions_topic(),
+            state: config.gate_state_topic(),
+            group: config.gate_group(),
+        };
+        let rules = GateRules {
+            rate_per_s: config.tenant_rate_per_s,
+            burst: config.tenant_burst,
+            cooldown_ms: config.cooldown_ms,
+            remember_ms: config.cooldown_ms + config.command_ttl_ms,
+        };
+        gate = Some(
+            Gate::start(&kafka, topics, rules, publisher, metrics.clone())
+                .map_err(StartError::Gate)?,
+        );
+        let proposals = PrewarmPublisher::to_gate(&kafka, &config.decisions_topic())
+            .map_err(StartError::Publisher)?;
+        observer = Some(Box::new(PrewarmLoop::new(proposals, metrics.clone())));
         if config.retrain_interval_secs > 0 {
             retrainer = Some(Retrainer::start(
                 partitions.clone(),
@@ -300,6 +327,7 @@ pub async fn start(config: PulseConfig) -> Result<PulseHandle, StartError> {
         retrainer,
         model_watcher,
         ingest: Some(ingest),
+        gate,
         embedded,
     })
 }
@@ -312,10 +340,17 @@ async fn ensure_topics(kafka: &KafkaClients, config: &PulseConfig) {
         name: name.to_owned(),
         partitions,
         retention_ms: config.topic_retention_ms,
+        compacted: false,
     };
     let mut topics = vec![spec(&config.topic, config.topic_partitions)];
     if config.prewarm {
         topics.push(spec(&config.prewarm_topic, config.topic_partitions));
+        topics.push(spec(&config.decisions_topic(), config.topic_partitions));
+        // Partition p holds the state of decisions partition p: the same count.
+        topics.push(crate::topics::TopicSpec {
+            compacted: true,
+            ..spec(&config.gate_state_topic(), config.topic_partitions)
+        });
     }
     if let Some(dlq) = &config.dead_letter_topic {
         topics.push(spec(dlq, 1));
@@ -527,6 +562,7 @@ impl PulseHandle {
         let retrainer = self.retrainer.take();
         let model_watcher = self.model_watcher.take();
         let ingest = self.ingest.take();
+        let gate = self.gate.take();
         let embedded = self.embedded.take();
         let stopped = tokio::task::spawn_blocking(move || {
             if let Some(retrainer) = retrainer {
@@ -537,6 +573,9 @@ impl PulseHandle {
             }
             if let Some(ingest) = ingest {
                 ingest.stop();
+            }
+            if let Some(gate) = gate {
+                gate.stop();
             }
             drop(embedded);
         })
