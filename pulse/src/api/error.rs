@@ -31,12 +31,14 @@ impl ApiError {
         }
     }
 
-    pub(super) fn owner_unavailable(partition: i32, partitions: &Partitions) -> Self {
+    pub(super) fn owner_unavailable(route: &[i32], partitions: &Partitions) -> Self {
+        let list: Vec<String> = route.iter().map(i32::to_string).collect();
         ApiError {
             status: StatusCode::SERVICE_UNAVAILABLE,
             code: "owner_unavailable",
             message: format!(
-                "partition {partition}, which owns the key, is not assigned to this instance"
+                "partitions [{}], which may hold the key, are not assigned to this instance",
+                list.join(", ")
             ),
             coverage: Some(owned(partitions)),
         }

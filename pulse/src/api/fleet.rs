@@ -26,10 +26,6 @@ use crate::metrics::{Metrics, PeerLabel};
 
 /// An API answer that says which partitions it covers.
 pub(super) trait Covered: DeserializeOwned + Send + 'static {
-    /// One partition has the whole answer (a key's owner): its answer is complete
-    /// whatever the others said.
-    const FROM_OWNER: bool = false;
-
     fn coverage_mut(&mut self) -> &mut Coverage;
 }
 
@@ -48,16 +44,9 @@ covered!(
     RatesResponse,
     EdgesResponse,
     PredictionsResponse,
-    ModelResponse
+    ModelResponse,
+    KeyResponse
 );
-
-impl Covered for KeyResponse {
-    const FROM_OWNER: bool = true;
-
-    fn coverage_mut(&mut self) -> &mut Coverage {
-        &mut self.coverage
-    }
-}
 
 /// Refusals that mean "these partitions have nothing for it", not "something broke".
 fn not_here(code: &str) -> bool {
@@ -122,8 +111,6 @@ pub(super) async fn answer<T: Covered>(
             }
         }
     }
-    // A key's owner answered: that is the whole answer, whoever else did not.
-    let from_owner = T::FROM_OWNER && !parts.is_empty();
     covered.extend(parts.iter_mut().map(|p| p.coverage_mut().clone()));
     covered.push(Coverage {
         missing_peers: missing,
@@ -131,14 +118,12 @@ pub(super) async fn answer<T: Covered>(
     });
     let coverage = Coverage::merge(&covered);
     state.metrics.fleet_answers.inc();
-    if !(from_owner || coverage.complete) {
+    if !coverage.complete {
         state.metrics.fleet_answers_incomplete.inc();
     }
     match merge(parts) {
         Some(mut merged) => {
-            if !from_owner {
-                *merged.coverage_mut() = coverage;
-            }
+            *merged.coverage_mut() = coverage;
             Ok(merged)
         }
         // Nobody had it: the refusal, now for every partition that was asked.
@@ -167,7 +152,7 @@ mod tests {
 
     use super::super::tests::get;
     use crate::api::{AppState, app};
-    use crate::fleet::{PeersConfig, partition_for_key};
+    use crate::fleet::{Partitioner, PeersConfig, partition_for_key};
 
     use crate::Peers;
     use crate::metrics::Metrics;
@@ -210,6 +195,27 @@ mod tests {
             let p = partition_for_key(e.partition_key().as_bytes(), PARTITIONS);
             if let Some(state) = partitions.states_mut().get_mut(&p) {
                 state.heat.apply(&e).unwrap();
+                partitions.observe_key(e.partition_key().as_bytes(), p);
+            }
+        }
+        partitions.shared()
+    }
+
+    /// The partitions of `owned`, with the events of producers using two
+    /// partitioners at once: every other event by librdkafka's default, the others by
+    /// the Java client's.
+    fn owning_mixed(owned: &[i32]) -> SharedPartitions {
+        let mut partitions = Partitions::heat_only(PARTITIONS);
+        for &p in owned {
+            partitions.assign(p, None, 0, 0);
+        }
+        for (i, e) in events().into_iter().enumerate() {
+            let by = [Partitioner::ConsistentRandom, Partitioner::Murmur2Random][i % 2];
+            let key = e.partition_key();
+            let p = by.partition(key.as_bytes(), PARTITIONS);
+            if let Some(state) = partitions.states_mut().get_mut(&p) {
+                state.heat.apply(&e).unwrap();
+                partitions.observe_key(key.as_bytes(), p);
             }
         }
         partitions.shared()
@@ -263,10 +269,71 @@ mod tests {
             assert_eq!(merged["coverage"]["complete"], true, "{question}: {merged}");
             assert_eq!(merged, alone, "{question}");
         }
-        // The key is routed: whichever side owns it, the answer names that partition.
+        // The key is routed by the partitioner that placed every event: whichever
+        // side owns it, the answer names that partition.
         let (_, key) = get(&a, QUESTIONS[5]).await;
         let owner = partition_for_key(b"acme/k/3", PARTITIONS);
-        assert_eq!(key["coverage"]["partitions"], serde_json::json!([owner]));
+        assert_eq!(key["ownership"]["partitions"], serde_json::json!([owner]));
+        assert_eq!(key["ownership"]["partitioner"], "consistent_random");
+    }
+
+    /// Producers with two partitioners at once: no partitioner fits, a key's counts
+    /// are on two partitions, and the fleet answer adds every partition's estimate (at
+    /// least the truth, at most the stated bound above it); the heat map has one row
+    /// per key. Either instance gives the same answers.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn mixed_partitioners_are_looked_up_everywhere_and_merged_per_key() {
+        let mixed = |owned: &[i32], peers: &[String]| AppState {
+            partitions: owning_mixed(owned),
+            metrics: Arc::new(Metrics::new()),
+            peers: (!peers.is_empty()).then(|| Peers::new(peers, PeersConfig::default()).unwrap()),
+        };
+        let b_url = serve(app(mixed(&[2, 3], &[]))).await;
+        let a_url = serve(app(mixed(&[0, 1], &[]))).await;
+        let a = app(mixed(&[0, 1], &[b_url]));
+        let b = app(mixed(&[2, 3], &[a_url]));
+        let now = "now_ms=1764470010000";
+        for i in 0..37u64 {
+            let key = format!("/k/{i}");
+            let truth = events()
+                .iter()
+                .filter(|e| e.tenant.as_str() == "acme" && e.key.as_str() == key)
+                .count() as u64;
+            let (status, body) = get(&a, &format!("/api/keys/acme{key}?{now}")).await;
+            assert_eq!(status, 200, "{body}");
+            assert_eq!(body["ownership"]["partitioner"], Value::Null, "{body}");
+            assert_eq!(
+                body["ownership"]["partitions"],
+                serde_json::json!([0, 1, 2, 3])
+            );
+            assert_eq!(body["coverage"]["complete"], true, "{body}");
+            let counted = body["windows"][3]["total"].as_u64().unwrap();
+            let bound = body["ownership"]["error_bound_events_60s"]
+                .as_u64()
+                .unwrap();
+            assert!(
+                counted >= truth && counted <= truth + bound,
+                "{key}: {counted} for {truth} (bound {bound})"
+            );
+            let (_, other) = get(&b, &format!("/api/keys/acme{key}?{now}")).await;
+            assert_eq!(other, body, "{key}: both instances give the same answer");
+        }
+        let question = format!("/api/heatmap?tenant=acme&window=60s&n=100&{now}");
+        let (status, heat) = get(&a, &question).await;
+        assert_eq!(status, 200, "{heat}");
+        let rows: Vec<&str> = heat["keys"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|k| k["key"].as_str().unwrap())
+            .collect();
+        let mut distinct = rows.clone();
+        distinct.sort_unstable();
+        distinct.dedup();
+        assert_eq!(rows.len(), distinct.len(), "one row per key: {rows:?}");
+        assert!(heat["split_keys"].as_u64().unwrap() > 0, "{heat}");
+        let (_, other) = get(&b, &question).await;
+        assert_eq!(other, heat);
     }
 
     /// A peer that does not answer is named and the answer is marked incomplete, never
@@ -291,6 +358,14 @@ mod tests {
         let (status, body) = get(&a, &format!("/api/keys/acme{key}")).await;
         assert_eq!(status, 503, "{body}");
         assert_eq!(body["coverage"]["missing_peers"], serde_json::json!([gone]));
+        // A key owned here is answered, but the answer does not claim to be whole.
+        let key = (0..100)
+            .map(|i| format!("/k/{i}"))
+            .find(|k| partition_for_key(models::message_key("acme", k).as_bytes(), PARTITIONS) < 2)
+            .unwrap();
+        let (status, body) = get(&a, &format!("/api/keys/acme{key}")).await;
+        assert_eq!(status, 200, "{body}");
+        assert_eq!(body["coverage"]["complete"], false, "{body}");
     }
 
     /// Every answer gathered for the fleet is counted, and one that misses a peer also
