@@ -1,5 +1,7 @@
 //! Pulse's answers whatever partitioner the producers use (issue #28): three `pulse
-//! serve` processes in one group on the real broker, fed at once by librdkafka's
+//! serve` processes in one group on the real broker, with no `--peers` (each
+//! advertises its URL, `--advertise-url`, and finds the others by describing the
+//! group), fed at once by librdkafka's
 //! default partitioner (`consistent_random`, CRC-32), librdkafka's `murmur2_random`
 //! and Kafka's own Java console producer (`scripts/kafka console-producer`, its
 //! default partitioner, murmur2), all keying events by `tenant/key`, so most keys
@@ -14,6 +16,7 @@
 //! settles again.
 //!
 //! Then it checks, on B and C:
+//! - each names the other, and only the other, as its peer (`/healthz`);
 //! - `pulse_partitioner{name="none"}` is 1: no partitioner placed every message;
 //! - every key's `/api/keys/{tenant}/{key}` at a fixed `now_ms` counts at least the
 //!   events produced for it and at most the answer's stated bound above
@@ -180,8 +183,8 @@ async fn answers_are_right_whatever_the_producers_partitioner() {
     let ports = [free_port(), free_port(), free_port()];
     let url = |i: usize| format!("http://127.0.0.1:{}", ports[i]);
     let group = format!("{topic}-fleet");
+    // No `--peers`: each finds the others in the group's description.
     let start = |name: &'static str, me: usize| {
-        let peers: Vec<String> = (0..3).filter(|&i| i != me).map(url).collect();
         let args = [
             "--brokers",
             kafka.bootstrap_servers(),
@@ -192,8 +195,8 @@ async fn answers_are_right_whatever_the_producers_partitioner() {
             "--commit-interval-secs",
             "1",
             "--no-prewarm",
-            "--peers",
-            &peers.join(","),
+            "--advertise-url",
+            &url(me),
         ]
         .map(str::to_owned)
         .to_vec();
@@ -311,6 +314,16 @@ async fn answers_are_right_whatever_the_producers_partitioner() {
             sample(&metrics, "pulse_partitioner{name=\"none\"}"),
             Some(1.0),
             "{}: no partitioner places every message",
+            process.name
+        );
+    }
+    for (process, other) in [(&b, &c), (&c, &b)] {
+        let (_, health) = probe.get(process.addr(), "/healthz").await.unwrap();
+        let other = format!("http://{}", other.addr());
+        assert_eq!(
+            health["peers"],
+            serde_json::json!([other]),
+            "{}: found its peers in the group",
             process.name
         );
     }

@@ -34,7 +34,7 @@ pub enum PeersError {
 }
 
 /// A validated peer: `http://host:port`, without a trailing slash.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct PeerUrl(Arc<str>);
 
 impl PeerUrl {
