@@ -91,7 +91,7 @@ pub(super) async fn answer<T: Covered>(
     match local {
         Ok(part) => parts.push(part),
         Err(e) if not_here(e.code) => {
-            covered.extend(e.coverage.clone());
+            covered.extend(e.coverage.as_deref().cloned());
             refusal = Some(e);
         }
         Err(e) => return Err(e),
@@ -136,7 +136,7 @@ pub(super) async fn answer<T: Covered>(
                     "no answer, and not every partition was asked; peers not answering: {}",
                     coverage.missing_peers.join(", ")
                 ),
-                coverage: Some(coverage),
+                coverage: Some(Box::new(coverage)),
             }),
         },
     }

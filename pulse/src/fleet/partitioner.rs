@@ -226,7 +226,7 @@ mod tests {
                 b"lkjh234lh9fiuh90y23oiuhsafujhadof229phr9h19h89h8",
                 -58897971,
             ),
-            (&[b'a', b'b', b'c'], 479470107),
+            (b"abc", 479470107),
         ];
         for (key, want) in cases {
             assert_eq!(

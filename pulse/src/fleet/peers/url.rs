@@ -188,7 +188,8 @@ mod tests {
             PeersConfig::default(),
         )
         .unwrap();
-        let urls: Vec<&str> = peers.urls().iter().map(PeerUrl::as_str).collect();
+        let found = peers.urls();
+        let urls: Vec<&str> = found.iter().map(PeerUrl::as_str).collect();
         assert_eq!(
             urls,
             [
