@@ -20,7 +20,7 @@ use serde::de::DeserializeOwned;
 use super::{ApiError, AppState};
 use crate::fleet::{
     Coverage, EdgesResponse, HeatmapResponse, KeyResponse, ModelResponse, PeerAnswer, PeerFailure,
-    PredictionsResponse, RatesResponse, Scope, TenantsResponse,
+    PeerUrl, PredictionsResponse, RatesResponse, Scope, TenantsResponse,
 };
 use crate::metrics::{Metrics, PeerLabel};
 
@@ -81,8 +81,26 @@ pub(super) async fn answer<T: Covered>(
     local: Result<T, ApiError>,
     merge: impl FnOnce(Vec<T>) -> Option<T>,
 ) -> Result<T, ApiError> {
+    answer_from(state, scope, uri, local, merge, None).await
+}
+
+/// [`answer`], asking only the peers `only` when given (a key's owners).
+pub(super) async fn answer_from<T: Covered>(
+    state: &AppState,
+    scope: Option<Scope>,
+    uri: &Uri,
+    local: Result<T, ApiError>,
+    merge: impl FnOnce(Vec<T>) -> Option<T>,
+    only: Option<std::sync::Arc<[PeerUrl]>>,
+) -> Result<T, ApiError> {
     let peers = match &state.peers {
-        Some(peers) if scope != Some(Scope::Local) && !peers.is_empty() => peers,
+        Some(peers)
+            if scope != Some(Scope::Local)
+                && !peers.is_empty()
+                && only.as_ref().is_none_or(|o| !o.is_empty()) =>
+        {
+            peers
+        }
         _ => return local,
     };
     let mut parts = Vec::new();
@@ -98,7 +116,11 @@ pub(super) async fn answer<T: Covered>(
     }
     let path = uri.path_and_query().map_or(uri.path(), |p| p.as_str());
     let mut missing = Vec::new();
-    for peer in peers.gather::<T>(path).await {
+    let gathered = match only {
+        Some(only) => peers.gather_from::<T>(only, path).await,
+        None => peers.gather::<T>(path).await,
+    };
+    for peer in gathered {
         count(&state.metrics, &peer);
         match peer.result {
             Ok(part) => parts.push(part),
@@ -358,14 +380,16 @@ mod tests {
         let (status, body) = get(&a, &format!("/api/keys/acme{key}")).await;
         assert_eq!(status, 503, "{body}");
         assert_eq!(body["coverage"]["missing_peers"], serde_json::json!([gone]));
-        // A key owned here is answered, but the answer does not claim to be whole.
+        // A key owned here (the partitioner is known) is answered here alone, whole:
+        // the dead peer is not asked.
         let key = (0..100)
             .map(|i| format!("/k/{i}"))
             .find(|k| partition_for_key(models::message_key("acme", k).as_bytes(), PARTITIONS) < 2)
             .unwrap();
         let (status, body) = get(&a, &format!("/api/keys/acme{key}")).await;
         assert_eq!(status, 200, "{body}");
-        assert_eq!(body["coverage"]["complete"], false, "{body}");
+        assert_eq!(body["coverage"]["complete"], true, "{body}");
+        assert_eq!(body["coverage"]["missing_peers"], serde_json::json!([]));
     }
 
     /// Every answer gathered for the fleet is counted, and one that misses a peer also
@@ -384,6 +408,43 @@ mod tests {
         let counts = |m: &Metrics| (m.fleet_answers.get(), m.fleet_answers_incomplete.get());
         assert_eq!(counts(&whole_counts), (1, 0));
         assert_eq!(counts(&partial_counts), (1, 1));
+    }
+
+    /// With the producers' partitioner known and the group saying which peer owns
+    /// which partition, a key lookup asks only the key's owner: a peer that is down
+    /// but owns nothing of the key leaves the answer whole.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_routed_key_asks_only_its_owner() {
+        let b_url = serve(app(state(&[2, 3], &[]))).await;
+        let gone = closed_port().await;
+        let a = state(&[0, 1], &[b_url.clone(), gone.clone()]);
+        let peers = a.peers.clone().unwrap();
+        let a = app(a);
+        let owned_by = |lo: i32| {
+            (0..100)
+                .map(|i| format!("/k/{i}"))
+                .find(|k| {
+                    let p =
+                        partition_for_key(models::message_key("acme", k).as_bytes(), PARTITIONS);
+                    (lo..lo + 2).contains(&p)
+                })
+                .unwrap()
+        };
+        let (theirs, mine) = (owned_by(2), owned_by(0));
+        // Owners unknown: every peer is asked, the dead one too.
+        let (status, body) = get(&a, &format!("/api/keys/acme{theirs}")).await;
+        assert_eq!(status, 200, "{body}");
+        assert_eq!(body["coverage"]["missing_peers"], serde_json::json!([gone]));
+        let b = crate::fleet::PeerUrl::parse(&b_url).unwrap();
+        peers.set_owners([(2, b.clone()), (3, b)].into_iter().collect());
+        for key in [theirs, mine] {
+            let (status, body) = get(&a, &format!("/api/keys/acme{key}")).await;
+            assert_eq!(status, 200, "{body}");
+            assert_eq!(body["coverage"]["complete"], true, "{key}: {body}");
+            assert_eq!(body["coverage"]["missing_peers"], serde_json::json!([]));
+            let owner = partition_for_key(models::message_key("acme", &key).as_bytes(), PARTITIONS);
+            assert_eq!(body["ownership"]["partitions"], serde_json::json!([owner]));
+        }
     }
 
     /// A tenant nobody knows is a 404 that covers every partition, not an outage.

@@ -204,7 +204,7 @@ pub(super) async fn key_stats(
                 .map_err(|e| ApiError::bad("bad_partitions", format!("partitions: {e}")))
         })
         .transpose()?;
-    let (local, route, partitioner, partition_count) = {
+    let (local, route, partitioner, partition_count, owned_here) = {
         let partitions = state.read();
         let message_key = models::message_key(tenant.as_str(), key.as_str());
         let partitioner = partitions.ownership().fitting();
@@ -233,7 +233,13 @@ pub(super) async fn key_stats(
                 None => ApiError::owner_unavailable(route.as_deref().unwrap_or(&[]), &partitions),
             }),
         };
-        (local, route, partitioner, partitions.partition_count())
+        (
+            local,
+            route,
+            partitioner,
+            partitions.partition_count(),
+            partitions.owned(),
+        )
     };
     // The peers are asked for the same partitions, so every instance's answer is the
     // sum of the same parts.
@@ -248,8 +254,34 @@ pub(super) async fn key_stats(
         }
         _ => uri,
     };
-    let answer = fleet::answer(&state, q.scope, &uri, local, merge::key).await;
+    // The key's owners, when the group said which peer each of its partitions is
+    // on: only they are asked.
+    let only: Option<std::sync::Arc<[crate::fleet::PeerUrl]>> = match (&route, &state.peers) {
+        (Some(route), Some(peers)) if q.partitions.is_none() => {
+            let owners: Option<Vec<_>> = route
+                .iter()
+                .filter(|p| !owned_here.contains(p))
+                .map(|&p| peers.owner_of(p))
+                .collect();
+            owners.map(|mut urls| {
+                urls.sort();
+                urls.dedup();
+                urls.into()
+            })
+        }
+        _ => None,
+    };
+    let asked_owners = only.is_some();
+    let answer = fleet::answer_from(&state, q.scope, &uri, local, merge::key, only).await;
     answer.map(|mut out| {
+        if let (true, Some(route)) = (asked_owners, &route) {
+            // Only the owners were asked: whole when each of the key's partitions
+            // answered exactly once, none replaying, every owner asked answering.
+            let c = &mut out.coverage;
+            c.complete = out.ownership.partitions == *route
+                && !route.iter().any(|p| c.replaying.contains(p))
+                && c.missing_peers.is_empty();
+        }
         out.ownership.partitioner = match q.partitions {
             None => partitioner.map(|p| p.as_str().to_string()),
             Some(_) => out.ownership.partitioner,

@@ -221,8 +221,9 @@ pub(crate) fn key(parts: Vec<KeyResponse>) -> Option<KeyResponse> {
         o.partitions.extend(part.ownership.partitions);
         o.error_bound_events_60s += part.ownership.error_bound_events_60s;
     }
+    // Sorted, not deduplicated: a partition answering twice (parts gathered on
+    // either side of a rebalance) shows.
     out.ownership.partitions.sort_unstable();
-    out.ownership.partitions.dedup();
     // The trend of the sum, by the rule one partition uses.
     let now_1s = out.stats.windows.get(1).map_or(0.0, |w| w.demand as f64);
     let a = out.stats.acceleration_1s;

@@ -302,6 +302,7 @@ pub async fn start(config: PulseConfig) -> Result<PulseHandle, StartError> {
         let found = crate::fleet::discover(
             kafka.config(&[]),
             config.group.clone(),
+            config.topic.clone(),
             me.clone(),
             peers.clone(),
             shutdown_tx.subscribe(),

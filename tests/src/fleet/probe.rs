@@ -196,7 +196,7 @@ impl FleetProbe {
                 if one_key {
                     let owners = key_owners(&want);
                     assert!(
-                        coverage.is_whole(self.partitions, &[]) && owners.len() == 1,
+                        coverage.complete && owners.len() == 1,
                         "reference: GET {route} covers {coverage:?}, asks {owners:?}"
                     );
                     key_partitions = Some(owners);
@@ -217,7 +217,9 @@ impl FleetProbe {
                     let coverage = parse_coverage(process.name, route, &got);
                     let covered = match &key_partitions {
                         Some(owner) => {
-                            coverage.is_whole(self.partitions, down) && key_owners(&got) == *owner
+                            // Whole, from the owner alone or from everyone.
+                            (coverage.complete || coverage.is_whole(self.partitions, down))
+                                && key_owners(&got) == *owner
                         }
                         None => coverage.is_whole(self.partitions, down),
                     };

@@ -7,6 +7,7 @@
 //! as they were (an instance that is gone stays named, and missing, until the group
 //! drops it at its session timeout).
 
+use std::collections::BTreeMap;
 use std::time::Duration;
 
 use rdkafka::ClientConfig;
@@ -30,9 +31,46 @@ fn advertised(client_id: &str) -> Option<PeerUrl> {
     PeerUrl::parse(client_id.strip_prefix(PREFIX)?).ok()
 }
 
-/// The URLs the members of `group` advertise, but `me`; `None` when the group could
-/// not be described.
-fn describe(client: &BaseConsumer, group: &str, me: &PeerUrl) -> Option<Vec<PeerUrl>> {
+/// The partitions of `topic` in a member's assignment (Kafka's consumer protocol: a
+/// version, then per topic its name and its partitions, then user data); what cannot
+/// be read gives nothing.
+fn assigned(bytes: &[u8], topic: &str) -> Vec<i32> {
+    let mut rest = bytes;
+    let mut take = |n: usize| -> Option<&[u8]> {
+        let (head, tail) = (rest.get(..n)?, rest.get(n..)?);
+        rest = tail;
+        Some(head)
+    };
+    let mut out = Vec::new();
+    let mut read = || -> Option<()> {
+        take(2)?;
+        let topics = i32::from_be_bytes(take(4)?.try_into().ok()?);
+        for _ in 0..topics.max(0) {
+            let len = i16::from_be_bytes(take(2)?.try_into().ok()?);
+            let name = take(len.max(0) as usize)?.to_vec();
+            let n = i32::from_be_bytes(take(4)?.try_into().ok()?);
+            for _ in 0..n.max(0) {
+                let p = i32::from_be_bytes(take(4)?.try_into().ok()?);
+                if name == topic.as_bytes() {
+                    out.push(p);
+                }
+            }
+        }
+        Some(())
+    };
+    if read().is_none() {
+        out.clear();
+    }
+    out
+}
+
+/// What the group's members say: the URLs they advertise, but `me`, and which of
+/// them each partition of `topic` is assigned to.
+type Found = (Vec<PeerUrl>, BTreeMap<i32, PeerUrl>);
+
+/// The URLs the members of `group` advertise, but `me`, and their partitions; `None`
+/// when the group could not be described.
+fn describe(client: &BaseConsumer, group: &str, topic: &str, me: &PeerUrl) -> Option<Found> {
     let list = match client.fetch_group_list(Some(group), Duration::from_secs(5)) {
         Ok(list) => list,
         Err(e) => {
@@ -41,14 +79,18 @@ fn describe(client: &BaseConsumer, group: &str, me: &PeerUrl) -> Option<Vec<Peer
         }
     };
     let group = list.groups().iter().find(|g| g.name() == group)?;
-    Some(
-        group
-            .members()
-            .iter()
-            .filter_map(|m| advertised(m.client_id()))
-            .filter(|url| url != me)
-            .collect(),
-    )
+    let mut urls = Vec::new();
+    let mut owners = BTreeMap::new();
+    for member in group.members() {
+        let Some(url) = advertised(member.client_id()).filter(|url| url != me) else {
+            continue;
+        };
+        for p in assigned(member.assignment().unwrap_or_default(), topic) {
+            owners.insert(p, url.clone());
+        }
+        urls.push(url);
+    }
+    Some((urls, owners))
 }
 
 /// Describes `group` every [`DISCOVERY_INTERVAL`] on a thread of its own and puts
@@ -56,6 +98,7 @@ fn describe(client: &BaseConsumer, group: &str, me: &PeerUrl) -> Option<Vec<Peer
 pub(crate) fn discover(
     config: ClientConfig,
     group: String,
+    topic: String,
     me: PeerUrl,
     peers: Peers,
     stop: tokio::sync::watch::Receiver<bool>,
@@ -71,7 +114,8 @@ pub(crate) fn discover(
                 }
             };
             while !*stop.borrow() {
-                if let Some(found) = describe(&client, &group, &me) {
+                if let Some((found, owners)) = describe(&client, &group, &topic, &me) {
+                    peers.set_owners(owners);
                     if peers.set_urls(found) {
                         let urls: Vec<String> =
                             peers.urls().iter().map(|u| u.as_str().to_owned()).collect();
@@ -95,5 +139,26 @@ mod tests {
         assert_eq!(advertised(&client_id(&url)), Some(url));
         assert_eq!(advertised("rdkafka"), None);
         assert_eq!(advertised("pulse@not a url"), None);
+    }
+
+    /// A consumer-protocol assignment: the partitions of the events topic, none of
+    /// another, nothing from a truncated one.
+    #[test]
+    fn an_assignment_gives_the_partitions_of_the_topic() {
+        let mut bytes = vec![0, 1];
+        bytes.extend(2i32.to_be_bytes());
+        for (topic, partitions) in [("events", &[3i32, 5][..]), ("other", &[1i32][..])] {
+            bytes.extend((topic.len() as i16).to_be_bytes());
+            bytes.extend(topic.as_bytes());
+            bytes.extend((partitions.len() as i32).to_be_bytes());
+            for p in partitions {
+                bytes.extend(p.to_be_bytes());
+            }
+        }
+        bytes.extend((-1i32).to_be_bytes());
+        assert_eq!(assigned(&bytes, "events"), [3, 5]);
+        assert_eq!(assigned(&bytes, "other"), [1]);
+        assert!(assigned(&bytes[..bytes.len() - 9], "events").is_empty());
+        assert!(assigned(&[], "events").is_empty());
     }
 }

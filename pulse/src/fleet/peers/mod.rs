@@ -179,6 +179,9 @@ struct Asker {
 pub struct Peers {
     /// Shared by the clones: discovery ([`Peers::set_urls`]) updates every one.
     peers: Arc<std::sync::RwLock<Arc<[PeerUrl]>>>,
+    /// Which peer each partition is assigned to, as the group's description said
+    /// (discovery only; empty with `--peers`).
+    owners: Arc<std::sync::RwLock<std::collections::BTreeMap<i32, PeerUrl>>>,
     asker: Arc<Asker>,
 }
 
@@ -230,6 +233,7 @@ impl Peers {
             .build(connector);
         Ok(Peers {
             peers: Arc::new(std::sync::RwLock::new(peers.into())),
+            owners: Arc::default(),
             asker: Arc::new(Asker {
                 client,
                 authorization,
@@ -267,6 +271,17 @@ impl Peers {
         true
     }
 
+    /// Records which peer each partition is assigned to.
+    pub fn set_owners(&self, owners: std::collections::BTreeMap<i32, PeerUrl>) {
+        *self.owners.write().unwrap_or_else(|e| e.into_inner()) = owners;
+    }
+
+    /// The peer `partition` is assigned to, if the group said so.
+    pub fn owner_of(&self, partition: i32) -> Option<PeerUrl> {
+        let owners = self.owners.read().unwrap_or_else(|e| e.into_inner());
+        owners.get(&partition).cloned()
+    }
+
     /// How many peers there are.
     pub fn len(&self) -> usize {
         self.urls().len()
@@ -290,11 +305,22 @@ impl Peers {
     where
         T: DeserializeOwned + Send + 'static,
     {
+        self.gather_from(self.urls(), path_and_query).await
+    }
+
+    /// [`Peers::gather`] from `peers` only (a key's owners).
+    pub async fn gather_from<T>(
+        &self,
+        peers: Arc<[PeerUrl]>,
+        path_and_query: &str,
+    ) -> Vec<PeerAnswer<T>>
+    where
+        T: DeserializeOwned + Send + 'static,
+    {
         let uri_tail = match with_local_scope(path_and_query) {
             Ok(tail) => tail,
-            Err(why) => return self.all_failed(why),
+            Err(why) => return all_failed(&peers, why),
         };
-        let peers = self.urls();
         let mut tasks = JoinSet::new();
         for (index, peer) in peers.iter().enumerate() {
             let ask = ask_peer(self.asker.clone(), peer.clone(), uri_tail.clone());
@@ -337,17 +363,17 @@ impl Peers {
             },
         }
     }
+}
 
-    fn all_failed<T>(&self, why: &'static str) -> Vec<PeerAnswer<T>> {
-        self.urls()
-            .iter()
-            .map(|peer| PeerAnswer {
-                peer: peer.clone(),
-                elapsed: Duration::ZERO,
-                result: Err(PeerFailure::InvalidRequest(why)),
-            })
-            .collect()
-    }
+fn all_failed<T>(peers: &[PeerUrl], why: &'static str) -> Vec<PeerAnswer<T>> {
+    peers
+        .iter()
+        .map(|peer| PeerAnswer {
+            peer: peer.clone(),
+            elapsed: Duration::ZERO,
+            result: Err(PeerFailure::InvalidRequest(why)),
+        })
+        .collect()
 }
 
 async fn ask_peer<T: DeserializeOwned>(
