@@ -190,6 +190,17 @@ impl KafkaClients {
         Ok(self)
     }
 
+    /// These clients with `client.id` set to `id`, unless the operator set one (then
+    /// `None`: the operator's stays).
+    pub fn with_client_id(mut self, id: &str) -> Option<Self> {
+        if self.properties.contains_key("client.id") {
+            return None;
+        }
+        self.properties
+            .insert("client.id".to_owned(), id.to_owned());
+        Some(self)
+    }
+
     /// `bootstrap.servers`.
     pub fn brokers(&self) -> &str {
         &self.brokers

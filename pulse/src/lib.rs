@@ -95,9 +95,10 @@ pub use api::{AppState, app};
 pub use broker::{BrokerError, EmbeddedBroker};
 pub use checkpoint::{Checkpoint, CheckpointError, PartitionSnapshot, load as load_checkpoint};
 pub use fleet::{
-    Coverage, DEFAULT_PEER_TIMEOUT, ErrorBody, MAX_MODEL_BYTES, MODEL_KEY, MODEL_REJECT_REASONS,
-    ModelPublisher, ModelTopic, ModelTopicError, ModelWatcher, PeerAnswer, PeerFailure, PeerUrl,
-    Peers, PeersConfig, PeersError, TopicState, partition_for_key,
+    Coverage, DEFAULT_PEER_TIMEOUT, ErrorBody, MAX_MODEL_BYTES, MIN_PAIRS, MODEL_KEY,
+    MODEL_REJECT_REASONS, ModelPublisher, ModelTopic, ModelTopicError, ModelWatcher, Ownership,
+    Partitioner, PeerAnswer, PeerFailure, PeerUrl, Peers, PeersConfig, PeersError, TopicState,
+    partition_for_key,
 };
 pub use heat::{
     ApplyError, ConfigError, EdgeSummary, EvictedTenant, HeatConfig, HeatMap, HotKey, KeyStats,
@@ -112,7 +113,10 @@ pub use lab::{
     replay, train_model, train_on_families, train_summary, write_commands, write_trace,
 };
 pub use logging::{LOG_FORMAT_ENV, LogFormat, init_logging};
-pub use metrics::{Metrics, ModelWatcherCounts, OutcomeLabel, PeerLabel, ReasonLabel, RouteLabel};
+pub use metrics::{
+    Metrics, ModelWatcherCounts, OutcomeLabel, PartitionerLabel, PeerLabel, ReasonLabel,
+    RouteLabel,
+};
 pub use partition::{PartitionHealth, PartitionState, PartitionTemplate, Partitions, Snapshot};
 pub use predict::{
     Calibration, Decision, DecisionCounts, DecisionPolicy, Evaluation, FEATURE_COUNT, Features,

@@ -338,6 +338,11 @@ struct ServeArgs {
     /// its own partitions only (still saying so).
     #[arg(long, env = "PULSE_PEERS", value_delimiter = ',')]
     peers: Vec<String>,
+    /// This instance's API base URL as the others reach it (http://10.0.0.1:8080):
+    /// carried in its consumer's client id, so the instances of a group find each
+    /// other by describing it, with no --peers (which overrides it).
+    #[arg(long, env = "PULSE_ADVERTISE_URL")]
+    advertise_url: Option<String>,
     /// How long a peer may take to answer its part, in milliseconds.
     #[arg(long, env = "PULSE_PEER_TIMEOUT_MS", default_value_t = pulse::DEFAULT_PEER_TIMEOUT.as_millis() as u64)]
     peer_timeout_ms: u64,
@@ -405,6 +410,7 @@ impl ServeArgs {
             retrain_interval_secs: self.retrain_interval_secs,
             api_token: self.api_token,
             peers: self.peers,
+            advertise_url: self.advertise_url,
             peer_timeout_ms: self.peer_timeout_ms,
             fleet_model: !self.no_model_topic,
             model_topic: self.model_topic,
@@ -447,6 +453,7 @@ impl ServeArgs {
                 }
                 "peers" => "--peers (PULSE_PEERS)",
                 "peer_timeout_ms" => "--peer-timeout-ms (PULSE_PEER_TIMEOUT_MS)",
+                "advertise_url" => "--advertise-url (PULSE_ADVERTISE_URL)",
                 "model_topic" => "--model-topic (PULSE_MODEL_TOPIC)",
                 "topic_partitions" => "--topic-partitions (PULSE_TOPIC_PARTITIONS)",
                 "topic_retention_ms" => "--topic-retention-hours (PULSE_TOPIC_RETENTION_HOURS)",

@@ -60,6 +60,13 @@ pub struct PeerLabel {
     pub outcome: &'static str,
 }
 
+/// Label of the producers' partitioner metrics.
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct PartitionerLabel {
+    /// `consistent_random`, `murmur2_random`, `fnv1a` (or `none`).
+    pub name: &'static str,
+}
+
 /// What a model-topic watcher has done, as Prometheus counters the service can register.
 #[derive(Debug)]
 pub struct ModelWatcherCounts {
@@ -96,6 +103,13 @@ pub struct Metrics {
     pub events_replayed: Counter,
     /// Partitions of the events topic this instance owns.
     pub partitions_owned: Gauge,
+    /// 1 for the partitioner that placed every keyed message consumed (`none`: no
+    /// partitioner fits, or too few messages yet), 0 for the others.
+    pub partitioner: Family<PartitionerLabel, Gauge>,
+    /// Keyed messages consumed each partitioner placed, out of `partitioner_pairs`.
+    pub partitioner_agreeing: Family<PartitionerLabel, Gauge>,
+    /// Keyed messages consumed whose partition was checked.
+    pub partitioner_pairs: Gauge,
     /// Synchronous commits of revoked partitions' applied offsets.
     pub revoke_commits: Counter,
     /// Messages skipped, by reason ([`RejectReason`]; every one is exported from the
@@ -177,6 +191,9 @@ impl Metrics {
             consumed: Counter::default(),
             events_replayed: Counter::default(),
             partitions_owned: Gauge::default(),
+            partitioner: Family::default(),
+            partitioner_agreeing: Family::default(),
+            partitioner_pairs: Gauge::default(),
             revoke_commits: Counter::default(),
             rejected: Family::default(),
             dead_lettered: Counter::default(),
@@ -222,6 +239,21 @@ impl Metrics {
             "partitions_owned",
             "Partitions of the events topic this instance owns",
             m.partitions_owned.clone(),
+        );
+        registry.register(
+            "partitioner",
+            "1 for the producers' partitioner that placed every keyed message consumed (none: keys are looked up in every partition)",
+            m.partitioner.clone(),
+        );
+        registry.register(
+            "partitioner_agreeing_messages",
+            "Keyed messages consumed each partitioner would have placed where they were",
+            m.partitioner_agreeing.clone(),
+        );
+        registry.register(
+            "partitioner_messages",
+            "Keyed messages consumed whose partition was checked against the partitioners",
+            m.partitioner_pairs.clone(),
         );
         registry.register(
             "revoke_commits",

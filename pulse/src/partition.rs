@@ -27,6 +27,7 @@ use std::sync::{Arc, Mutex, RwLock};
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
+use crate::fleet::Ownership;
 use crate::heat::{HeatConfig, HeatMap};
 use crate::predict::{DecisionPolicy, Predictor, PredictorConfig, ScoringModel};
 
@@ -103,6 +104,8 @@ pub struct Partitions {
     /// The partition count the snapshots were taken with: with another, keys map to
     /// other partitions and the snapshots are worthless.
     snapshots_of: i32,
+    /// Which partitioner the producers use, learnt from the messages consumed.
+    ownership: Ownership,
 }
 
 /// One partition's line in `/healthz`.
@@ -131,6 +134,7 @@ impl Partitions {
             states: BTreeMap::new(),
             snapshots: HashMap::new(),
             snapshots_of: 0,
+            ownership: Ownership::default(),
         }
     }
 
@@ -144,9 +148,21 @@ impl Partitions {
         self.partition_count
     }
 
-    /// Sets the topic's partition count: new states are sized by it.
+    /// Sets the topic's partition count: new states are sized by it, and keys are
+    /// looked up under it as well as under the counts the topic had before.
     pub fn set_partition_count(&mut self, count: i32) {
         self.partition_count = count;
+        self.ownership.set_partition_count(count);
+    }
+
+    /// What the messages consumed say about the producers' partitioner.
+    pub fn ownership(&self) -> &Ownership {
+        &self.ownership
+    }
+
+    /// One consumed message's key and partition.
+    pub fn observe_key(&mut self, key: &[u8], partition: i32) {
+        self.ownership.observe(key, partition);
     }
 
     /// The owned partitions' states, by partition.

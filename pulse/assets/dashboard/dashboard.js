@@ -316,6 +316,7 @@
       const missing = [];
       for (let p = 0; p < all; p += 1) if (!covered.has(p)) missing.push(p);
       text += ` — INCOMPLETE: partitions ${missing.join(', ') || '–'} missing`;
+      if ((coverage.replaying || []).length) text += `; partitions ${coverage.replaying.join(', ')} replaying (counts partial until they catch up)`;
       if (coverage.missing_peers.length) text += `; no answer from ${coverage.missing_peers.join(', ')}`;
       text += '.';
     }
@@ -465,7 +466,8 @@
       return;
     }
     saveView();
-    const q = `tenant=${encodeURIComponent(view.tenant)}`;
+    // One event time for every question, so a fleet answer's windows all end there.
+    const q = `tenant=${encodeURIComponent(view.tenant)}&now_ms=${tenants.now_ms}`;
     const w = view.window;
     const [heat, rates, preds, edges] = await Promise.allSettled([
       api(`/api/heatmap?${q}&window=${encodeURIComponent(w)}&n=${HEAT_ROWS}`),

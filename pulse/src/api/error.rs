@@ -18,7 +18,8 @@ pub(crate) struct ApiError {
     pub(super) status: StatusCode,
     pub(super) code: &'static str,
     pub(super) message: String,
-    pub(super) coverage: Option<Coverage>,
+    /// Boxed: an error travels in every handler's `Result`, and must stay small.
+    pub(super) coverage: Option<Box<Coverage>>,
 }
 
 impl ApiError {
@@ -31,21 +32,23 @@ impl ApiError {
         }
     }
 
-    pub(super) fn owner_unavailable(partition: i32, partitions: &Partitions) -> Self {
+    pub(super) fn owner_unavailable(route: &[i32], partitions: &Partitions) -> Self {
+        let list: Vec<String> = route.iter().map(i32::to_string).collect();
         ApiError {
             status: StatusCode::SERVICE_UNAVAILABLE,
             code: "owner_unavailable",
             message: format!(
-                "partition {partition}, which owns the key, is not assigned to this instance"
+                "partitions [{}], which may hold the key, are not assigned to this instance",
+                list.join(", ")
             ),
-            coverage: Some(owned(partitions)),
+            coverage: Some(Box::new(owned(partitions))),
         }
     }
 
     /// The same refusal, saying which partitions were asked.
     pub(super) fn covering(self, coverage: Coverage) -> Self {
         ApiError {
-            coverage: Some(coverage),
+            coverage: Some(Box::new(coverage)),
             ..self
         }
     }
@@ -65,7 +68,7 @@ impl IntoResponse for ApiError {
         let body = ErrorBody {
             error: self.code.to_owned(),
             message: self.message,
-            coverage: self.coverage,
+            coverage: self.coverage.map(|c| *c),
         };
         (self.status, Json(body)).into_response()
     }

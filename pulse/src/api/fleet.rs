@@ -20,16 +20,12 @@ use serde::de::DeserializeOwned;
 use super::{ApiError, AppState};
 use crate::fleet::{
     Coverage, EdgesResponse, HeatmapResponse, KeyResponse, ModelResponse, PeerAnswer, PeerFailure,
-    PredictionsResponse, RatesResponse, Scope, TenantsResponse,
+    PeerUrl, PredictionsResponse, RatesResponse, Scope, TenantsResponse,
 };
 use crate::metrics::{Metrics, PeerLabel};
 
 /// An API answer that says which partitions it covers.
 pub(super) trait Covered: DeserializeOwned + Send + 'static {
-    /// One partition has the whole answer (a key's owner): its answer is complete
-    /// whatever the others said.
-    const FROM_OWNER: bool = false;
-
     fn coverage_mut(&mut self) -> &mut Coverage;
 }
 
@@ -48,16 +44,9 @@ covered!(
     RatesResponse,
     EdgesResponse,
     PredictionsResponse,
-    ModelResponse
+    ModelResponse,
+    KeyResponse
 );
-
-impl Covered for KeyResponse {
-    const FROM_OWNER: bool = true;
-
-    fn coverage_mut(&mut self) -> &mut Coverage {
-        &mut self.coverage
-    }
-}
 
 /// Refusals that mean "these partitions have nothing for it", not "something broke".
 fn not_here(code: &str) -> bool {
@@ -92,8 +81,26 @@ pub(super) async fn answer<T: Covered>(
     local: Result<T, ApiError>,
     merge: impl FnOnce(Vec<T>) -> Option<T>,
 ) -> Result<T, ApiError> {
+    answer_from(state, scope, uri, local, merge, None).await
+}
+
+/// [`answer`], asking only the peers `only` when given (a key's owners).
+pub(super) async fn answer_from<T: Covered>(
+    state: &AppState,
+    scope: Option<Scope>,
+    uri: &Uri,
+    local: Result<T, ApiError>,
+    merge: impl FnOnce(Vec<T>) -> Option<T>,
+    only: Option<std::sync::Arc<[PeerUrl]>>,
+) -> Result<T, ApiError> {
     let peers = match &state.peers {
-        Some(peers) if scope != Some(Scope::Local) && !peers.is_empty() => peers,
+        Some(peers)
+            if scope != Some(Scope::Local)
+                && !peers.is_empty()
+                && only.as_ref().is_none_or(|o| !o.is_empty()) =>
+        {
+            peers
+        }
         _ => return local,
     };
     let mut parts = Vec::new();
@@ -102,14 +109,18 @@ pub(super) async fn answer<T: Covered>(
     match local {
         Ok(part) => parts.push(part),
         Err(e) if not_here(e.code) => {
-            covered.extend(e.coverage.clone());
+            covered.extend(e.coverage.as_deref().cloned());
             refusal = Some(e);
         }
         Err(e) => return Err(e),
     }
     let path = uri.path_and_query().map_or(uri.path(), |p| p.as_str());
     let mut missing = Vec::new();
-    for peer in peers.gather::<T>(path).await {
+    let gathered = match only {
+        Some(only) => peers.gather_from::<T>(only, path).await,
+        None => peers.gather::<T>(path).await,
+    };
+    for peer in gathered {
         count(&state.metrics, &peer);
         match peer.result {
             Ok(part) => parts.push(part),
@@ -122,8 +133,6 @@ pub(super) async fn answer<T: Covered>(
             }
         }
     }
-    // A key's owner answered: that is the whole answer, whoever else did not.
-    let from_owner = T::FROM_OWNER && !parts.is_empty();
     covered.extend(parts.iter_mut().map(|p| p.coverage_mut().clone()));
     covered.push(Coverage {
         missing_peers: missing,
@@ -131,14 +140,12 @@ pub(super) async fn answer<T: Covered>(
     });
     let coverage = Coverage::merge(&covered);
     state.metrics.fleet_answers.inc();
-    if !(from_owner || coverage.complete) {
+    if !coverage.complete {
         state.metrics.fleet_answers_incomplete.inc();
     }
     match merge(parts) {
         Some(mut merged) => {
-            if !from_owner {
-                *merged.coverage_mut() = coverage;
-            }
+            *merged.coverage_mut() = coverage;
             Ok(merged)
         }
         // Nobody had it: the refusal, now for every partition that was asked.
@@ -151,7 +158,7 @@ pub(super) async fn answer<T: Covered>(
                     "no answer, and not every partition was asked; peers not answering: {}",
                     coverage.missing_peers.join(", ")
                 ),
-                coverage: Some(coverage),
+                coverage: Some(Box::new(coverage)),
             }),
         },
     }
@@ -167,7 +174,7 @@ mod tests {
 
     use super::super::tests::get;
     use crate::api::{AppState, app};
-    use crate::fleet::{PeersConfig, partition_for_key};
+    use crate::fleet::{Partitioner, PeersConfig, partition_for_key};
 
     use crate::Peers;
     use crate::metrics::Metrics;
@@ -210,6 +217,27 @@ mod tests {
             let p = partition_for_key(e.partition_key().as_bytes(), PARTITIONS);
             if let Some(state) = partitions.states_mut().get_mut(&p) {
                 state.heat.apply(&e).unwrap();
+                partitions.observe_key(e.partition_key().as_bytes(), p);
+            }
+        }
+        partitions.shared()
+    }
+
+    /// The partitions of `owned`, with the events of producers using two
+    /// partitioners at once: every other event by librdkafka's default, the others by
+    /// the Java client's.
+    fn owning_mixed(owned: &[i32]) -> SharedPartitions {
+        let mut partitions = Partitions::heat_only(PARTITIONS);
+        for &p in owned {
+            partitions.assign(p, None, 0, 0);
+        }
+        for (i, e) in events().into_iter().enumerate() {
+            let by = [Partitioner::ConsistentRandom, Partitioner::Murmur2Random][i % 2];
+            let key = e.partition_key();
+            let p = by.partition(key.as_bytes(), PARTITIONS);
+            if let Some(state) = partitions.states_mut().get_mut(&p) {
+                state.heat.apply(&e).unwrap();
+                partitions.observe_key(key.as_bytes(), p);
             }
         }
         partitions.shared()
@@ -263,10 +291,71 @@ mod tests {
             assert_eq!(merged["coverage"]["complete"], true, "{question}: {merged}");
             assert_eq!(merged, alone, "{question}");
         }
-        // The key is routed: whichever side owns it, the answer names that partition.
+        // The key is routed by the partitioner that placed every event: whichever
+        // side owns it, the answer names that partition.
         let (_, key) = get(&a, QUESTIONS[5]).await;
         let owner = partition_for_key(b"acme/k/3", PARTITIONS);
-        assert_eq!(key["coverage"]["partitions"], serde_json::json!([owner]));
+        assert_eq!(key["ownership"]["partitions"], serde_json::json!([owner]));
+        assert_eq!(key["ownership"]["partitioner"], "consistent_random");
+    }
+
+    /// Producers with two partitioners at once: no partitioner fits, a key's counts
+    /// are on two partitions, and the fleet answer adds every partition's estimate (at
+    /// least the truth, at most the stated bound above it); the heat map has one row
+    /// per key. Either instance gives the same answers.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn mixed_partitioners_are_looked_up_everywhere_and_merged_per_key() {
+        let mixed = |owned: &[i32], peers: &[String]| AppState {
+            partitions: owning_mixed(owned),
+            metrics: Arc::new(Metrics::new()),
+            peers: (!peers.is_empty()).then(|| Peers::new(peers, PeersConfig::default()).unwrap()),
+        };
+        let b_url = serve(app(mixed(&[2, 3], &[]))).await;
+        let a_url = serve(app(mixed(&[0, 1], &[]))).await;
+        let a = app(mixed(&[0, 1], &[b_url]));
+        let b = app(mixed(&[2, 3], &[a_url]));
+        let now = "now_ms=1764470010000";
+        for i in 0..37u64 {
+            let key = format!("/k/{i}");
+            let truth = events()
+                .iter()
+                .filter(|e| e.tenant.as_str() == "acme" && e.key.as_str() == key)
+                .count() as u64;
+            let (status, body) = get(&a, &format!("/api/keys/acme{key}?{now}")).await;
+            assert_eq!(status, 200, "{body}");
+            assert_eq!(body["ownership"]["partitioner"], Value::Null, "{body}");
+            assert_eq!(
+                body["ownership"]["partitions"],
+                serde_json::json!([0, 1, 2, 3])
+            );
+            assert_eq!(body["coverage"]["complete"], true, "{body}");
+            let counted = body["windows"][3]["total"].as_u64().unwrap();
+            let bound = body["ownership"]["error_bound_events_60s"]
+                .as_u64()
+                .unwrap();
+            assert!(
+                counted >= truth && counted <= truth + bound,
+                "{key}: {counted} for {truth} (bound {bound})"
+            );
+            let (_, other) = get(&b, &format!("/api/keys/acme{key}?{now}")).await;
+            assert_eq!(other, body, "{key}: both instances give the same answer");
+        }
+        let question = format!("/api/heatmap?tenant=acme&window=60s&n=100&{now}");
+        let (status, heat) = get(&a, &question).await;
+        assert_eq!(status, 200, "{heat}");
+        let rows: Vec<&str> = heat["keys"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|k| k["key"].as_str().unwrap())
+            .collect();
+        let mut distinct = rows.clone();
+        distinct.sort_unstable();
+        distinct.dedup();
+        assert_eq!(rows.len(), distinct.len(), "one row per key: {rows:?}");
+        assert!(heat["split_keys"].as_u64().unwrap() > 0, "{heat}");
+        let (_, other) = get(&b, &question).await;
+        assert_eq!(other, heat);
     }
 
     /// A peer that does not answer is named and the answer is marked incomplete, never
@@ -291,6 +380,16 @@ mod tests {
         let (status, body) = get(&a, &format!("/api/keys/acme{key}")).await;
         assert_eq!(status, 503, "{body}");
         assert_eq!(body["coverage"]["missing_peers"], serde_json::json!([gone]));
+        // A key owned here (the partitioner is known) is answered here alone, whole:
+        // the dead peer is not asked.
+        let key = (0..100)
+            .map(|i| format!("/k/{i}"))
+            .find(|k| partition_for_key(models::message_key("acme", k).as_bytes(), PARTITIONS) < 2)
+            .unwrap();
+        let (status, body) = get(&a, &format!("/api/keys/acme{key}")).await;
+        assert_eq!(status, 200, "{body}");
+        assert_eq!(body["coverage"]["complete"], true, "{body}");
+        assert_eq!(body["coverage"]["missing_peers"], serde_json::json!([]));
     }
 
     /// Every answer gathered for the fleet is counted, and one that misses a peer also
@@ -309,6 +408,43 @@ mod tests {
         let counts = |m: &Metrics| (m.fleet_answers.get(), m.fleet_answers_incomplete.get());
         assert_eq!(counts(&whole_counts), (1, 0));
         assert_eq!(counts(&partial_counts), (1, 1));
+    }
+
+    /// With the producers' partitioner known and the group saying which peer owns
+    /// which partition, a key lookup asks only the key's owner: a peer that is down
+    /// but owns nothing of the key leaves the answer whole.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_routed_key_asks_only_its_owner() {
+        let b_url = serve(app(state(&[2, 3], &[]))).await;
+        let gone = closed_port().await;
+        let a = state(&[0, 1], &[b_url.clone(), gone.clone()]);
+        let peers = a.peers.clone().unwrap();
+        let a = app(a);
+        let owned_by = |lo: i32| {
+            (0..100)
+                .map(|i| format!("/k/{i}"))
+                .find(|k| {
+                    let p =
+                        partition_for_key(models::message_key("acme", k).as_bytes(), PARTITIONS);
+                    (lo..lo + 2).contains(&p)
+                })
+                .unwrap()
+        };
+        let (theirs, mine) = (owned_by(2), owned_by(0));
+        // Owners unknown: every peer is asked, the dead one too.
+        let (status, body) = get(&a, &format!("/api/keys/acme{theirs}")).await;
+        assert_eq!(status, 200, "{body}");
+        assert_eq!(body["coverage"]["missing_peers"], serde_json::json!([gone]));
+        let b = crate::fleet::PeerUrl::parse(&b_url).unwrap();
+        peers.set_owners([(2, b.clone()), (3, b)].into_iter().collect());
+        for key in [theirs, mine] {
+            let (status, body) = get(&a, &format!("/api/keys/acme{key}")).await;
+            assert_eq!(status, 200, "{body}");
+            assert_eq!(body["coverage"]["complete"], true, "{key}: {body}");
+            assert_eq!(body["coverage"]["missing_peers"], serde_json::json!([]));
+            let owner = partition_for_key(models::message_key("acme", &key).as_bytes(), PARTITIONS);
+            assert_eq!(body["ownership"]["partitions"], serde_json::json!([owner]));
+        }
     }
 
     /// A tenant nobody knows is a 404 that covers every partition, not an outage.

@@ -40,8 +40,7 @@ pub(super) async fn healthz(State(state): State<AppState>) -> Json<Health> {
         peers: state
             .peers
             .iter()
-            .flat_map(|p| p.urls())
-            .map(|u| u.to_string())
+            .flat_map(|p| p.urls().iter().map(|u| u.to_string()).collect::<Vec<_>>())
             .collect(),
     })
 }

@@ -12,7 +12,7 @@ use super::{
     ApiError, AppState, ErrorBody, HeatmapResponse, KeyResponse, MAX_HEATMAP_ROWS, TenantsResponse,
     count_param, fleet, one, owned, per_partition, required_tenant, tenant_param,
 };
-use crate::fleet::{Coverage, Scope, ScopeQuery, merge, partition_for_key};
+use crate::fleet::{Scope, ScopeQuery, merge};
 use crate::heat::{QueryError, Window};
 
 /// Query of `GET /api/heatmap`.
@@ -43,6 +43,10 @@ pub(crate) struct KeyQuery {
     pub now_ms: Option<u64>,
     /// `local` or `fleet` (default).
     pub scope: Option<Scope>,
+    /// Only these partitions, comma-separated (what a fleet question routed by the
+    /// producers' partitioner asks its peers); default: the key's owners if the
+    /// partitioner is known, else every partition.
+    pub partitions: Option<String>,
 }
 
 /// Tenants seen, with the sketches' error bound and memory.
@@ -150,7 +154,8 @@ pub(super) async fn heatmap(
 }
 
 /// Estimates for one key: per window and outcome, miss regions, acceleration, trend;
-/// from the partition that owns `tenant/key` (librdkafka's default partitioner).
+/// from the partitions that may hold `tenant/key`: its owner when the producers'
+/// partitioner is known (learnt from the messages consumed), else every partition.
 /// The key is the rest of the path (`/api/keys/acme/img/logo.png`) or one
 /// URL-encoded segment (`/api/keys/acme/%2Fimg%2Flogo.png`); encode `?` as `%3F`.
 #[utoipa::path(
@@ -189,33 +194,103 @@ pub(super) async fn key_stats(
         ));
     }
     let key = CacheKey::new(key).map_err(|e| ApiError::bad("invalid_key", format!("key: {e}")))?;
-    let local = {
+    let asked = q
+        .partitions
+        .as_deref()
+        .map(|list| {
+            list.split(',')
+                .map(|p| p.trim().parse::<i32>())
+                .collect::<Result<Vec<i32>, _>>()
+                .map_err(|e| ApiError::bad("bad_partitions", format!("partitions: {e}")))
+        })
+        .transpose()?;
+    let (local, route, partitioner, partition_count, owned_here) = {
         let partitions = state.read();
-        let owner = partition_for_key(
-            models::message_key(tenant.as_str(), key.as_str()).as_bytes(),
-            partitions.partition_count(),
-        );
-        match partitions.get(owner) {
-            // Elsewhere in the fleet: the owner among the peers answers.
-            None => Err(ApiError::owner_unavailable(owner, &partitions)),
-            Some(part) => {
-                // The key's windows end at the newest watermark, as the heat map's do.
-                let now_ms = q.now_ms.unwrap_or_else(|| partitions.now_ms());
-                part.heat
-                    .key_stats(&tenant, &key, now_ms)
-                    .map(|stats| KeyResponse {
-                        stats,
-                        // The owner's answer is the whole answer.
-                        coverage: Coverage {
-                            complete: true,
-                            ..one(owner, &partitions)
-                        },
-                    })
-                    .map_err(|e| ApiError::from(e).covering(one(owner, &partitions)))
+        let message_key = models::message_key(tenant.as_str(), key.as_str());
+        let partitioner = partitions.ownership().fitting();
+        // The partitions that may hold the key: those the asker routed to, or its
+        // owners under every count the topic had, or (partitioner unknown) all.
+        let route = asked.or_else(|| partitions.ownership().route(message_key.as_bytes()));
+        let now_ms = q.now_ms.unwrap_or_else(|| partitions.now_ms());
+        let mut parts = Vec::new();
+        let mut refusal = None;
+        for (&p, state) in partitions.states() {
+            if route.as_ref().is_some_and(|r| !r.contains(&p)) {
+                continue;
+            }
+            match KeyResponse::of(&state.heat, &tenant, &key, now_ms, one(p, &partitions)) {
+                Ok(part) => parts.push(part),
+                Err(e) => refusal = Some(ApiError::from(e)),
             }
         }
+        // Every owned partition is accounted for: those off the route hold nothing
+        // of the key.
+        let coverage = owned(&partitions);
+        let local = match merge::key(parts) {
+            Some(merged) => Ok(KeyResponse { coverage, ..merged }),
+            None => Err(match refusal {
+                Some(e) => e.covering(coverage),
+                None => ApiError::owner_unavailable(route.as_deref().unwrap_or(&[]), &partitions),
+            }),
+        };
+        (
+            local,
+            route,
+            partitioner,
+            partitions.partition_count(),
+            partitions.owned(),
+        )
     };
-    fleet::answer(&state, q.scope, &uri, local, merge::key)
-        .await
-        .map(Json)
+    // The peers are asked for the same partitions, so every instance's answer is the
+    // sum of the same parts.
+    let uri = match (&route, &q.partitions) {
+        (Some(route), None) => {
+            let list: Vec<String> = route.iter().map(i32::to_string).collect();
+            let sep = if uri.query().is_some() { '&' } else { '?' };
+            let path = uri.path_and_query().map_or(uri.path(), |p| p.as_str());
+            format!("{path}{sep}partitions={}", list.join(","))
+                .parse()
+                .unwrap_or(uri)
+        }
+        _ => uri,
+    };
+    // The key's owners, when the group said which peer each of its partitions is
+    // on: only they are asked.
+    let only: Option<std::sync::Arc<[crate::fleet::PeerUrl]>> = match (&route, &state.peers) {
+        (Some(route), Some(peers)) if q.partitions.is_none() => {
+            let owners: Option<Vec<_>> = route
+                .iter()
+                .filter(|p| !owned_here.contains(p))
+                .map(|&p| peers.owner_of(p))
+                .collect();
+            owners.map(|mut urls| {
+                urls.sort();
+                urls.dedup();
+                urls.into()
+            })
+        }
+        _ => None,
+    };
+    let asked_owners = only.is_some();
+    let answer = fleet::answer_from(&state, q.scope, &uri, local, merge::key, only).await;
+    answer.map(|mut out| {
+        if let (true, Some(route)) = (asked_owners, &route) {
+            // Only the owners were asked: whole when each of the key's partitions
+            // answered exactly once, none replaying, every owner asked answering.
+            let c = &mut out.coverage;
+            c.complete = out.ownership.partitions == *route
+                && !route.iter().any(|p| c.replaying.contains(p))
+                && c.missing_peers.is_empty();
+        }
+        out.ownership.partitioner = match q.partitions {
+            None => partitioner.map(|p| p.as_str().to_string()),
+            Some(_) => out.ownership.partitioner,
+        };
+        if route.is_none() {
+            out.ownership.partitions = (0..partition_count).collect();
+        } else if let Some(route) = &route {
+            out.ownership.partitions = route.clone();
+        }
+        Json(out)
+    })
 }

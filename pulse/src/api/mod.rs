@@ -45,8 +45,8 @@ use crate::partition::{PartitionHealth, Partitions, SharedPartitions};
 
 pub(crate) use crate::fleet::{
     ContributionView, DecisionTotals, DecisionView, EdgesResponse, ErrorBody, EvaluationView,
-    HeatmapResponse, KeyResponse, LeadTime, ModelFeature, ModelResponse, PredictionsResponse,
-    RatePoint, RatesResponse, ReliabilityView, TenantsResponse,
+    HeatmapResponse, KeyOwnership, KeyResponse, LeadTime, ModelFeature, ModelResponse,
+    PredictionsResponse, RatePoint, RatesResponse, ReliabilityView, TenantsResponse,
 };
 
 /// Most rows one heat-map request may ask for.
@@ -71,13 +71,23 @@ impl AppState {
 
 /// The coverage of one partition's part of an answer.
 fn one(partition: i32, partitions: &Partitions) -> Coverage {
-    Coverage::of(vec![partition], partitions.partition_count())
+    Coverage::of(vec![partition], partitions.partition_count()).replaying(replaying(partitions))
+}
+
+/// The owned partitions still replaying.
+fn replaying(partitions: &Partitions) -> Vec<i32> {
+    partitions
+        .states()
+        .values()
+        .filter(|s| s.replaying())
+        .map(|s| s.partition)
+        .collect()
 }
 
 /// The coverage of an answer that needs no partition's state (the model card), or
 /// of an answer from no partition at all.
 fn owned(partitions: &Partitions) -> Coverage {
-    Coverage::of(partitions.owned(), partitions.partition_count())
+    Coverage::of(partitions.owned(), partitions.partition_count()).replaying(replaying(partitions))
 }
 
 /// Runs `query` on every owned partition's heat map; partitions that do not know the
@@ -145,6 +155,7 @@ fn per_partition<T>(
         Coverage,
         Scope,
         KeyResponse,
+        KeyOwnership,
         TenantSummary,
         SketchKind,
         EvictedTenant,

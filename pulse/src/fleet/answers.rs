@@ -78,6 +78,15 @@ pub(crate) struct HeatmapResponse {
     /// The additive error bound of each whole-tenant count in the window, in events
     /// (see `TenantSummary::error_bound_events_60s`).
     pub error_bound_events: u64,
+    /// The additive error bound of a row whose key was counted in several partitions
+    /// (producers that do not keep a key on one partition): the sum of the parts'
+    /// bounds, in events. Such a row can also miss the part of a partition where the
+    /// key was outside the top `n`.
+    #[serde(default)]
+    pub split_error_bound_events: u64,
+    /// Rows whose key was counted in several partitions (one row each, counts added).
+    #[serde(default)]
+    pub split_keys: u64,
     /// Hottest first (count, then key).
     pub keys: Vec<HotKey>,
     /// The partitions the answer covers.
@@ -108,21 +117,61 @@ impl HeatmapResponse {
             now_ms,
             sketch,
             error_bound_events,
+            split_error_bound_events: error_bound_events,
+            split_keys: 0,
             keys,
             coverage,
         })
     }
 }
 
-/// `GET /api/keys/{tenant}/{key}`: the key's estimates, from the partition that owns
-/// it.
+/// `GET /api/keys/{tenant}/{key}`: the key's estimates, added over the partitions
+/// that may hold it (its owner, when the producers' partitioner is known).
 #[derive(Debug, Serialize, Deserialize, ToSchema)]
 pub(crate) struct KeyResponse {
     /// The estimates.
     #[serde(flatten)]
     pub stats: KeyStats,
-    /// The partition the answer comes from.
+    /// Where the key was looked for.
+    pub ownership: KeyOwnership,
+    /// The partitions the answer accounts for.
     pub coverage: Coverage,
+}
+
+/// How a key's partitions were found, and what that costs in accuracy.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, ToSchema)]
+pub(crate) struct KeyOwnership {
+    /// The producers' partitioner the key was routed by (`consistent_random`,
+    /// `murmur2_random`, `fnv1a`); null: none is known to place every message, so
+    /// every partition was asked and their estimates added.
+    pub partitioner: Option<String>,
+    /// The partitions whose estimates were added, ascending.
+    pub partitions: Vec<i32>,
+    /// The additive error bound of the 60 s counts, in events: the sum of those
+    /// partitions' bounds (each estimate is at most its partition's bound above the
+    /// truth).
+    pub error_bound_events_60s: u64,
+}
+
+impl KeyResponse {
+    /// One partition's answer for a key.
+    pub(crate) fn of(
+        heat: &HeatMap,
+        tenant: &TenantId,
+        key: &models::CacheKey,
+        now_ms: u64,
+        coverage: Coverage,
+    ) -> Result<Self, QueryError> {
+        Ok(KeyResponse {
+            stats: heat.key_stats(tenant, key, now_ms)?,
+            ownership: KeyOwnership {
+                partitioner: None,
+                partitions: coverage.partitions.clone(),
+                error_bound_events_60s: heat.error_bound_events(tenant, Window::S60, now_ms)?,
+            },
+            coverage,
+        })
+    }
 }
 
 /// One second of `GET /api/rates`.

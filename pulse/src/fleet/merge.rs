@@ -22,8 +22,11 @@ use super::answers::{
     DecisionTotals, EdgesResponse, HeatmapResponse, KeyResponse, ModelResponse,
     PredictionsResponse, RatePoint, RatesResponse, TenantsResponse,
 };
+use models::RegionId;
+
 use crate::heat::{
-    COARSE_BUCKETS, EdgeSummary, EvictedTenant, MAX_EVICTED_SUMMARIES, SketchKind, TenantSummary,
+    COARSE_BUCKETS, EdgeSummary, EvictedTenant, HotKey, MAX_EVICTED_SUMMARIES, RegionCount,
+    SketchKind, TenantSummary, Trend,
 };
 
 fn coverage<'a>(parts: impl IntoIterator<Item = &'a Coverage>) -> Coverage {
@@ -109,36 +112,129 @@ fn add_tenant(into: &mut TenantSummary, t: TenantSummary) {
     into.error_bound_events_60s = into.error_bound_events_60s.max(t.error_bound_events_60s);
 }
 
-/// `GET /api/heatmap`: the `n` hottest keys of the union (count, then key); the error
-/// bound in events is the largest partition's (each key's estimate is its
-/// partition's).
+/// `GET /api/heatmap`: the `n` hottest keys of the union (count, then key), one row
+/// per key: a key counted in several partitions (producers that do not keep a key on
+/// one partition) is one row with the parts added, and counted in `split_keys`. The
+/// error bound in events is the largest partition's (a key on one partition has its
+/// partition's estimate); a split row's is the sum, `split_error_bound_events`.
 pub(crate) fn heatmap(parts: Vec<HeatmapResponse>, n: usize) -> Option<HeatmapResponse> {
     let coverage = coverage(parts.iter().map(|p| &p.coverage));
     let mut parts = parts.into_iter();
     let mut out = parts.next()?;
     out.coverage = coverage;
+    let mut rows: BTreeMap<String, HotKey> = BTreeMap::new();
+    let mut add_rows = |keys: Vec<HotKey>, split: &mut u64| {
+        for k in keys {
+            match rows.get_mut(k.key.as_str()) {
+                Some(into) => {
+                    *split += 1;
+                    add_hot_key(into, k);
+                }
+                None => {
+                    rows.insert(k.key.to_string(), k);
+                }
+            }
+        }
+    };
+    let mut split = out.split_keys;
+    add_rows(std::mem::take(&mut out.keys), &mut split);
     for part in parts {
         out.now_ms = out.now_ms.max(part.now_ms);
         if part.sketch == SketchKind::Own {
             out.sketch = SketchKind::Own;
         }
         out.error_bound_events = out.error_bound_events.max(part.error_bound_events);
-        out.keys.extend(part.keys);
+        out.split_error_bound_events += part.split_error_bound_events;
+        split += part.split_keys;
+        add_rows(part.keys, &mut split);
     }
+    out.split_keys = split;
+    out.keys = rows.into_values().collect();
     out.keys
         .sort_by(|a, b| b.count.cmp(&a.count).then_with(|| a.key.cmp(&b.key)));
     out.keys.truncate(n);
     Some(out)
 }
 
-/// `GET /api/keys/...`: one partition owns the key, and only its owner answers, so
-/// the answer is complete as soon as there is one: it covers the owning partition.
+/// One key's heat-map rows from two partitions: counts and velocities added, regions
+/// joined.
+fn add_hot_key(into: &mut HotKey, k: HotKey) {
+    into.count += k.count;
+    into.misses += k.misses;
+    let (v, w) = (&mut into.velocities, &k.velocities);
+    v.ms200 += w.ms200;
+    v.s1 += w.s1;
+    v.s10 += w.s10;
+    v.s60 += w.s60;
+    into.acceleration += k.acceleration;
+    join_regions(&mut into.miss_regions, k.miss_regions);
+    add_region_counts(&mut into.regions, k.regions);
+}
+
+fn join_regions(into: &mut Vec<RegionId>, more: Vec<RegionId>) {
+    into.extend(more);
+    into.sort();
+    into.dedup();
+}
+
+/// Per-region counts added by region, largest first (then by name).
+fn add_region_counts(into: &mut Vec<RegionCount>, more: Vec<RegionCount>) {
+    for r in more {
+        match into.iter_mut().find(|x| x.region == r.region) {
+            Some(x) => x.count += r.count,
+            None => into.push(r),
+        }
+    }
+    into.sort_by(|a, b| b.count.cmp(&a.count).then_with(|| a.region.cmp(&b.region)));
+}
+
+/// `GET /api/keys/...`: the estimates of the partitions that may hold the key, added
+/// (the key's owner alone when the producers' partitioner is known); each partition's
+/// estimate is at most its bound above its share, so the bound is the sum.
 pub(crate) fn key(parts: Vec<KeyResponse>) -> Option<KeyResponse> {
-    let mut out = parts
-        .into_iter()
-        .max_by_key(|p| p.stats.windows.iter().map(|w| w.total).sum::<u64>())?;
-    out.coverage.complete = true;
-    out.coverage.missing_peers.clear();
+    let coverage = coverage(parts.iter().map(|p| &p.coverage));
+    let mut parts = parts.into_iter();
+    let mut out = parts.next()?;
+    for part in parts {
+        let (s, t) = (&mut out.stats, part.stats);
+        s.now_ms = s.now_ms.max(t.now_ms);
+        for (w, x) in s.windows.iter_mut().zip(t.windows) {
+            let (c, d) = (&mut w.counts, x.counts);
+            c.hit += d.hit;
+            c.miss += d.miss;
+            c.stale += d.stale;
+            c.collapsed += d.collapsed;
+            c.prefetch_fill += d.prefetch_fill;
+            c.prefetch_useful += d.prefetch_useful;
+            w.total += x.total;
+            w.demand += x.demand;
+            w.misses += x.misses;
+            w.velocity += x.velocity;
+            w.miss_velocity += x.miss_velocity;
+            join_regions(&mut w.miss_regions, x.miss_regions);
+            join_regions(&mut w.regions, x.regions);
+        }
+        s.acceleration_200ms += t.acceleration_200ms;
+        s.acceleration_1s += t.acceleration_1s;
+        add_region_counts(&mut s.regions, t.regions);
+        let o = &mut out.ownership;
+        o.partitions.extend(part.ownership.partitions);
+        o.error_bound_events_60s += part.ownership.error_bound_events_60s;
+    }
+    // Sorted, not deduplicated: a partition answering twice (parts gathered on
+    // either side of a rebalance) shows.
+    out.ownership.partitions.sort_unstable();
+    // The trend of the sum, by the rule one partition uses.
+    let now_1s = out.stats.windows.get(1).map_or(0.0, |w| w.demand as f64);
+    let a = out.stats.acceleration_1s;
+    out.stats.trend = if a.abs() <= (0.1 * now_1s).max(1.0) {
+        Trend::Steady
+    } else if a > 0.0 {
+        Trend::Rising
+    } else {
+        Trend::Falling
+    };
+    out.coverage = coverage;
     Some(out)
 }
 
@@ -475,18 +571,18 @@ mod tests {
         );
         let [owned, other] = if owner == 0 { [&a, &b] } else { [&b, &a] };
         let now = a.now_ms().max(b.now_ms());
-        let stats = owned.key_stats(&tenant, &key, now).unwrap();
-        let merged = key_part(vec![
-            KeyResponse {
-                stats: other.key_stats(&tenant, &key, now).unwrap(),
-                coverage: cov(1 - owner),
-            },
-            KeyResponse {
-                stats: stats.clone(),
-                coverage: cov(owner),
-            },
-        ]);
-        assert_eq!(merged.stats, stats);
+        let part = |heat: &crate::heat::HeatMap, p: i32| {
+            KeyResponse::of(heat, &tenant, &key, now, cov(p)).unwrap()
+        };
+        let (mine, theirs) = (part(owned, owner), part(other, 1 - owner));
+        let total = |k: &KeyResponse| k.stats.windows[3].total;
+        let (mine_total, theirs_total) = (total(&mine), total(&theirs));
+        let bound = mine.ownership.error_bound_events_60s + theirs.ownership.error_bound_events_60s;
+        // Every partition that may hold the key adds its estimate; the bound adds too.
+        let merged = key_part(vec![theirs, mine]);
+        assert_eq!(total(&merged), mine_total + theirs_total);
+        assert_eq!(merged.ownership.error_bound_events_60s, bound);
+        assert_eq!(merged.ownership.partitions, [0, 1]);
         assert!(merged.coverage.complete);
     }
 

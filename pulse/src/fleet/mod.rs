@@ -8,7 +8,8 @@
 //! - `merge`: one exact merge per API response (tenants, heat map, rates, edges,
 //!   predictions, model); keys are partition-local, so the union of per-partition
 //!   top-K lists is the top-K of the union, and counts add.
-//! - `partitioner`: [`partition_for_key`], librdkafka's default partitioner.
+//! - `partitioner`: the producers' partitioners ([`partition_for_key`] is librdkafka's
+//!   default) and [`Ownership`], which of them placed the messages consumed.
 //! - `peers`: [`Peers`], a `scope=local` question asked of every other instance.
 //! - `model_topic`: one model for the fleet through a compacted topic.
 
@@ -24,17 +25,18 @@ use utoipa::{IntoParams, ToSchema};
 pub use answers::ErrorBody;
 pub(crate) use answers::{
     ContributionView, DecisionTotals, DecisionView, EdgesResponse, EvaluationView, HeatmapResponse,
-    KeyResponse, LeadTime, ModelFeature, ModelResponse, PredictionsResponse, RatePoint,
-    RatesResponse, ReliabilityView, TenantsResponse,
+    KeyOwnership, KeyResponse, LeadTime, ModelFeature, ModelResponse, PredictionsResponse,
+    RatePoint, RatesResponse, ReliabilityView, TenantsResponse,
 };
 pub use model_topic::{
     MAX_MODEL_BYTES, MODEL_KEY, MODEL_REJECT_REASONS, ModelPublisher, ModelTopic, ModelTopicError,
     ModelWatcher, TopicState,
 };
-pub use partitioner::partition_for_key;
+pub use partitioner::{MIN_PAIRS, Ownership, Partitioner, partition_for_key};
 pub use peers::{
     DEFAULT_PEER_TIMEOUT, PeerAnswer, PeerFailure, PeerUrl, Peers, PeersConfig, PeersError,
 };
+pub(crate) use peers::{client_id, discover};
 
 /// Which partitions an answer covers, and whether that is all of them.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
@@ -43,8 +45,12 @@ pub struct Coverage {
     pub partitions: Vec<i32>,
     /// The topic's partition count.
     pub partition_count: i32,
-    /// Every partition of the topic is covered, exactly once.
+    /// Every partition of the topic is covered, exactly once, and none is replaying.
     pub complete: bool,
+    /// Covered partitions still rebuilding their windows from the topic (a new
+    /// owner's replay): their counts are partial until they catch up.
+    #[serde(default)]
+    pub replaying: Vec<i32>,
     /// Peers that were asked and did not answer (named even when the others cover
     /// their partitions).
     pub missing_peers: Vec<String>,
@@ -61,8 +67,20 @@ impl Coverage {
             partitions,
             partition_count,
             complete,
+            replaying: Vec::new(),
             missing_peers: Vec::new(),
         }
+    }
+
+    /// The same coverage, with `replaying` of its partitions still replaying: not
+    /// complete while any is.
+    pub fn replaying(mut self, mut replaying: Vec<i32>) -> Self {
+        replaying.retain(|p| self.partitions.contains(p));
+        replaying.sort_unstable();
+        replaying.dedup();
+        self.complete &= replaying.is_empty();
+        self.replaying = replaying;
+        self
     }
 
     /// The coverage of answers merged together: the union of their partitions, and
@@ -75,13 +93,15 @@ impl Coverage {
         let mut partitions = Vec::new();
         let mut count = 0;
         let mut missing = Vec::new();
+        let mut replaying = Vec::new();
         for c in parts {
             partitions.extend_from_slice(&c.partitions);
             count = count.max(c.partition_count);
             missing.extend(c.missing_peers.iter().cloned());
+            replaying.extend_from_slice(&c.replaying);
         }
         let seen = partitions.len();
-        let mut merged = Coverage::of(partitions, count);
+        let mut merged = Coverage::of(partitions, count).replaying(replaying);
         missing.sort();
         missing.dedup();
         merged.complete &= merged.partitions.len() == seen;
@@ -139,5 +159,25 @@ mod tests {
         assert_eq!(twice.partitions, [0, 1, 2, 3]);
         assert!(!twice.complete);
         assert!(!Coverage::of(vec![], 0).complete);
+    }
+
+    /// A partition still replaying is covered but partial: the answer is not
+    /// complete until it has caught up, whichever instance it is on.
+    #[test]
+    fn a_replaying_partition_keeps_the_answer_incomplete() {
+        let a = Coverage::of(vec![0, 1], 4);
+        let b = Coverage::of(vec![2, 3], 4).replaying(vec![3]);
+        let merged = Coverage::merge([&a, &b]);
+        assert_eq!(merged.partitions, [0, 1, 2, 3]);
+        assert_eq!(merged.replaying, [3]);
+        assert!(!merged.complete);
+        let caught_up = Coverage::of(vec![2, 3], 4).replaying(vec![]);
+        assert!(Coverage::merge([&a, &caught_up]).complete);
+        // Only covered partitions can be replaying.
+        assert!(
+            Coverage::of(vec![0, 1, 2, 3], 4)
+                .replaying(vec![7])
+                .complete
+        );
     }
 }

@@ -208,9 +208,7 @@ impl IngestContext {
             .read()
             .unwrap_or_else(|e| e.into_inner())
             .partition_count();
-        if known > 0 {
-            return known;
-        }
+        // Asked at every assignment: a topic that grew is counted anew.
         match consumer.fetch_metadata(Some(&self.topic), Duration::from_secs(5)) {
             Ok(m) => m
                 .topics()
@@ -222,6 +220,7 @@ impl IngestContext {
                 0
             }
         }
+        .max(known)
         .max(
             tpl.elements()
                 .iter()
@@ -282,7 +281,7 @@ impl IngestContext {
         let window = self.window_offsets(consumer, &since);
         let behind = self.snapshots_past_the_end(consumer, &ours);
         let mut partitions = self.partitions.write().unwrap_or_else(|e| e.into_inner());
-        if partitions.partition_count() == 0 {
+        if count > partitions.partition_count() {
             partitions.set_partition_count(count);
         }
         for &p in &ours {

@@ -17,7 +17,7 @@ use rdkafka::{Offset, TopicPartitionList};
 use super::rebalance::{IngestContext, add_commit, describe};
 use super::{BATCH, BatchObserver, IngestConfig, POLL_WAIT};
 use crate::checkpoint;
-use crate::metrics::Metrics;
+use crate::metrics::{Metrics, PartitionerLabel};
 use crate::partition::SharedPartitions;
 use crate::reject::RejectReason;
 use crate::ticks::Ticks;
@@ -170,6 +170,15 @@ impl Worker {
                                 self.reject(RejectReason::from(&e), message.key(), payload);
                             }
                         }
+                    }
+                }
+            }
+            if !messages.is_empty() {
+                // Where the producers put each key: which partitioner they use.
+                let mut partitions = self.partitions.write().unwrap_or_else(|e| e.into_inner());
+                for message in &messages {
+                    if let Some(key) = message.key() {
+                        partitions.observe_key(key, message.partition());
                     }
                 }
             }
@@ -376,6 +385,24 @@ impl Worker {
     }
 
     fn gauges(&self, partitions: &crate::partition::Partitions) {
+        let ownership = partitions.ownership();
+        let fitting = ownership.fitting();
+        for (p, agreeing) in ownership.agreeing() {
+            let name = PartitionerLabel { name: p.as_str() };
+            self.metrics
+                .partitioner_agreeing
+                .get_or_create(&name)
+                .set(agreeing as i64);
+            self.metrics
+                .partitioner
+                .get_or_create(&name)
+                .set(i64::from(fitting == Some(p)));
+        }
+        self.metrics
+            .partitioner
+            .get_or_create(&PartitionerLabel { name: "none" })
+            .set(i64::from(fitting.is_none()));
+        self.metrics.partitioner_pairs.set(ownership.pairs() as i64);
         let mut evicted = 0;
         for s in partitions.states().values() {
             evicted += s.heat.evictions();

@@ -91,6 +91,10 @@ pub struct PulseConfig {
     /// The other instances of this group (`http://host:port` of their APIs): fleet
     /// answers gather their `scope=local` parts. Empty: this instance answers alone.
     pub peers: Vec<String>,
+    /// This instance's API base URL as the others reach it: carried in its consumer's
+    /// client id, so instances find each other by describing their consumer group.
+    /// Used when `peers` is empty (`peers` overrides it).
+    pub advertise_url: Option<String>,
     /// How long a peer may take to answer, in milliseconds.
     pub peer_timeout_ms: u64,
     /// One model for the fleet: published on a compacted topic by the instance that
@@ -135,6 +139,7 @@ impl Default for PulseConfig {
             topic_partitions: 4,
             topic_retention_ms: None,
             peers: Vec::new(),
+            advertise_url: None,
             peer_timeout_ms: DEFAULT_PEER_TIMEOUT.as_millis() as u64,
             fleet_model: true,
             model_topic: None,
@@ -271,6 +276,11 @@ impl PulseConfig {
         if let Err(e) = self.peers() {
             return refuse("peers", e.to_string());
         }
+        if let Some(url) = &self.advertise_url {
+            if let Err(e) = crate::fleet::PeerUrl::parse(url) {
+                return refuse("advertise_url", e.to_string());
+            }
+        }
         let model_topic = self.model_topic();
         if !models::is_topic_name(&model_topic)
             || [&self.topic, &self.prewarm_topic].contains(&&model_topic)
@@ -312,7 +322,7 @@ impl PulseConfig {
 
     /// The peers these settings name, `None` without any.
     pub fn peers(&self) -> Result<Option<Peers>, PeersError> {
-        if self.peers.is_empty() {
+        if self.peers.is_empty() && self.advertise_url.is_none() {
             return Ok(None);
         }
         let config = PeersConfig {

@@ -180,6 +180,26 @@ pub async fn start(config: PulseConfig) -> Result<PulseHandle, StartError> {
             field: "kafka_properties",
             reason: e.to_string(),
         })?;
+    // `--advertise-url`: the consumer's client id carries it to the group's description.
+    let advertised = match &config.advertise_url {
+        Some(url) => Some(
+            crate::fleet::PeerUrl::parse(url).map_err(|e| PulseConfigError {
+                field: "advertise_url",
+                reason: e.to_string(),
+            })?,
+        ),
+        None => None,
+    };
+    let kafka = match &advertised {
+        Some(url) => kafka
+            .clone()
+            .with_client_id(&crate::fleet::client_id(url))
+            .unwrap_or_else(|| {
+                tracing::warn!("client.id is set in the Kafka properties: the others cannot find this instance by --advertise-url");
+                kafka
+            }),
+        None => kafka,
+    };
     if config.brokers.is_some() {
         ensure_topics(&kafka, &config).await;
     }
@@ -265,7 +285,7 @@ pub async fn start(config: PulseConfig) -> Result<PulseHandle, StartError> {
     }
     let ingest = Ingest::start_with(
         IngestConfig {
-            kafka,
+            kafka: kafka.clone(),
             topic: config.topic.clone(),
             group_id: config.group.clone(),
             dead_letter_topic: config.dead_letter_topic.clone(),
@@ -304,6 +324,22 @@ pub async fn start(config: PulseConfig) -> Result<PulseHandle, StartError> {
     };
     let router = require_api_token(app(state.clone()), config.api_token.as_deref());
     let (shutdown_tx, mut shutdown_rx) = watch::channel(false);
+    // No `--peers`: the peers are the group's other members that advertise a URL.
+    if let (Some(me), Some(peers), true) = (&advertised, &state.peers, config.peers.is_empty()) {
+        let found = crate::fleet::discover(
+            kafka.config(&[]),
+            config.group.clone(),
+            config.topic.clone(),
+            me.clone(),
+            peers.clone(),
+            shutdown_tx.subscribe(),
+        );
+        if let Err(e) = found {
+            tracing::error!(error = %e, "peer discovery not started");
+        } else {
+            tracing::info!(advertise = %me.as_str(), "peers are found in the consumer group");
+        }
+    }
     let served = router.clone();
     let api = tokio::spawn(async move {
         let stopped = async move {

@@ -31,8 +31,10 @@ use tokio::task::JoinSet;
 
 use super::ErrorBody;
 
+mod discovery;
 mod url;
 
+pub(crate) use discovery::{client_id, discover};
 use url::with_local_scope;
 pub use url::{PeerUrl, PeersError};
 
@@ -175,14 +177,18 @@ struct Asker {
 /// The other instances of the fleet and a pooled HTTP client to ask them.
 #[derive(Clone)]
 pub struct Peers {
-    peers: Arc<[PeerUrl]>,
+    /// Shared by the clones: discovery ([`Peers::set_urls`]) updates every one.
+    peers: Arc<std::sync::RwLock<Arc<[PeerUrl]>>>,
+    /// Which peer each partition is assigned to, as the group's description said
+    /// (discovery only; empty with `--peers`).
+    owners: Arc<std::sync::RwLock<std::collections::BTreeMap<i32, PeerUrl>>>,
     asker: Arc<Asker>,
 }
 
 impl fmt::Debug for Peers {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Peers")
-            .field("peers", &self.peers)
+            .field("peers", &self.urls())
             .field("timeout", &self.asker.timeout)
             .field("max_body", &self.asker.max_body)
             .finish_non_exhaustive()
@@ -226,7 +232,8 @@ impl Peers {
             .pool_max_idle_per_host(MAX_IDLE_PER_PEER)
             .build(connector);
         Ok(Peers {
-            peers: peers.into(),
+            peers: Arc::new(std::sync::RwLock::new(peers.into())),
+            owners: Arc::default(),
             asker: Arc::new(Asker {
                 client,
                 authorization,
@@ -246,19 +253,43 @@ impl Peers {
         Peers::new(&entries, config)
     }
 
-    /// The peers, in the order given.
-    pub fn urls(&self) -> &[PeerUrl] {
-        &self.peers
+    /// The peers, in the order given (or found).
+    pub fn urls(&self) -> Arc<[PeerUrl]> {
+        self.peers.read().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    /// Replaces the peers (those found in the consumer group); `true` when they
+    /// changed.
+    pub fn set_urls(&self, mut urls: Vec<PeerUrl>) -> bool {
+        urls.sort();
+        urls.dedup();
+        let mut peers = self.peers.write().unwrap_or_else(|e| e.into_inner());
+        if *peers.as_ref() == urls[..] {
+            return false;
+        }
+        *peers = urls.into();
+        true
+    }
+
+    /// Records which peer each partition is assigned to.
+    pub fn set_owners(&self, owners: std::collections::BTreeMap<i32, PeerUrl>) {
+        *self.owners.write().unwrap_or_else(|e| e.into_inner()) = owners;
+    }
+
+    /// The peer `partition` is assigned to, if the group said so.
+    pub fn owner_of(&self, partition: i32) -> Option<PeerUrl> {
+        let owners = self.owners.read().unwrap_or_else(|e| e.into_inner());
+        owners.get(&partition).cloned()
     }
 
     /// How many peers there are.
     pub fn len(&self) -> usize {
-        self.peers.len()
+        self.urls().len()
     }
 
     /// Whether there are none (a single instance).
     pub fn is_empty(&self) -> bool {
-        self.peers.is_empty()
+        self.urls().is_empty()
     }
 
     /// The per-peer timeout.
@@ -274,16 +305,28 @@ impl Peers {
     where
         T: DeserializeOwned + Send + 'static,
     {
+        self.gather_from(self.urls(), path_and_query).await
+    }
+
+    /// [`Peers::gather`] from `peers` only (a key's owners).
+    pub async fn gather_from<T>(
+        &self,
+        peers: Arc<[PeerUrl]>,
+        path_and_query: &str,
+    ) -> Vec<PeerAnswer<T>>
+    where
+        T: DeserializeOwned + Send + 'static,
+    {
         let uri_tail = match with_local_scope(path_and_query) {
             Ok(tail) => tail,
-            Err(why) => return self.all_failed(why),
+            Err(why) => return all_failed(&peers, why),
         };
         let mut tasks = JoinSet::new();
-        for (index, peer) in self.peers.iter().enumerate() {
+        for (index, peer) in peers.iter().enumerate() {
             let ask = ask_peer(self.asker.clone(), peer.clone(), uri_tail.clone());
             tasks.spawn(async move { (index, ask.await) });
         }
-        let mut answers: Vec<Option<PeerAnswer<T>>> = self.peers.iter().map(|_| None).collect();
+        let mut answers: Vec<Option<PeerAnswer<T>>> = peers.iter().map(|_| None).collect();
         while let Some(joined) = tasks.join_next().await {
             match joined {
                 Ok((index, answer)) => answers[index] = Some(answer),
@@ -293,7 +336,7 @@ impl Peers {
         }
         answers
             .into_iter()
-            .zip(self.peers.iter())
+            .zip(peers.iter())
             .map(|(answer, peer)| {
                 answer.unwrap_or_else(|| PeerAnswer {
                     peer: peer.clone(),
@@ -320,17 +363,17 @@ impl Peers {
             },
         }
     }
+}
 
-    fn all_failed<T>(&self, why: &'static str) -> Vec<PeerAnswer<T>> {
-        self.peers
-            .iter()
-            .map(|peer| PeerAnswer {
-                peer: peer.clone(),
-                elapsed: Duration::ZERO,
-                result: Err(PeerFailure::InvalidRequest(why)),
-            })
-            .collect()
-    }
+fn all_failed<T>(peers: &[PeerUrl], why: &'static str) -> Vec<PeerAnswer<T>> {
+    peers
+        .iter()
+        .map(|peer| PeerAnswer {
+            peer: peer.clone(),
+            elapsed: Duration::ZERO,
+            result: Err(PeerFailure::InvalidRequest(why)),
+        })
+        .collect()
 }
 
 async fn ask_peer<T: DeserializeOwned>(

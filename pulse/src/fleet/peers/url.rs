@@ -34,7 +34,7 @@ pub enum PeersError {
 }
 
 /// A validated peer: `http://host:port`, without a trailing slash.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct PeerUrl(Arc<str>);
 
 impl PeerUrl {
@@ -188,7 +188,8 @@ mod tests {
             PeersConfig::default(),
         )
         .unwrap();
-        let urls: Vec<&str> = peers.urls().iter().map(PeerUrl::as_str).collect();
+        let found = peers.urls();
+        let urls: Vec<&str> = found.iter().map(PeerUrl::as_str).collect();
         assert_eq!(
             urls,
             [
