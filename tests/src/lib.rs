@@ -13,6 +13,7 @@
 
 pub mod fleet;
 pub mod scenario;
+pub mod sim;
 
 pub use pulse::testing::{
     BOOTSTRAP_ENV, TestKafka, committed_offsets, free_port, produce, produce_events, produce_paced,
