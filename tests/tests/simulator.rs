@@ -2,7 +2,7 @@
 //! registry, limiter and predictor, and the seed-002 stampede it is built to show.
 //! Small fleets and short virtual runs: each test takes seconds.
 
-use tests::sim::{SimConfig, Setup, run, run_all, table};
+use tests::sim::{Setup, SimConfig, run, run_all, table};
 
 /// A fleet small enough for the test command: 2 regions × 3 PoPs × 2 nodes.
 fn small() -> SimConfig {
@@ -38,7 +38,10 @@ fn the_same_seed_gives_the_same_table_and_another_seed_another() {
 fn the_simulator_drives_the_production_registry_and_limiter() {
     let cfg = small();
     let collapsing = run(&cfg, Setup::NodeCollapsing, &mut |_, _| {});
-    assert!(collapsing.counters.joins > 0, "misses joined fills through the registry");
+    assert!(
+        collapsing.counters.joins > 0,
+        "misses joined fills through the registry"
+    );
     let alone = run(&cfg, Setup::NoCollapsing, &mut |_, _| {});
     assert_eq!(alone.counters.joins, 0, "lead_alone never lets a miss join");
     assert!(alone.counters.fills_led > collapsing.counters.fills_led);
@@ -56,8 +59,39 @@ fn the_simulator_drives_the_production_registry_and_limiter() {
 fn pulse_predicts_the_viral_key_and_the_nodes_prewarm_it() {
     let report = run(&small(), Setup::Prewarm, &mut |_, _| {});
     assert!(report.counters.pulse_events > 0);
-    assert!(report.commands_sent > 0, "the production decider sent commands");
+    assert!(
+        report.commands_sent > 0,
+        "the production decider sent commands"
+    );
     assert!(report.counters.prefetch_fills > 0);
     assert!(report.prewarm_useful > 0);
     assert!(report.prewarm_origin_bytes > 0.0);
+}
+
+/// Seed 002's stampede at a size the test command affords: 48 edge nodes without fill
+/// limits, an origin that serves 200 fills at once before slowing down with the square
+/// of its overload, clients that give up after 2 s and retry. Without collapsing each
+/// viral miss is an origin fill, the origin slows, waiting clients retry, and the
+/// retries are fills too: the peak is far above the baseline. Every defence keeps one
+/// fill per key per node (and per region), so the viral key costs a few fills.
+#[test]
+fn seed_002_without_collapsing_spirals_and_every_defence_holds_it_under_3x() {
+    let mut cfg = SimConfig::seed_002();
+    cfg.pops_per_region = 4;
+    cfg.nodes_per_pop = 4;
+    cfg.duration_s = 30;
+    cfg.viral_at_s = 15;
+    cfg.background_rps = 20_000.0;
+    cfg.viral_rps = 10_000.0;
+    cfg.origin.capacity = 200.0;
+    let rows = run_all(&cfg, &mut quiet);
+    let text = table(&rows);
+    let none = &rows[0];
+    assert_eq!(none.setup, Setup::NoCollapsing);
+    assert!(none.peak_over_baseline >= 50.0, "{text}");
+    assert!(none.counters.retries > 0, "the herd retried:\n{text}");
+    for defended in &rows[1..] {
+        assert!(defended.peak_over_baseline <= 3.0, "{text}");
+        assert!(defended.hot_hit_ratio > none.hot_hit_ratio, "{text}");
+    }
 }

@@ -6,7 +6,7 @@
 use std::io::Write;
 
 use clap::Parser;
-use tests::sim::{SimConfig, run_all, table};
+use tests::sim::{Setup, SimConfig, run, table};
 
 /// Simulates a CDN fleet on a virtual clock and prints the reference table.
 #[derive(Parser, Debug)]
@@ -16,6 +16,9 @@ struct Args {
     /// instead of the default small fleet; the flags below override it.
     #[arg(long)]
     internet_scale: bool,
+    /// Start from seed 002's fleet: edge nodes and shields without fill limits.
+    #[arg(long, conflicts_with = "internet_scale")]
+    seed_002: bool,
     /// Random seed (the same for every set-up).
     #[arg(long)]
     seed: Option<u64>,
@@ -43,9 +46,28 @@ struct Args {
     /// Concurrent fills the origin serves at base latency.
     #[arg(long)]
     origin_capacity: Option<f64>,
+    /// Fill slots per edge node (`flight.max_fills`).
+    #[arg(long)]
+    node_max_fills: Option<usize>,
+    /// User fills an edge node queues before answering 503 (`flight.max_queued_fills`).
+    #[arg(long)]
+    node_max_queued: Option<usize>,
+    /// Distinct background keys.
+    #[arg(long)]
+    keys: Option<usize>,
+    /// Background keys simulated exactly per node (the rest are sampled).
+    #[arg(long)]
+    hot_keys: Option<usize>,
+    /// Object TTL in seconds.
+    #[arg(long)]
+    ttl_s: Option<u64>,
     /// Delay from a pre-warm command to the nodes acting on it, in ms.
     #[arg(long)]
     command_delay_ms: Option<u64>,
+    /// Run only these set-ups (`no-collapsing`, `node`, `regional`, `prewarm`;
+    /// comma-separated); all four without it.
+    #[arg(long, value_delimiter = ',')]
+    setup: Vec<String>,
     /// Print the rows as JSON lines after the table.
     #[arg(long)]
     json: bool,
@@ -55,28 +77,62 @@ fn main() -> anyhow::Result<()> {
     let args = Args::parse();
     let mut cfg = if args.internet_scale {
         SimConfig::internet_scale()
+    } else if args.seed_002 {
+        SimConfig::seed_002()
     } else {
         SimConfig::default()
     };
     macro_rules! set {
         ($($f:ident),*) => { $(if let Some(v) = args.$f { cfg.$f = v; })* };
     }
-    set!(seed, regions, pops_per_region, nodes_per_pop, duration_s, viral_at_s, background_rps, viral_rps, command_delay_ms);
+    set!(
+        seed,
+        keys,
+        hot_keys,
+        ttl_s,
+        regions,
+        pops_per_region,
+        nodes_per_pop,
+        duration_s,
+        viral_at_s,
+        background_rps,
+        viral_rps,
+        command_delay_ms
+    );
+    if let Some(n) = args.node_max_fills {
+        cfg.node_flight.max_fills = n;
+        cfg.node_flight.reserved_for_user = cfg.node_flight.reserved_for_user.min(n / 4);
+    }
+    if let Some(n) = args.node_max_queued {
+        cfg.node_flight.max_queued_fills = n;
+    }
     if let Some(c) = args.origin_capacity {
         cfg.origin.capacity = c;
     }
-    cfg.validate().map_err(|e| anyhow::anyhow!("bad setting: {e}"))?;
+    cfg.validate()
+        .map_err(|e| anyhow::anyhow!("bad setting: {e}"))?;
     let duration = cfg.duration_s;
-    let rows = run_all(&cfg, &mut |setup, s, c| {
-        eprint!(
-            "\r{:<28} {s:>4}/{duration} s  fills {}  joins {}  overloaded {}   ",
-            setup.as_str(),
-            c.fills_led,
-            c.joins,
-            c.limiter_overloaded
-        );
-        let _ = std::io::stderr().flush();
-    });
+    let setups = if args.setup.is_empty() {
+        Setup::ALL.to_vec()
+    } else {
+        args.setup
+            .iter()
+            .map(|s| parse_setup(s))
+            .collect::<anyhow::Result<Vec<_>>>()?
+    };
+    let mut rows = Vec::new();
+    for setup in setups {
+        rows.push(run(&cfg, setup, &mut |s, c| {
+            eprint!(
+                "\r{:<28} {s:>4}/{duration} s  fills {}  joins {}  overloaded {}   ",
+                setup.as_str(),
+                c.fills_led,
+                c.joins,
+                c.limiter_overloaded
+            );
+            let _ = std::io::stderr().flush();
+        }));
+    }
     eprintln!();
     print!("{}", table(&rows));
     if args.json {
@@ -85,4 +141,16 @@ fn main() -> anyhow::Result<()> {
         }
     }
     Ok(())
+}
+
+fn parse_setup(name: &str) -> anyhow::Result<Setup> {
+    Ok(match name {
+        "no-collapsing" => Setup::NoCollapsing,
+        "node" => Setup::NodeCollapsing,
+        "regional" => Setup::NodeAndRegional,
+        "prewarm" => Setup::Prewarm,
+        other => {
+            anyhow::bail!("--setup: {other}: expected no-collapsing, node, regional or prewarm")
+        }
+    })
 }

@@ -151,6 +151,23 @@ impl SimConfig {
         }
     }
 
+    /// Seed 002's fleet: the default load, but edge nodes without a bound on their
+    /// origin fills (no `Overloaded` answer to push clients back), so a stampede is
+    /// limited only by what the four set-ups do about it.
+    pub fn seed_002() -> SimConfig {
+        let unbounded = FlightConfig {
+            max_fills: 100_000,
+            reserved_for_user: 0,
+            max_queued_fills: 100_000,
+            ..FlightConfig::default()
+        };
+        SimConfig {
+            node_flight: unbounded.clone(),
+            shield_flight: unbounded,
+            ..SimConfig::default()
+        }
+    }
+
     /// Checks the settings; the message names the field.
     pub fn validate(&self) -> Result<(), String> {
         let positive = [
@@ -217,7 +234,11 @@ impl SimConfig {
 }
 
 /// Runs one set-up; `progress` hears every 10 virtual seconds.
-pub fn run(config: &SimConfig, setup: Setup, progress: &mut dyn FnMut(u64, &Counters)) -> SimReport {
+pub fn run(
+    config: &SimConfig,
+    setup: Setup,
+    progress: &mut dyn FnMut(u64, &Counters),
+) -> SimReport {
     // A current-thread runtime with a paused clock: the limiter's `Instant::now` and
     // its queue timeouts read virtual time, which only the simulator advances.
     let runtime = tokio::runtime::Builder::new_current_thread()
@@ -229,7 +250,10 @@ pub fn run(config: &SimConfig, setup: Setup, progress: &mut dyn FnMut(u64, &Coun
 }
 
 /// Runs the four set-ups on the same seed.
-pub fn run_all(config: &SimConfig, progress: &mut dyn FnMut(Setup, u64, &Counters)) -> Vec<SimReport> {
+pub fn run_all(
+    config: &SimConfig,
+    progress: &mut dyn FnMut(Setup, u64, &Counters),
+) -> Vec<SimReport> {
     Setup::ALL
         .iter()
         .map(|setup| run(config, *setup, &mut |s, c| progress(*setup, s, c)))

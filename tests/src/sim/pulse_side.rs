@@ -36,10 +36,7 @@ impl PulseSide {
     pub(super) fn new(tenant: TenantId, delay_ms: u64) -> PulseSide {
         PulseSide {
             heat: HeatMap::new(HeatConfig::default()),
-            predictor: Predictor::new(
-                Some(Arc::new(default_model())),
-                PredictorConfig::default(),
-            ),
+            predictor: Predictor::new(Some(Arc::new(default_model())), PredictorConfig::default()),
             tenant,
             viral_referrer: Domain::new("t.co").expect("valid domain"),
             background_referrer: Domain::new("www.google.com").expect("valid domain"),

@@ -128,7 +128,8 @@ impl Recorder {
     /// The request was a hit.
     pub(super) fn hit(&mut self, now: u64, client: &Client, hot: bool) {
         if self.in_window(now) {
-            self.latency.add((now - client.first_ms) as f64 + HIT_MS, client.count);
+            self.latency
+                .add((now - client.first_ms) as f64 + HIT_MS, client.count);
             if hot {
                 self.hot_hits += client.count;
             }
@@ -157,7 +158,8 @@ impl Recorder {
     /// The request waited on a fill that completed at `now`.
     pub(super) fn served(&mut self, now: u64, client: &Client, _hot: bool) {
         if self.in_window(now) {
-            self.latency.add((now - client.first_ms) as f64 + HIT_MS, client.count);
+            self.latency
+                .add((now - client.first_ms) as f64 + HIT_MS, client.count);
         }
     }
 
@@ -165,7 +167,8 @@ impl Recorder {
     pub(super) fn failed(&mut self, now: u64, client: &Client) {
         self.errors += client.count;
         if self.in_window(now) {
-            self.latency.add((now - client.first_ms) as f64, client.count);
+            self.latency
+                .add((now - client.first_ms) as f64, client.count);
         }
     }
 
@@ -212,7 +215,17 @@ impl Recorder {
 pub fn table(rows: &[SimReport]) -> String {
     let mut out = format!(
         "{:<28} {:>10} {:>10} {:>8} {:>8} {:>9} {:>9} {:>8} {:>7} {:>7} {:>11}\n",
-        "set-up", "origin/s", "peak/s", "peak/base", "hot hit", "p50 ms", "p99 ms", "lead ms", "useful", "wasted", "prewarm MB"
+        "set-up",
+        "origin/s",
+        "peak/s",
+        "peak/base",
+        "hot hit",
+        "p50 ms",
+        "p99 ms",
+        "lead ms",
+        "useful",
+        "wasted",
+        "prewarm MB"
     );
     for r in rows {
         let pre = r.setup == Setup::Prewarm;

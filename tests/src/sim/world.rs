@@ -99,7 +99,14 @@ impl<'a> World<'a> {
             .map(|r| RegionId::new(format!("region-{r}")).expect("valid region"))
             .collect();
         let node_ids = (0..nodes)
-            .map(|n| NodeId::new(format!("pop-{}-node-{}", n / cfg.nodes_per_pop, n % cfg.nodes_per_pop)).expect("valid node"))
+            .map(|n| {
+                NodeId::new(format!(
+                    "pop-{}-node-{}",
+                    n / cfg.nodes_per_pop,
+                    n % cfg.nodes_per_pop
+                ))
+                .expect("valid node")
+            })
             .collect();
         let tier = |region: usize, flight: &FlightConfig| Tier {
             region,
@@ -108,11 +115,14 @@ impl<'a> World<'a> {
             cache: HashMap::new(),
             open: HashMap::new(),
         };
-        let mut tiers: Vec<Tier> = (0..nodes).map(|n| tier(cfg.region_of(n), &cfg.node_flight)).collect();
+        let mut tiers: Vec<Tier> = (0..nodes)
+            .map(|n| tier(cfg.region_of(n), &cfg.node_flight))
+            .collect();
         if has_shields(setup) {
             tiers.extend((0..cfg.regions).map(|r| tier(r, &cfg.shield_flight)));
         }
-        let pulse = (setup == Setup::Prewarm).then(|| PulseSide::new(tenant.clone(), cfg.command_delay_ms));
+        let pulse =
+            (setup == Setup::Prewarm).then(|| PulseSide::new(tenant.clone(), cfg.command_delay_ms));
         World {
             cfg,
             setup,
@@ -159,13 +169,6 @@ impl<'a> World<'a> {
                 self.rec.counters.registry_peak_in_flight =
                     self.rec.counters.registry_peak_in_flight.max(in_flight);
             }
-            if now % 1000 == 0 && std::env::var_os("SIM_DEBUG").is_some() {
-                let held: f64 = self.fills.iter().flatten().filter(|f| matches!(f.slot, Slot::Held(..))).map(|f| f.weight).sum();
-                let tail = self.fills.iter().flatten().filter(|f| f.key as usize >= self.hot_rate.len()).count();
-                let shield_wait = self.fills.iter().flatten().filter(|f| f.tier < self.nodes && matches!(f.slot, Slot::Held(..))).count();
-                eprintln!("held_w={held} tail={tail} node_held={shield_wait} comps={}", self.completions.len());
-                eprintln!("t={} active={} live={} waiting={} missing={} retries={}", now / 1000, self.origin_active, self.fills.len() - self.free.len(), self.waiting_slot.len(), self.missing.len(), self.retries.len());
-            }
             if now % 10_000 == 0 {
                 progress(now / 1000, &self.rec.counters);
             }
@@ -184,7 +187,8 @@ impl<'a> World<'a> {
         let hot = self.hot_rate.len() as u32;
         for t in 0..self.tiers.len() {
             for k in 0..hot {
-                let expires_ms = (self.ttl_rng.random::<f64>() * self.cfg.ttl_ms() as f64) as u64 + 1;
+                let expires_ms =
+                    (self.ttl_rng.random::<f64>() * self.cfg.ttl_ms() as f64) as u64 + 1;
                 self.store(t, k, 0, expires_ms, false);
             }
         }
@@ -213,7 +217,9 @@ impl<'a> World<'a> {
                 self.missing.insert((node, key));
             }
         }
-        while let Some(Reverse((at, _, node, key, count, attempt, first))) = self.retries.peek().copied() {
+        while let Some(Reverse((at, _, node, key, count, attempt, first))) =
+            self.retries.peek().copied()
+        {
             if at > now {
                 break;
             }
@@ -280,7 +286,14 @@ impl<'a> World<'a> {
         if let Some(pulse) = &mut self.pulse {
             let region = &self.regions[self.tiers[node].region];
             for _ in 0..events {
-                pulse.event(now, self.keys[key as usize].key(), region, &self.node_ids[node], outcome, key == self.viral);
+                pulse.event(
+                    now,
+                    self.keys[key as usize].key(),
+                    region,
+                    &self.node_ids[node],
+                    outcome,
+                    key == self.viral,
+                );
             }
         }
     }
@@ -296,7 +309,11 @@ impl<'a> World<'a> {
         for _ in 0..events {
             let key = self.zipf.sample_from(0, &mut self.sample_rng) as u32;
             let node = self.sample_rng.random_range(0..self.nodes);
-            let outcome = if self.fresh(node, key, now) { Outcome::Hit } else { Outcome::Miss };
+            let outcome = if self.fresh(node, key, now) {
+                Outcome::Hit
+            } else {
+                Outcome::Miss
+            };
             self.emit(now, node, key, outcome, 1);
         }
         let pulse = self.pulse.as_mut().expect("checked");
@@ -307,7 +324,10 @@ impl<'a> World<'a> {
                 continue;
             };
             for node in 0..self.nodes {
-                if command.regions.includes(&self.regions[self.tiers[node].region]) {
+                if command
+                    .regions
+                    .includes(&self.regions[self.tiers[node].region])
+                {
                     self.prefetch(now, node, key);
                 }
             }
@@ -315,7 +335,10 @@ impl<'a> World<'a> {
     }
 
     fn fresh(&self, tier: usize, key: u32, now: u64) -> bool {
-        self.tiers[tier].cache.get(&key).is_some_and(|e| e.expires_ms > now)
+        self.tiers[tier]
+            .cache
+            .get(&key)
+            .is_some_and(|e| e.expires_ms > now)
     }
 
     fn is_hot(&self, key: u32) -> bool {
@@ -350,7 +373,10 @@ impl<'a> World<'a> {
         if self.fresh(node, key, now) || self.tiers[node].open.contains_key(&key) {
             return;
         }
-        let Some(permit) = self.tiers[node].registry.try_lead(&self.keys[key as usize], Priority::Background) else {
+        let Some(permit) = self.tiers[node]
+            .registry
+            .try_lead(&self.keys[key as usize], Priority::Background)
+        else {
             return;
         };
         self.rec.counters.prefetch_fills += 1;
@@ -371,23 +397,40 @@ impl<'a> World<'a> {
     }
 
     /// A miss at `tier`: lead a fill, join the one in flight, or be turned away.
-    fn route_miss(&mut self, now: u64, tier: usize, key: u32, who: Requester, prefetch_cause: bool) -> Outcome {
+    fn route_miss(
+        &mut self,
+        now: u64,
+        tier: usize,
+        key: u32,
+        who: Requester,
+        prefetch_cause: bool,
+    ) -> Outcome {
         let flight_key = &self.keys[key as usize];
         let weight = match &who {
-            Requester::Client(c) if (key as usize) >= self.hot_rate.len() && key != self.viral => c.count,
+            Requester::Client(c) if (key as usize) >= self.hot_rate.len() && key != self.viral => {
+                c.count
+            }
             _ => 1.0,
         };
         if !self.collapses(tier) {
             // Without collapsing every request of the group is a fill of its own (a
             // sampled tail request stands for requests for other keys: one weighted fill).
             let alone: Vec<Requester> = match who {
-                Requester::Client(c) if weight == 1.0 && c.count > 1.0 => (0..c.count.ceil() as u32)
-                    .map(|i| Requester::Client(Client { count: (c.count - i as f64).min(1.0), ..c }))
+                Requester::Client(c) if weight == 1.0 && c.count > 1.0 => (0..c.count.ceil()
+                    as u32)
+                    .map(|i| {
+                        Requester::Client(Client {
+                            count: (c.count - i as f64).min(1.0),
+                            ..c
+                        })
+                    })
                     .collect(),
                 who => vec![who],
             };
             for who in alone {
-                let permit = self.tiers[tier].registry.lead_alone(&self.keys[key as usize], Priority::User);
+                let permit = self.tiers[tier]
+                    .registry
+                    .lead_alone(&self.keys[key as usize], Priority::User);
                 self.rec.counters.fills_led += 1;
                 let id = self.new_fill(now, tier, key, permit, false, prefetch_cause, weight);
                 self.fills[id].as_mut().expect("new").add(who);
@@ -395,7 +438,10 @@ impl<'a> World<'a> {
             }
             return Outcome::Miss;
         }
-        match self.tiers[tier].registry.acquire(flight_key, Priority::User) {
+        match self.tiers[tier]
+            .registry
+            .acquire(flight_key, Priority::User)
+        {
             Acquire::Lead(permit) => {
                 self.rec.counters.fills_led += 1;
                 let id = self.new_fill(now, tier, key, permit, false, prefetch_cause, weight);
@@ -418,7 +464,16 @@ impl<'a> World<'a> {
     }
 
     #[allow(clippy::too_many_arguments)]
-    fn new_fill(&mut self, now: u64, tier: usize, key: u32, permit: prefetcher::FillPermit, prefetch: bool, prefetch_cause: bool, weight: f64) -> usize {
+    fn new_fill(
+        &mut self,
+        now: u64,
+        tier: usize,
+        key: u32,
+        permit: prefetcher::FillPermit,
+        prefetch: bool,
+        prefetch_cause: bool,
+        weight: f64,
+    ) -> usize {
         let _ = now;
         let fill = Fill::new(tier, key, permit, prefetch, prefetch_cause, weight);
         let id = match self.free.pop() {
@@ -498,7 +553,8 @@ impl<'a> World<'a> {
         self.origin_active += weight;
         let latency = self.cfg.origin.latency_ms(self.origin_active);
         self.seq += 1;
-        self.completions.push(Reverse((now + latency, self.seq, id)));
+        self.completions
+            .push(Reverse((now + latency, self.seq, id)));
         self.rec.origin_fill(now, weight, cause);
     }
 
@@ -514,7 +570,15 @@ impl<'a> World<'a> {
             let backoff = self.cfg.retry_backoff_ms as f64 * (1.0 + self.load_rng.random::<f64>());
             self.seq += 1;
             let (node, key) = client_target(&client);
-            self.retries.push(Reverse((now + backoff as u64, self.seq, node, key, client.count as u64, client.attempt + 1, client.first_ms)));
+            self.retries.push(Reverse((
+                now + backoff as u64,
+                self.seq,
+                node,
+                key,
+                client.count as u64,
+                client.attempt + 1,
+                client.first_ms,
+            )));
         } else {
             self.rec.failed(now, &client);
         }
@@ -525,7 +589,10 @@ impl<'a> World<'a> {
         let mut gave_up = Vec::new();
         for fill in self.fills.iter_mut().flatten() {
             if fill.clients.iter().any(|c| now - c.first_ms >= timeout) {
-                let (late, waiting): (Vec<Client>, Vec<Client>) = fill.clients.drain(..).partition(|c| now - c.first_ms >= timeout);
+                let (late, waiting): (Vec<Client>, Vec<Client>) = fill
+                    .clients
+                    .drain(..)
+                    .partition(|c| now - c.first_ms >= timeout);
                 fill.clients = waiting;
                 gave_up.extend(late);
             }
@@ -537,7 +604,12 @@ impl<'a> World<'a> {
     }
 
     fn store(&mut self, tier: usize, key: u32, now: u64, expires_ms: u64, prefetched: bool) {
-        let entry = Entry { expires_ms, stored_ms: now, prefetched, used: false };
+        let entry = Entry {
+            expires_ms,
+            stored_ms: now,
+            prefetched,
+            used: false,
+        };
         let old = self.tiers[tier].cache.insert(key, entry);
         if old.is_some_and(|e| e.prefetched && !e.used) {
             self.rec.prewarm_wasted += 1;
@@ -564,10 +636,16 @@ impl<'a> World<'a> {
             self.tiers[tier].open.remove(&fill.key);
         }
         if let Slot::Held(slot, started) = std::mem::replace(&mut fill.slot, Slot::Free) {
-            let latency = result.as_ref().ok().map(|()| Duration::from_millis(now - started));
+            let latency = result
+                .as_ref()
+                .ok()
+                .map(|()| Duration::from_millis(now - started));
             slot.record(latency);
         }
-        let permit = fill.permit.take().expect("unfinished fill holds its permit");
+        let permit = fill
+            .permit
+            .take()
+            .expect("unfinished fill holds its permit");
         match result {
             Ok(()) => {
                 let jitter = self.cfg.ttl_jitter * (2.0 * self.ttl_rng.random::<f64>() - 1.0);
@@ -606,5 +684,7 @@ fn has_shields(setup: Setup) -> bool {
 }
 
 fn client_target(client: &Client) -> (u32, u32) {
-    client.target.expect("a retried client knows its node and key")
+    client
+        .target
+        .expect("a retried client knows its node and key")
 }
