@@ -95,3 +95,41 @@ fn seed_002_without_collapsing_spirals_and_every_defence_holds_it_under_3x() {
         assert!(defended.hot_hit_ratio > none.hot_hit_ratio, "{text}");
     }
 }
+
+#[test]
+fn a_sweep_writes_its_csv_and_chart_and_the_chart_holds_the_csv_values() {
+    use tests::sim::{SweepParam, read_svg_points, sweep, write_sweep};
+    let cfg = SimConfig {
+        duration_s: 20,
+        viral_at_s: 12,
+        ..small()
+    };
+    let rows = sweep(
+        &cfg,
+        SweepParam::Pops,
+        &[2.0, 6.0],
+        &[Setup::NoCollapsing, Setup::Prewarm],
+        &mut |_, _, _| {},
+    );
+    let dir = tempfile::tempdir().unwrap();
+    write_sweep(dir.path(), SweepParam::Pops, &rows).unwrap();
+    let csv = std::fs::read_to_string(dir.path().join("sweep-pops.csv")).unwrap();
+    let svg = std::fs::read_to_string(dir.path().join("sweep-pops.svg")).unwrap();
+    assert_eq!(csv.lines().count(), 1 + 4, "{csv}");
+    let points = read_svg_points(&svg);
+    assert_eq!(points.len(), 4, "{svg}");
+    // The chart's point for 6 PoPs with pre-warm is the CSV's peak over baseline.
+    let line = csv
+        .lines()
+        .find(|l| l.starts_with("6,Prewarm,"))
+        .expect(&csv);
+    let from_csv: f64 = line.split(',').nth(4).unwrap().parse().unwrap();
+    let (_, _, from_svg) = points
+        .iter()
+        .find(|(s, x, _)| s == "Prewarm" && *x == 6.0)
+        .expect(&svg);
+    assert!(
+        (from_csv - from_svg).abs() < 1e-3,
+        "{from_csv} vs {from_svg}"
+    );
+}

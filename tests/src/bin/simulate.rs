@@ -6,7 +6,7 @@
 use std::io::Write;
 
 use clap::Parser;
-use tests::sim::{Setup, SimConfig, run, table};
+use tests::sim::{Setup, SimConfig, SweepParam, run, sweep, sweep_csv, table, write_sweep};
 
 /// Simulates a CDN fleet on a virtual clock and prints the reference table.
 #[derive(Parser, Debug)]
@@ -68,6 +68,14 @@ struct Args {
     /// comma-separated); all four without it.
     #[arg(long, value_delimiter = ',')]
     setup: Vec<String>,
+    /// Sweep one parameter instead of printing the table: `pops=10,50,100,300`,
+    /// `viral-rps=...` or `origin-capacity=...`; writes sweep-<param>.csv and .svg
+    /// into --out.
+    #[arg(long)]
+    sweep: Option<String>,
+    /// Where a sweep writes its CSV and SVG.
+    #[arg(long, default_value = ".")]
+    out: std::path::PathBuf,
     /// Print the rows as JSON lines after the table.
     #[arg(long)]
     json: bool,
@@ -120,6 +128,29 @@ fn main() -> anyhow::Result<()> {
             .map(|s| parse_setup(s))
             .collect::<anyhow::Result<Vec<_>>>()?
     };
+    if let Some(spec) = &args.sweep {
+        let (name, values) = spec
+            .split_once('=')
+            .ok_or_else(|| anyhow::anyhow!("--sweep: expected PARAM=V1,V2,..."))?;
+        let param = SweepParam::parse(name).map_err(|e| anyhow::anyhow!("--sweep: {e}"))?;
+        let values = values
+            .split(',')
+            .map(|v| v.trim().parse::<f64>())
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|e| anyhow::anyhow!("--sweep: {e}"))?;
+        let rows = sweep(&cfg, param, &values, &setups, &mut |v, setup, s| {
+            eprint!(
+                "\r{} = {v}: {:<28} {s:>4}/{duration} s   ",
+                param.as_str(),
+                setup.as_str()
+            );
+            let _ = std::io::stderr().flush();
+        });
+        eprintln!();
+        write_sweep(&args.out, param, &rows)?;
+        print!("{}", sweep_csv(param, &rows));
+        return Ok(());
+    }
     let mut rows = Vec::new();
     for setup in setups {
         rows.push(run(&cfg, setup, &mut |s, c| {

@@ -1,11 +1,7 @@
-//! The simulation's settings and its entry points.
+//! The simulation's settings.
 
 use prefetcher::{FlightConfig, PrefetchConfig};
 use serde::Serialize;
-
-use super::report::{Counters, SimReport};
-use super::world::World;
-use crate::scenario::Setup;
 
 /// Background keys ranked this high or higher count as hot, with the viral key (as in
 /// the reference scenario).
@@ -181,7 +177,7 @@ impl SimConfig {
             ("origin.capacity", self.origin.capacity),
             ("event_scale", self.event_scale),
         ];
-        if let Some((field, _)) = positive.iter().find(|(_, v)| !(*v > 0.0)) {
+        if let Some((field, _)) = positive.iter().find(|(_, v)| v.is_nan() || *v <= 0.0) {
             return Err(format!("{field}: must be positive"));
         }
         if self.tick_ms > 1_000 || 1_000 % self.tick_ms != 0 {
@@ -231,31 +227,4 @@ impl SimConfig {
     pub fn key_path(&self, i: usize) -> String {
         format!("/assets/{i}.js")
     }
-}
-
-/// Runs one set-up; `progress` hears every 10 virtual seconds.
-pub fn run(
-    config: &SimConfig,
-    setup: Setup,
-    progress: &mut dyn FnMut(u64, &Counters),
-) -> SimReport {
-    // A current-thread runtime with a paused clock: the limiter's `Instant::now` and
-    // its queue timeouts read virtual time, which only the simulator advances.
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_time()
-        .start_paused(true)
-        .build()
-        .expect("a current-thread runtime");
-    runtime.block_on(World::new(config, setup).run(progress))
-}
-
-/// Runs the four set-ups on the same seed.
-pub fn run_all(
-    config: &SimConfig,
-    progress: &mut dyn FnMut(Setup, u64, &Counters),
-) -> Vec<SimReport> {
-    Setup::ALL
-        .iter()
-        .map(|setup| run(config, *setup, &mut |s, c| progress(*setup, s, c)))
-        .collect()
 }

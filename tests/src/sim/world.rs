@@ -27,6 +27,10 @@ use super::pulse_side::{PulseSide, Sampler};
 use super::report::{Counters, Recorder, SimReport};
 use crate::scenario::Setup;
 
+/// A client retry: (due ms, sequence, node, key, requests, attempt, first attempt ms),
+/// earliest first.
+type Retry = Reverse<(u64, u64, u32, u32, u64, u8, u64)>;
+
 /// A cached object at one tier.
 #[derive(Debug, Clone, Copy)]
 struct Entry {
@@ -70,7 +74,7 @@ pub(super) struct World<'a> {
     seq: u64,
     completions: BinaryHeap<Reverse<(u64, u64, usize)>>,
     expiries: BinaryHeap<Reverse<(u64, u32, u32)>>,
-    retries: BinaryHeap<Reverse<(u64, u64, u32, u32, u64, u8, u64)>>,
+    retries: BinaryHeap<Retry>,
     missing: BTreeSet<(u32, u32)>,
     pulse: Option<PulseSide>,
     viral_samplers: Vec<Sampler>,
