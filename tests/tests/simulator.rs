@@ -133,3 +133,75 @@ fn a_sweep_writes_its_csv_and_chart_and_the_chart_holds_the_csv_values() {
         "{from_csv} vs {from_svg}"
     );
 }
+
+/// A small nginx log in the shipped `log_format` (`deploy/nginx/edge.conf`): 2 000
+/// requests over 20 s for 50 keys, one key bursting from 10 s, and one broken line.
+fn nginx_log() -> String {
+    let mut log = String::new();
+    for i in 0..2_000u64 {
+        let ts = 1_796_000_000.0 + i as f64 * 0.01;
+        let key = if i >= 1_000 && i % 2 == 0 {
+            999
+        } else {
+            (i * 7919) % 50
+        };
+        log.push_str(&format!(
+            "{{\"ts\":\"{ts:.3}\",\"host\":\"acme.example\",\"uri\":\"/assets/{key}.js\",\"method\":\"GET\",\"status\":\"200\",\"cache\":\"MISS\",\"referer\":\"https://t.co/x\",\"bytes\":\"1000\",\"upstream_time\":\"0.010\",\"prewarm\":\"\"}}\n"
+        ));
+    }
+    log.push_str("not json\n");
+    log
+}
+
+#[test]
+fn a_small_nginx_log_replays_end_to_end_through_the_binary() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("access.json");
+    std::fs::write(&path, nginx_log()).unwrap();
+    let load = tests::sim::read_log(&path, prefetcher::LogFormat::NginxJson, 3).unwrap();
+    assert_eq!((load.requests.len(), load.malformed), (2_000, 1));
+    assert_eq!(load.keys[0], "/assets/999.js", "keys by popularity");
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_simulate"))
+        .args([
+            "--replay-log",
+            path.to_str().unwrap(),
+            "--replay-scale",
+            "3",
+        ])
+        .args([
+            "--regions",
+            "2",
+            "--pops-per-region",
+            "2",
+            "--nodes-per-pop",
+            "2",
+            "--json",
+        ])
+        .args(["--setup", "no-collapsing,node"])
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let rows: Vec<serde_json::Value> = stdout
+        .lines()
+        .filter(|l| l.starts_with('{'))
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(rows.len(), 2, "{stdout}");
+    for row in &rows {
+        assert_eq!(
+            row["requests"].as_f64(),
+            Some(6_000.0),
+            "every line at 3 nodes: {stdout}"
+        );
+    }
+    let fills = |r: &serde_json::Value| r["counters"]["fills_led"].as_u64().unwrap();
+    assert!(
+        fills(&rows[1]) < fills(&rows[0]),
+        "collapsing leads fewer fills: {stdout}"
+    );
+}

@@ -6,7 +6,9 @@
 use std::io::Write;
 
 use clap::Parser;
-use tests::sim::{Setup, SimConfig, SweepParam, run, sweep, sweep_csv, table, write_sweep};
+use tests::sim::{
+    Setup, SimConfig, SweepParam, read_log, run, sweep, sweep_csv, table, write_sweep,
+};
 
 /// Simulates a CDN fleet on a virtual clock and prints the reference table.
 #[derive(Parser, Debug)]
@@ -76,6 +78,17 @@ struct Args {
     /// Where a sweep writes its CSV and SVG.
     #[arg(long, default_value = ".")]
     out: std::path::PathBuf,
+    /// Replay this access log (the edge agent's formats) instead of the synthetic
+    /// load; the run lasts the log's span unless --duration-s says otherwise, and is
+    /// measured from --viral-at-s (2 s by default).
+    #[arg(long)]
+    replay_log: Option<std::path::PathBuf>,
+    /// The replayed log's format.
+    #[arg(long, value_enum, default_value = "nginx_json")]
+    log_format: prefetcher::LogFormat,
+    /// Each replayed line is a request at this many nodes (scaling the log to the fleet).
+    #[arg(long, default_value_t = 1)]
+    replay_scale: u32,
     /// Print the rows as JSON lines after the table.
     #[arg(long)]
     json: bool,
@@ -116,6 +129,25 @@ fn main() -> anyhow::Result<()> {
     }
     if let Some(c) = args.origin_capacity {
         cfg.origin.capacity = c;
+    }
+    if let Some(path) = &args.replay_log {
+        let log = read_log(path, args.log_format, args.replay_scale)
+            .map_err(|e| anyhow::anyhow!("--replay-log: {}: {e}", path.display()))?;
+        eprintln!(
+            "replaying {} requests over {} keys ({} lines skipped, {} malformed), each at {} nodes",
+            log.requests.len(),
+            log.keys.len(),
+            log.skipped,
+            log.malformed,
+            log.scale
+        );
+        if log.requests.is_empty() {
+            anyhow::bail!("--replay-log: {}: no line makes a request", path.display());
+        }
+        cfg.duration_s = args.duration_s.unwrap_or(log.span_s() + 5);
+        cfg.viral_at_s = args.viral_at_s.unwrap_or(2).min(cfg.duration_s - 1);
+        cfg.keys = log.keys.len();
+        cfg.replay = Some(std::sync::Arc::new(log));
     }
     cfg.validate()
         .map_err(|e| anyhow::anyhow!("bad setting: {e}"))?;

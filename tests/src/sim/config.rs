@@ -84,6 +84,10 @@ pub struct SimConfig {
     pub command_delay_ms: u64,
     /// One access event reaches pulse per this many requests.
     pub event_scale: f64,
+    /// Replay this log instead of the synthetic load (background and viral rates are
+    /// then ignored).
+    #[serde(skip)]
+    pub replay: Option<std::sync::Arc<super::replay::LogLoad>>,
 }
 
 impl Default for SimConfig {
@@ -124,6 +128,7 @@ impl Default for SimConfig {
             prefetch: PrefetchConfig::default(),
             command_delay_ms: 200,
             event_scale: 100.0,
+            replay: None,
         }
     }
 }

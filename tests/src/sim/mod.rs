@@ -20,6 +20,7 @@
 //!   commands they send, delivered after a delay.
 //! - `stats`: latency histogram and per-second origin counts.
 //! - `output`: sweeps as CSV and SVG charts.
+//! - `replay`: load from an access log in the edge agent's formats ([`read_log`]).
 //! - `report`: what a run measured ([`SimReport`], [`Counters`]) and the table.
 
 mod config;
@@ -27,6 +28,7 @@ mod fill;
 mod load;
 mod output;
 mod pulse_side;
+mod replay;
 mod report;
 mod stats;
 mod world;
@@ -35,6 +37,7 @@ pub use crate::scenario::Setup;
 pub use config::{HOT_RANKS, OriginModel, SimConfig};
 pub use load::{Zipf, stochastic_round};
 pub use output::{SweepParam, read_svg_points, sweep_csv, sweep_svg, write_sweep};
+pub use replay::{LogLoad, read_log};
 pub use report::{Counters, SimReport, table};
 pub use stats::{Histogram, PerSecond};
 

@@ -60,6 +60,8 @@ pub(super) struct World<'a> {
     keys: Vec<FlightKey>,
     key_index: HashMap<String, u32>,
     viral: u32,
+    /// Lines of the replayed log sent so far.
+    replayed: usize,
     /// Requests per second per node for each simulated hot background key.
     hot_rate: Vec<f64>,
     regions: Vec<RegionId>,
@@ -85,20 +87,29 @@ pub(super) struct World<'a> {
 impl<'a> World<'a> {
     pub(super) fn new(cfg: &'a SimConfig, setup: Setup) -> World<'a> {
         let tenant = TenantId::new("sim").expect("valid tenant");
-        let mut keys: Vec<FlightKey> = (0..cfg.keys)
-            .map(|i| key(&tenant, &cfg.key_path(i)))
-            .collect();
+        let mut keys: Vec<FlightKey> = match &cfg.replay {
+            Some(log) => log.keys.iter().map(|k| key(&tenant, k)).collect(),
+            None => (0..cfg.keys)
+                .map(|i| key(&tenant, &cfg.key_path(i)))
+                .collect(),
+        };
+        let key_count = keys.len();
         keys.push(key(&tenant, "/viral/story.json"));
         let key_index = keys
             .iter()
             .enumerate()
             .map(|(i, k)| (k.key().as_str().to_owned(), i as u32))
             .collect();
-        let zipf = Zipf::new(cfg.keys, cfg.zipf_exponent);
+        let zipf = Zipf::new(key_count.max(1), cfg.zipf_exponent);
         let nodes = cfg.nodes();
-        let hot_rate = (0..cfg.hot_keys.min(cfg.keys))
-            .map(|k| cfg.background_rps * zipf.p(k) / nodes as f64)
-            .collect();
+        // A replayed log's keys are all drawn from the log, one request at a time.
+        let hot_rate = if cfg.replay.is_some() {
+            Vec::new()
+        } else {
+            (0..cfg.hot_keys.min(cfg.keys))
+                .map(|k| cfg.background_rps * zipf.p(k) / nodes as f64)
+                .collect()
+        };
         let regions: Vec<RegionId> = (0..cfg.regions)
             .map(|r| RegionId::new(format!("region-{r}")).expect("valid region"))
             .collect();
@@ -134,7 +145,8 @@ impl<'a> World<'a> {
             ttl_rng: StdRng::seed_from_u64(cfg.seed ^ 0x5eed_0001),
             sample_rng: StdRng::seed_from_u64(cfg.seed ^ 0x5eed_0002),
             zipf,
-            viral: cfg.keys as u32,
+            viral: key_count as u32,
+            replayed: 0,
             keys,
             key_index,
             hot_rate,
@@ -237,8 +249,12 @@ impl<'a> World<'a> {
             self.rec.counters.retries += count;
             self.user_request(now, node as usize, key, client);
         }
-        self.background_arrivals(now, dt);
-        self.viral_arrivals(now, dt);
+        if self.cfg.replay.is_some() {
+            self.replay_arrivals(now);
+        } else {
+            self.background_arrivals(now, dt);
+            self.viral_arrivals(now, dt);
+        }
         self.poll_slots(now);
         self.time_out_clients(now);
         self.run_pulse(now, dt);
@@ -262,6 +278,24 @@ impl<'a> World<'a> {
                 let node = self.load_rng.random_range(0..self.nodes);
                 let key = self.zipf.sample_from(hot, &mut self.load_rng) as u32;
                 self.user_request(now, node, key, Client::new(sample, now));
+            }
+        }
+    }
+
+    /// The log's lines up to `now`, each at `scale` nodes drawn at random.
+    fn replay_arrivals(&mut self, now: u64) {
+        let log = std::sync::Arc::clone(self.cfg.replay.as_ref().expect("replaying"));
+        while let Some(&(at, key)) = log.requests.get(self.replayed) {
+            if at >= now {
+                break;
+            }
+            self.replayed += 1;
+            for i in 0..log.scale {
+                let node = self.load_rng.random_range(0..self.nodes);
+                let outcome = self.user_request(now, node, key, Client::new(1.0, now));
+                if i == 0 {
+                    self.emit(now, node, key, outcome, 1);
+                }
             }
         }
     }
@@ -306,10 +340,14 @@ impl<'a> World<'a> {
         if self.pulse.is_none() {
             return;
         }
-        let events = self.background_sampler.take(
-            self.cfg.background_rps * dt as f64 / 1000.0,
-            self.cfg.event_scale,
-        );
+        let background = if self.cfg.replay.is_some() {
+            0.0
+        } else {
+            self.cfg.background_rps
+        };
+        let events = self
+            .background_sampler
+            .take(background * dt as f64 / 1000.0, self.cfg.event_scale);
         for _ in 0..events {
             let key = self.zipf.sample_from(0, &mut self.sample_rng) as u32;
             let node = self.sample_rng.random_range(0..self.nodes);
@@ -389,7 +427,7 @@ impl<'a> World<'a> {
     }
 
     fn weight(&self, key: u32) -> f64 {
-        if (key as usize) < self.hot_rate.len() || key == self.viral {
+        if self.cfg.replay.is_some() || (key as usize) < self.hot_rate.len() || key == self.viral {
             1.0
         } else {
             self.cfg.tail_sample.max(1) as f64
