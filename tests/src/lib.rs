@@ -10,6 +10,7 @@
 //!   answers against one reference process ([`fleet::PulseProcess`],
 //!   [`fleet::FleetProbe`]).
 //! - `scenario`: the reference scenario behind the `demo` binary.
+//! - `sim`: the fleet simulator behind the `simulate` binary (docs/simulator.md).
 
 pub mod fleet;
 pub mod scenario;
