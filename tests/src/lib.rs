@@ -10,9 +10,11 @@
 //!   answers against one reference process ([`fleet::PulseProcess`],
 //!   [`fleet::FleetProbe`]).
 //! - `scenario`: the reference scenario behind the `demo` binary.
+//! - `sim`: the fleet simulator behind the `simulate` binary (docs/simulator.md).
 
 pub mod fleet;
 pub mod scenario;
+pub mod sim;
 
 pub use pulse::testing::{
     BOOTSTRAP_ENV, TestKafka, committed_offsets, free_port, produce, produce_events, produce_paced,
