@@ -114,8 +114,7 @@ pub use lab::{
 };
 pub use logging::{LOG_FORMAT_ENV, LogFormat, init_logging};
 pub use metrics::{
-    Metrics, ModelWatcherCounts, OutcomeLabel, PartitionerLabel, PeerLabel, ReasonLabel,
-    RouteLabel,
+    Metrics, ModelWatcherCounts, OutcomeLabel, PartitionerLabel, PeerLabel, ReasonLabel, RouteLabel,
 };
 pub use partition::{PartitionHealth, PartitionState, PartitionTemplate, Partitions, Snapshot};
 pub use predict::{

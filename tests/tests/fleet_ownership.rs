@@ -15,7 +15,8 @@
 //! SIGTERM, and while its partitions move B's and C's answers are polled; the fleet
 //! settles again.
 //!
-//! Then it checks, on B and C:
+//! With the three up on the grown topic, each names the other two as its peers
+//! (`/healthz`). Then it checks, on B and C:
 //! - each names the other, and only the other, as its peer (`/healthz`);
 //! - `pulse_partitioner{name="none"}` is 1: no partitioner placed every message;
 //! - every key's `/api/keys/{tenant}/{key}` at a fixed `now_ms` counts at least the
@@ -261,6 +262,38 @@ async fn answers_are_right_whatever_the_producers_partitioner() {
         .settle(&mut [&mut a, &mut b, &mut c], &[], &hwm, since, "grown")
         .await;
     eprintln!("settled on {GROWN} partitions in {took:?}");
+    // Three instances, no `--peers`: each finds the other two in the group (discovery
+    // describes the group every 2 s, so a member that just came back may lag a beat).
+    for (process, others) in [(&a, [&b, &c]), (&b, [&a, &c]), (&c, [&a, &b])] {
+        let mut expected: Vec<String> = others
+            .iter()
+            .map(|o| format!("http://{}", o.addr()))
+            .collect();
+        expected.sort();
+        let deadline = Instant::now() + Duration::from_secs(15);
+        let found = loop {
+            let (_, health) = probe.get(process.addr(), "/healthz").await.unwrap();
+            let mut found: Vec<String> = health["peers"]
+                .as_array()
+                .map(|peers| {
+                    peers
+                        .iter()
+                        .filter_map(|p| p.as_str().map(str::to_owned))
+                        .collect()
+                })
+                .unwrap_or_default();
+            found.sort();
+            if found == expected || Instant::now() > deadline {
+                break found;
+            }
+            tokio::time::sleep(Duration::from_millis(250)).await;
+        };
+        assert_eq!(
+            found, expected,
+            "{}: found the other two in the group",
+            process.name
+        );
+    }
 
     // 3. A leaves; while its partitions move, a whole answer is a right one.
     let left = a.sigterm();
