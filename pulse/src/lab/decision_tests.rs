@@ -182,18 +182,25 @@ fn a_slow_spreads_first_moments_are_labelled_viral() {
 }
 
 /// Keys that burst at 40 requests/s in r0, at second `from_s` one every 6 s: every
-/// other one a crowd (r0 only), the others virals that reach r1 10 s later, then r2
-/// and r3 10 s apart. At r0 the two kinds are the same (the same rate, node and
-/// referrers): nothing there tells them apart.
+/// other one a crowd (r0 only), the others virals that reach r1 25 s later (at 10
+/// requests/s: no new burst of the key's own), then r2 and r3 10 s apart. At r0 the two
+/// kinds are the same (the same rate, node and referrers): nothing there tells them
+/// apart.
 fn crowds_and_virals(prefix: &str, pairs: usize, from_s: u64) -> (Vec<AccessEvent>, u64) {
     let mut events = Vec::new();
     let mut start = from_s * 1_000;
     for i in 0..2 * pairs {
         let key = format!("/{prefix}-{i}");
-        let regions: &[&str] = if i % 2 == 0 { &["r0"] } else { &REGIONS };
-        for (n, region) in regions.iter().enumerate() {
-            let from = start + 10_000 * n as u64;
-            events.extend(demand(&key, region, from, start + 50_000));
+        let end = start + 65_000;
+        events.extend(demand(&key, "r0", start, end));
+        if i % 2 == 1 {
+            events.extend(
+                (start + 25_000..end)
+                    .step_by(100)
+                    .map(|ms| event(ms, &key, "r1")),
+            );
+            events.extend(demand(&key, "r2", start + 35_000, end));
+            events.extend(demand(&key, "r3", start + 45_000, end));
         }
         start += 6_000;
     }
@@ -228,15 +235,15 @@ fn where_the_first_region_cannot_tell_a_crowd_from_a_viral_pulse_waits_for_the_s
         }
         let first = commands.first();
         assert!(
-            first.is_some_and(|c| c.issued_at_ms >= start + 10_000),
-            "{key}: a command before its second region asked: {commands:#?}"
+            first.is_some_and(|c| c.issued_at_ms >= start + 25_000),
+            "{key}: no command, or one before its second region asked: {commands:#?}"
         );
         let warmed = |region: &str, asks: u64| {
             commands
                 .iter()
                 .any(|c| names(c, region) && c.issued_at_ms + 100 <= asks && asks < c.expires_at_ms)
         };
-        virals_warmed += usize::from(warmed("r2", start + 20_000) && warmed("r3", start + 30_000));
+        virals_warmed += usize::from(warmed("r2", start + 35_000) && warmed("r3", start + 45_000));
     }
     assert_eq!(crowd_commands, 0, "a crowd got a command");
     assert_eq!(virals_warmed, 8, "{:#?}", run.commands);

@@ -23,8 +23,11 @@ fn calibrates(sample: &Sample) -> bool {
     hash % CALIBRATION_EVERY == 0
 }
 
+/// Moments' features with their labels.
+pub(crate) type Labelled = Vec<(Features, bool)>;
+
 /// Labelled moments split by key: (to fit the regression, to calibrate it).
-pub(crate) fn split_moments(samples: &[Sample]) -> (Vec<(Features, bool)>, Vec<(Features, bool)>) {
+pub(crate) fn split_moments(samples: &[Sample]) -> (Labelled, Labelled) {
     let (calibrate, fit): (Vec<&Sample>, Vec<&Sample>) =
         samples.iter().partition(|s| calibrates(s));
     let pairs = |s: Vec<&Sample>| s.into_iter().map(|s| (s.features, s.viral)).collect();
@@ -146,8 +149,10 @@ mod tests {
             (0..4_000)
                 .map(|i| {
                     let level = (i + offset) % 4;
-                    let mut f = Features::default();
-                    f.velocity_1s = 10.0 * (level + 1) as f64;
+                    let f = Features {
+                        velocity_1s: 10.0 * (level + 1) as f64,
+                        ..Features::default()
+                    };
                     let viral = level == 3 || (i / 4) % 2 == 0;
                     (f, viral)
                 })
@@ -157,8 +162,10 @@ mod tests {
         let worst_error = |model: &ScoringModel| {
             (0..4)
                 .map(|level| {
-                    let mut f = Features::default();
-                    f.velocity_1s = 10.0 * (level + 1) as f64;
+                    let f = Features {
+                        velocity_1s: 10.0 * (level + 1) as f64,
+                        ..Features::default()
+                    };
                     let share = if level == 3 { 1.0 } else { 0.5 };
                     (model.score(&f).confidence - share).abs()
                 })

@@ -228,9 +228,11 @@ impl Predictor {
                 }
                 self.scored += 1;
                 let mut score = model.score(&x.features);
-                score.confidence = self
-                    .calibration
-                    .confidence(tenant, score.raw, |raw| model.confidence_of(raw));
+                score.confidence =
+                    self.calibration
+                        .confidence(tenant, at_spread(&x.features), score.raw, |raw| {
+                            model.confidence_of(raw)
+                        });
                 let mut unseen = x.unseen;
                 if score.confidence >= self.decider.policy().threshold
                     && !self
@@ -267,8 +269,12 @@ impl Predictor {
                 let labelled = self.labeler.labelled();
                 let skip = labelled.len() - settled;
                 for s in labelled.skip(skip) {
-                    self.calibration
-                        .note(&s.tenant, model.raw(&s.features), s.viral);
+                    self.calibration.note(
+                        &s.tenant,
+                        at_spread(&s.features),
+                        model.raw(&s.features),
+                        s.viral,
+                    );
                 }
             }
             self.decider.expire(now_ms);
@@ -380,6 +386,12 @@ fn follow_up(
         .map(|(i, _)| tracker.regions[*i].clone())
         .collect();
     decider.follow_up(now_ms, tenant, key, reached, unseen)
+}
+
+/// Whether a scoring moment is at a spread (a region reached in the last 10 s): the
+/// online calibration counts those apart.
+fn at_spread(features: &Features) -> bool {
+    features.new_regions_10s > 0.0
 }
 
 /// Client misses one warmed region would be spared if it then asks: its first miss,

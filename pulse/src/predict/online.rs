@@ -6,7 +6,8 @@
 //! (for a tenant, the fleet's probability is its prior): with little evidence the
 //! confidence is the model's, with much it is what this fleet, or tenant, saw. Bins
 //! are kept monotone (pool-adjacent-violators, weighted by evidence). A new model
-//! starts from no evidence: its raw outputs mean something else.
+//! starts from no evidence: its raw outputs mean something else. Moments at a spread
+//! (a region reached in the last 10 s) are counted apart from the others.
 
 use std::collections::HashMap;
 
@@ -30,6 +31,11 @@ struct Counts {
     moments: [f64; BINS],
 }
 
+/// Counts kept apart for moments that are, and are not, at a spread (a region reached
+/// in the last 10 s): the late regions of a viral that stops are not its first.
+#[derive(Debug, Clone, Copy, Default)]
+struct Strata([Counts; 2]);
+
 impl Counts {
     fn note(&mut self, raw: f64, viral: bool) {
         let b = bin(raw);
@@ -41,9 +47,9 @@ impl Counts {
     fn posterior(&self, prior: &[f64; BINS]) -> [f64; BINS] {
         // Pool adjacent violators over the bins: (weighted sum, weight, bins pooled).
         let mut blocks: Vec<(f64, f64, usize)> = Vec::with_capacity(BINS);
-        for b in 0..BINS {
-            let weight = self.moments[b] + PRIOR_WEIGHT;
-            let p = (self.viral[b] + PRIOR_WEIGHT * prior[b]) / weight;
+        for ((moments, viral), prior) in self.moments.iter().zip(&self.viral).zip(prior) {
+            let weight = moments + PRIOR_WEIGHT;
+            let p = (viral + PRIOR_WEIGHT * prior) / weight;
             blocks.push((p * weight, weight, 1));
             while blocks.len() >= 2 {
                 let (hi, lo) = (blocks[blocks.len() - 1], blocks[blocks.len() - 2]);
@@ -77,8 +83,8 @@ fn bin(raw: f64) -> usize {
 /// Outcome counts of the fleet and of each tenant, for the model in use.
 #[derive(Debug, Default)]
 pub(crate) struct OnlineCalibration {
-    fleet: Counts,
-    tenants: HashMap<TenantId, Counts>,
+    fleet: Strata,
+    tenants: HashMap<TenantId, Strata>,
 }
 
 impl OnlineCalibration {
@@ -88,15 +94,13 @@ impl OnlineCalibration {
     }
 
     /// Counts one labelled moment the model scored `raw`.
-    pub(crate) fn note(&mut self, tenant: &TenantId, raw: f64, viral: bool) {
-        self.fleet.note(raw, viral);
+    pub(crate) fn note(&mut self, tenant: &TenantId, spread: bool, raw: f64, viral: bool) {
+        let s = usize::from(spread);
+        self.fleet.0[s].note(raw, viral);
         if self.tenants.len() >= MAX_TENANTS && !self.tenants.contains_key(tenant) {
             return;
         }
-        self.tenants
-            .entry(tenant.clone())
-            .or_default()
-            .note(raw, viral);
+        self.tenants.entry(tenant.clone()).or_default().0[s].note(raw, viral);
     }
 
     /// The confidence at `raw` for `tenant`, given the model's own calibration
@@ -104,11 +108,13 @@ impl OnlineCalibration {
     pub(crate) fn confidence(
         &self,
         tenant: &TenantId,
+        spread: bool,
         raw: f64,
         model_confidence: impl Fn(f64) -> f64,
     ) -> f64 {
         let b = bin(raw);
-        if self.fleet.moments.iter().all(|n| *n == 0.0) {
+        let s = usize::from(spread);
+        if self.fleet.0[s].moments.iter().all(|n| *n == 0.0) {
             return model_confidence(raw);
         }
         // The model's calibration at each bin's middle (the scored raw in its own bin,
@@ -120,9 +126,9 @@ impl OnlineCalibration {
                 model_confidence(RAW_LOW + (i as f64 + 0.5) * BIN_WIDTH)
             }
         });
-        let fleet = self.fleet.posterior(&prior);
+        let fleet = self.fleet.0[s].posterior(&prior);
         match self.tenants.get(tenant) {
-            Some(counts) => counts.posterior(&fleet)[b],
+            Some(counts) => counts.0[s].posterior(&fleet)[b],
             None => fleet[b],
         }
     }
@@ -148,22 +154,24 @@ mod tests {
             "c".parse().unwrap(),
         );
         let mut online = OnlineCalibration::default();
-        assert_eq!(online.confidence(&a, 0.95, model), 0.95);
+        assert_eq!(online.confidence(&a, false, 0.95, model), 0.95);
         for i in 0..600 {
-            online.note(&a, 0.95, i % 3 == 0);
+            online.note(&a, false, 0.95, i % 3 == 0);
         }
         for _ in 0..100 {
-            online.note(&b, 0.95, true);
+            online.note(&b, false, 0.95, true);
         }
-        let fleet = online.confidence(&c, 0.95, model);
+        let fleet = online.confidence(&c, false, 0.95, model);
         assert!((fleet - 0.43).abs() < 0.05, "{fleet}");
-        let tenant_b = online.confidence(&b, 0.95, model);
+        let tenant_b = online.confidence(&b, false, 0.95, model);
         assert!(tenant_b > fleet + 0.3, "{tenant_b} vs {fleet}");
-        let tenant_a = online.confidence(&a, 0.95, model);
+        let tenant_a = online.confidence(&a, false, 0.95, model);
         assert!(tenant_a < 0.4, "{tenant_a}");
+        // Moments at a spread are counted apart.
+        assert_eq!(online.confidence(&c, true, 0.95, model), 0.95);
         // Elsewhere the model's calibration still holds, kept monotone.
-        assert!(online.confidence(&c, 1.15, model) >= fleet);
+        assert!(online.confidence(&c, false, 1.15, model) >= fleet);
         online.reset();
-        assert_eq!(online.confidence(&c, 0.95, model), 0.95);
+        assert_eq!(online.confidence(&c, false, 0.95, model), 0.95);
     }
 }
