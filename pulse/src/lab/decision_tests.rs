@@ -16,6 +16,7 @@ fn always_sure() -> Arc<ScoringModel> {
     model.coefficients.iter_mut().for_each(|c| *c = 0.0);
     model.calibration.slope = 0.0;
     model.calibration.offset = 4.6; // sigmoid(4.6) ≈ 0.99
+    model.isotonic.clear(); // the logistic calibration, then
     Arc::new(model)
 }
 
