@@ -108,9 +108,10 @@ pub use heat::{
 pub use ingest::{BatchObserver, Clock, Ingest, IngestConfig, IngestError};
 pub use lab::{
     BacktestRow, Burst, BurstKind, EventFile, EventSource, FAMILIES, Family, FamilyRow,
-    OfflineError, Replay, ReplayOptions, Trace, TraceSpec, ViralReferrers, backtest_commands,
-    backtest_table, family_rows, family_table, generate_trace, load_events, percentile, read_topic,
-    replay, train_model, train_on_families, train_summary, write_commands, write_trace,
+    OfflineError, Replay, ReplayOptions, Trace, TraceSpec, TrainingSet, ViralReferrers,
+    backtest_commands, backtest_table, family_rows, family_table, generate_trace, load_events,
+    percentile, read_topic, replay, train_model, train_on, train_on_families, train_summary,
+    write_commands, write_trace,
 };
 pub use logging::{LOG_FORMAT_ENV, LogFormat, init_logging};
 pub use metrics::{

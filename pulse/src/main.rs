@@ -146,14 +146,15 @@ struct TraceArgs {
 struct TrainArgs {
     /// The events to learn from: a JSON-lines file, or a topic read from its beginning
     /// to its end as `kafka://HOST:PORT/TOPIC`; repeat the flag for several.
-    #[arg(
-        long,
-        required_unless_present = "families",
-        conflicts_with = "families"
-    )]
+    #[arg(long, required_unless_present = "families")]
     events: Vec<EventSource>,
-    /// Train on generated traffic families instead (comma-separated names, or `train`
-    /// for every family marked for training), one trace per `--seeds` value each.
+    /// Of each `--events` source, the share from its start in time to learn from (0.5:
+    /// its first half; the rest stays unseen for `pulse backtest`'s second half).
+    #[arg(long, default_value_t = 1.0)]
+    events_share: f64,
+    /// Train on generated traffic families (comma-separated names, or `train` for every
+    /// family marked for training), one trace per `--seeds` value each, besides any
+    /// `--events`.
     #[arg(long, value_delimiter = ',')]
     families: Vec<String>,
     /// Seeds of the family traces.
@@ -643,12 +644,20 @@ fn train(args: TrainArgs) -> anyhow::Result<()> {
         .held_out
         .map(|s| with_properties(s, &properties))
         .transpose()?;
-    let model = if args.families.is_empty() {
-        pulse::train_model(&events, held_out.as_ref(), &options)?
-    } else {
-        let families = families(&args.families, "--families")?;
-        pulse::train_on_families(&families, &args.seeds, held_out.as_ref(), &options)?
+    if !(args.events_share > 0.0 && args.events_share <= 1.0) {
+        bail!("--events-share: {} is outside (0, 1]", args.events_share);
+    }
+    let set = pulse::TrainingSet {
+        families: if args.families.is_empty() {
+            Vec::new()
+        } else {
+            families(&args.families, "--families")?
+        },
+        seeds: args.seeds,
+        events,
+        events_share: args.events_share,
     };
+    let model = pulse::train_on(&set, held_out.as_ref(), &options)?;
     std::fs::write(&args.out, model.to_json())
         .with_context(|| format!("--out: writing {}", args.out.display()))?;
     println!("{}", pulse::train_summary(&model));

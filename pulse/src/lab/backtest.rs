@@ -200,7 +200,24 @@ pub(crate) fn score(
     threshold: f64,
     truth: Option<&[Burst]>,
 ) -> BacktestRow {
-    let (s, _) = score_commands(&replay.commands, events, truth, &HonestOptions::default());
+    score_some(
+        &replay.commands,
+        events,
+        threshold,
+        truth,
+        &replay.decision_times,
+    )
+}
+
+/// Scores `commands` (a part of a replay's) with the honest scorer.
+pub(crate) fn score_some(
+    commands: &[PrewarmCommand],
+    events: &[AccessEvent],
+    threshold: f64,
+    truth: Option<&[Burst]>,
+    decision_times: &[Duration],
+) -> BacktestRow {
+    let (s, _) = score_commands(commands, events, truth, &HonestOptions::default());
     BacktestRow {
         threshold,
         commands: s.commands,
@@ -211,7 +228,7 @@ pub(crate) fn score(
         useful: s.useful,
         wasted: s.judged - s.useful,
         wasted_share: s.wasted_share(),
-        decision_p99: percentile(&replay.decision_times, 0.99),
+        decision_p99: percentile(decision_times, 0.99),
     }
 }
 

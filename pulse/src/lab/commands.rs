@@ -1,6 +1,6 @@
 //! The offline commands as library calls: where `pulse train` and `pulse backtest`
 //! read events from ([`EventSource`], [`load_events`]), fitting a model on replayed
-//! traces ([`train_model`]), the backtest table ([`backtest_table`]), and writing a
+//! traces ([`train_on`](super::train_on)), the backtest table ([`backtest_table`]), and writing a
 //! generated trace with its truth ([`write_trace`]). The binary only turns flags into
 //! these arguments.
 
@@ -11,13 +11,11 @@ use std::time::Duration;
 use models::{AccessEvent, PrewarmCommand};
 
 use super::backtest::{
-    BacktestRow, ReplayOptions, read_events, read_topic, replay, score as score_replay,
+    BacktestRow, ReplayOptions, read_events, read_topic, replay, score as score_replay, score_some,
 };
 use super::honest::{HonestOptions, score_commands};
 use super::trace::{Burst, Family, Trace, generate as generate_trace};
-use crate::predict::{
-    DecisionPolicy, Features, ModelError, ScoringModel, TrainOptions, reliability,
-};
+use crate::predict::{DecisionPolicy, ModelError, ScoringModel, reliability};
 
 /// Where events are read from: a JSON-lines file, or a Kafka topic read from its
 /// beginning to its end (`kafka://HOST:PORT[,HOST:PORT…]/TOPIC`).
@@ -116,59 +114,6 @@ pub fn load_events(source: &EventSource, what: &str) -> Result<Vec<AccessEvent>,
         });
     }
     Ok(read.events)
-}
-
-/// The labelled samples a replay of `events` collects, for training.
-pub(crate) fn training_samples(events: &[AccessEvent]) -> Vec<(Features, bool)> {
-    let run = replay(events, None, &ReplayOptions::default());
-    tracing::info!(
-        events = events.len(),
-        samples = run.samples.len(),
-        "replayed"
-    );
-    run.samples.iter().map(|s| (s.features, s.viral)).collect()
-}
-
-/// Fits a model on the samples of `train` and measures it on those of `held_out`.
-pub fn train_model(
-    train: &[EventSource],
-    held_out: Option<&EventSource>,
-    options: &TrainOptions,
-) -> Result<ScoringModel, OfflineError> {
-    let mut samples = Vec::new();
-    for source in train {
-        samples.extend(training_samples(&load_events(source, "events")?));
-    }
-    let held_out = match held_out {
-        Some(source) => training_samples(&load_events(source, "held_out")?),
-        None => Vec::new(),
-    };
-    Ok(ScoringModel::train(&samples, &held_out, options)?)
-}
-
-/// Fits a model on the samples of each family's trace at each seed (see
-/// [`Family::spec`]) and measures it on those of `held_out`; the model card lists the
-/// families.
-pub fn train_on_families(
-    families: &[&Family],
-    seeds: &[u64],
-    held_out: Option<&EventSource>,
-    options: &TrainOptions,
-) -> Result<ScoringModel, OfflineError> {
-    let mut samples = Vec::new();
-    for family in families {
-        for seed in seeds {
-            let trace = generate_trace(&family.spec(*seed));
-            samples.extend(training_samples(&trace.events));
-        }
-    }
-    let held_out = match held_out {
-        Some(source) => training_samples(&load_events(source, "held_out")?),
-        None => Vec::new(),
-    };
-    let mut model = ScoringModel::train(&samples, &held_out, options)?;
-    model.metrics.families = families.iter().map(|f| f.name.to_owned()).collect();
-    Ok(model)
 }
 
 /// One family's row of the per-family backtest.
@@ -347,21 +292,59 @@ pub fn backtest_table(
         options.predictor.policy.threshold = threshold;
         replay(events, Some(model.clone()), &options)
     };
-    let mut judged = None;
+    let mut at_reliability = None;
     for threshold in thresholds {
         let run = run_at(*threshold);
         out.push_str(&table_row(&score_replay(&run, events, *threshold, truth)));
-        if *threshold == reliability_at && judged.is_none() {
-            judged = Some(judged_commands(&run.commands, events, truth));
+        if *threshold == reliability_at && at_reliability.is_none() {
+            at_reliability = Some(run);
         }
     }
-    let judged =
-        judged.unwrap_or_else(|| judged_commands(&run_at(reliability_at).commands, events, truth));
+    let run = at_reliability.unwrap_or_else(|| run_at(reliability_at));
+    out.push_str(&format!(
+        "\nthe first and second half of the trace at {reliability_at:.2} (commands sent, and bursts begun, in each)\n"
+    ));
+    out.push_str(&TABLE_HEADER.replacen("threshold", "half", 1));
+    for (half, row) in ["first", "second"]
+        .iter()
+        .zip(halves(&run, events, reliability_at, truth))
+    {
+        out.push_str(&table_row(&row).replacen(&format!("{reliability_at:.2}"), half, 1));
+    }
+    let judged = judged_commands(&run.commands, events, truth);
     out.push_str(&format!(
         "\nreliability of the commands at {reliability_at:.2} (useful = a named region asked in time)\n"
     ));
     out.push_str(&reliability_table(&judged));
     Ok(out)
+}
+
+/// The honest figures of the commands sent, and the bursts begun, in each half of the
+/// trace's time (the replay ran over all of it, so the second half is scored with
+/// everything pulse learned in the first).
+fn halves(
+    run: &super::Replay,
+    events: &[AccessEvent],
+    threshold: f64,
+    truth: Option<&[Burst]>,
+) -> [BacktestRow; 2] {
+    let (first, last) = (events[0].ts_ms, events[events.len() - 1].ts_ms);
+    let middle = first + (last - first) / 2;
+    [false, true].map(|second| {
+        let commands: Vec<PrewarmCommand> = run
+            .commands
+            .iter()
+            .filter(|c| (c.issued_at_ms >= middle) == second)
+            .cloned()
+            .collect();
+        let bursts: Option<Vec<Burst>> = truth.map(|t| {
+            t.iter()
+                .filter(|b| (b.start_ms >= middle) == second)
+                .cloned()
+                .collect()
+        });
+        score_some(&commands, events, threshold, bursts.as_deref(), &[])
+    })
 }
 
 const TABLE_HEADER: &str = "| threshold | commands | precision | region precision | recall | median lead | useful | wasted | wasted fills | decision p99 |\n|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n";

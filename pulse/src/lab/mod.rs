@@ -10,8 +10,9 @@
 //! - `backtest`: [`replay`] and [`backtest`] on event time; [`read_events`],
 //!   [`read_topic`], [`write_commands`].
 //! - `honest`: [`score_commands`], commands judged against what the regions then did.
-//! - `commands`: `pulse train`/`backtest`/`trace` as calls ([`train_model`],
-//!   [`backtest_table`], [`write_trace`]).
+//! - `commands`: `pulse train`/`backtest`/`trace` as calls ([`backtest_table`],
+//!   [`write_trace`]).
+//! - `training`: [`train_on`], a model fitted and calibrated on families and files.
 
 mod backtest;
 mod commands;
@@ -21,15 +22,17 @@ mod honest;
 #[cfg(test)]
 mod replayed_api;
 mod trace;
+mod training;
 
 pub use backtest::{
     BacktestRow, EventFile, Replay, ReplayOptions, percentile, read_topic, replay, write_commands,
 };
 pub use commands::{
     EventSource, FamilyRow, OfflineError, backtest_commands, backtest_table, family_rows,
-    family_table, load_events, train_model, train_on_families, train_summary, write_trace,
+    family_table, load_events, train_summary, write_trace,
 };
 pub use trace::{
     Burst, BurstKind, FAMILIES, Family, Trace, TraceSpec, ViralReferrers,
     generate as generate_trace,
 };
+pub use training::{TrainingSet, train_model, train_on, train_on_families};

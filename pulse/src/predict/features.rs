@@ -111,7 +111,7 @@ pub(crate) fn is_social(domain: &str) -> bool {
 /// A floor against counting noise only: the model, not the floor, tells a spread from
 /// a crowd, and a higher floor scores a fast viral too late for the regions it reaches
 /// in its first second (at 20, fast-spread recall was 0.883, at 12 0.933).
-const BURST_MIN_RPS: f64 = 12.0;
+pub(crate) const BURST_MIN_RPS: f64 = 12.0;
 /// …and this many times its minute average.
 const BURST_FACTOR: f64 = 4.0;
 /// Two bursts are "at the same phase" when their second of the minute is this close.

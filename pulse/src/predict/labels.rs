@@ -92,8 +92,10 @@ impl Labeler {
         });
     }
 
-    /// Labels every moment whose horizon has passed at `now_ms`.
-    pub(crate) fn settle(&mut self, now_ms: u64, tracker: &Tracker) {
+    /// Labels every moment whose horizon has passed at `now_ms`; returns how many (the
+    /// newest of [`Labeler::labelled`]).
+    pub(crate) fn settle(&mut self, now_ms: u64, tracker: &Tracker) -> usize {
+        let mut settled = 0;
         while self.pending.front().is_some_and(|p| p.due_ms <= now_ms) {
             let p = self.pending.pop_front().expect("checked above");
             let key = tracker
@@ -115,11 +117,13 @@ impl Labeler {
                 features: p.features,
                 viral,
             });
+            settled += 1;
         }
         if self.last_sample_ms.len() > self.capacity {
             let every = self.sample_every_ms;
             self.last_sample_ms.retain(|_, t| *t + every > now_ms);
         }
+        settled.min(self.labelled.len())
     }
 
     /// The labelled samples, oldest first.

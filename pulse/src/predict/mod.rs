@@ -21,10 +21,12 @@
 //! - `labels`: labels each scoring moment by whether demand came, for training.
 //! - `retrain`: [`retrain`], fits a candidate model and keeps it only if it is not worse.
 
+mod calibrate;
 mod decide;
 mod features;
 mod labels;
 mod model;
+mod online;
 mod retrain;
 mod tracker;
 
@@ -32,6 +34,7 @@ use std::sync::Arc;
 
 use models::{AccessEventRef, CacheKey, PrewarmCommand, TenantId};
 
+pub(crate) use calibrate::split_moments;
 pub(crate) use decide::{Candidate, Decider};
 pub use decide::{Decision, DecisionCounts, DecisionPolicy, Skip, Verdict};
 pub use features::{FEATURE_COUNT, Features};
@@ -47,6 +50,7 @@ pub(crate) use retrain::{RetrainOutcome, retrain};
 use crate::heat::{HeatMap, Window};
 use features::{FEATURE_WINDOWS, extract, is_bursting};
 use labels::Labeler;
+use online::OnlineCalibration;
 use tracker::Tracker;
 
 /// How long after a key starts bursting it is still scored.
@@ -63,6 +67,8 @@ pub struct PredictorConfig {
     pub sample_every_ms: u64,
     /// Labelled samples kept for retraining.
     pub sample_capacity: usize,
+    /// Recalibrate the confidence from the labelled moments seen (`predict::online`).
+    pub calibrate_online: bool,
 }
 
 impl Default for PredictorConfig {
@@ -72,6 +78,7 @@ impl Default for PredictorConfig {
             max_tracked_keys: 2_048,
             sample_every_ms: 500,
             sample_capacity: 50_000,
+            calibrate_online: true,
         }
     }
 }
@@ -83,6 +90,8 @@ pub struct Predictor {
     decider: Decider,
     tracker: Tracker,
     labeler: Labeler,
+    calibration: OnlineCalibration,
+    calibrate_online: bool,
     scored: u64,
     /// The oldest event seen: the heat map's minute holds only what came since.
     first_event_ms: Option<u64>,
@@ -103,6 +112,8 @@ impl Predictor {
                 config.sample_capacity,
             ),
             decider: Decider::new(config.policy),
+            calibration: OnlineCalibration::default(),
+            calibrate_online: config.calibrate_online,
             scored: 0,
             first_event_ms: None,
         }
@@ -181,7 +192,14 @@ impl Predictor {
                 // Only the first seconds of a burst, with regions left to warm, can
                 // become a command: only those moments are scored, and only those teach
                 // the model (a long burst would otherwise outweigh many short ones).
-                let early = burst_start.is_some_and(|start| now_ms < start + EARLY_BURST_MS);
+                // So are the first seconds after the key reached a new region while
+                // busy: a spread the first region could not foretell (a crowd and a
+                // viral look alike there) is decided at its second region.
+                let early = burst_start.is_some_and(|start| now_ms < start + EARLY_BURST_MS)
+                    || (v1 >= features::BURST_MIN_RPS
+                        && self
+                            .tracker
+                            .spread_lately(tenant, &key, now_ms, EARLY_BURST_MS));
                 // Features as of before this tick's burst is noted.
                 let extracted = (decide && early)
                     .then(|| heat.key_windows(tenant, &key, FEATURE_WINDOWS, now_ms).ok())
@@ -209,7 +227,12 @@ impl Predictor {
                     continue;
                 }
                 self.scored += 1;
-                let score = model.score(&x.features);
+                let mut score = model.score(&x.features);
+                score.confidence =
+                    self.calibration
+                        .confidence(tenant, at_spread(&x.features), score.raw, |raw| {
+                            model.confidence_of(raw)
+                        });
                 let mut unseen = x.unseen;
                 if score.confidence >= self.decider.policy().threshold
                     && !self
@@ -241,7 +264,19 @@ impl Predictor {
             }
         }
         if decide {
-            self.labeler.settle(now_ms, &self.tracker);
+            let settled = self.labeler.settle(now_ms, &self.tracker);
+            if let Some(model) = self.model.as_ref().filter(|_| self.calibrate_online) {
+                let labelled = self.labeler.labelled();
+                let skip = labelled.len() - settled;
+                for s in labelled.skip(skip) {
+                    self.calibration.note(
+                        &s.tenant,
+                        at_spread(&s.features),
+                        model.raw(&s.features),
+                        s.viral,
+                    );
+                }
+            }
             self.decider.expire(now_ms);
         }
         commands
@@ -278,6 +313,8 @@ impl Predictor {
 
     /// Replaces the model (after a retrain).
     pub fn set_model(&mut self, model: Arc<ScoringModel>) {
+        // Its raw outputs mean something else: what was seen of the last one's goes.
+        self.calibration.reset();
         self.model = Some(model);
     }
 
@@ -349,6 +386,12 @@ fn follow_up(
         .map(|(i, _)| tracker.regions[*i].clone())
         .collect();
     decider.follow_up(now_ms, tenant, key, reached, unseen)
+}
+
+/// Whether a scoring moment is at a spread (a region reached in the last 10 s): the
+/// online calibration counts those apart.
+fn at_spread(features: &Features) -> bool {
+    features.new_regions_10s > 0.0
 }
 
 /// Client misses one warmed region would be spared if it then asks: its first miss,

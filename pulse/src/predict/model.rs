@@ -14,6 +14,7 @@ use models::{FeatureContribution, Reason};
 use ndarray::{Array1, Array2};
 use serde::{Deserialize, Serialize};
 
+use super::calibrate::{fit_isotonic, isotonic_at, valid as valid_isotonic};
 use super::features::{FEATURE_COUNT, FEATURE_NAMES, Features};
 
 /// The model pulse scores with unless told otherwise: trained by
@@ -250,6 +251,11 @@ pub struct ScoringModel {
     pub intercept: f64,
     /// Regression output → confidence.
     pub calibration: Calibration,
+    /// Isotonic calibration, when fitted on held-out moments
+    /// ([`ScoringModel::calibrate`]): breakpoints `[raw output, probability]`; it
+    /// replaces the logistic one.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub isotonic: Vec<[f64; 2]>,
     /// The model card's numbers.
     pub metrics: TrainingMetrics,
 }
@@ -324,6 +330,7 @@ impl ScoringModel {
                 slope: 1.0,
                 offset: 0.0,
             },
+            isotonic: Vec::new(),
             metrics: TrainingMetrics::default(),
         };
         if model.coefficients.iter().any(|c| !c.is_finite()) || !model.intercept.is_finite() {
@@ -377,7 +384,7 @@ impl ScoringModel {
     }
 
     /// The regression output before calibration.
-    fn raw(&self, features: &Features) -> f64 {
+    pub(crate) fn raw(&self, features: &Features) -> f64 {
         self.standardised(features)
             .iter()
             .zip(&self.coefficients)
@@ -413,8 +420,31 @@ impl ScoringModel {
         }
     }
 
-    fn confidence_of(&self, raw: f64) -> f64 {
-        sigmoid(self.calibration.slope * raw + self.calibration.offset)
+    pub(crate) fn confidence_of(&self, raw: f64) -> f64 {
+        if self.isotonic.is_empty() {
+            sigmoid(self.calibration.slope * raw + self.calibration.offset)
+        } else {
+            isotonic_at(&self.isotonic, raw)
+        }
+    }
+
+    /// Calibrates the confidence on labelled moments the regression did not learn
+    /// from (isotonic: the share of alike-scored moments that went viral) and measures
+    /// the reliability table on them. Too few moments, or one label, change nothing;
+    /// returns whether it calibrated.
+    pub fn calibrate(&mut self, moments: &[(Features, bool)]) -> bool {
+        let raw: Vec<(f64, bool)> = moments.iter().map(|(f, v)| (self.raw(f), *v)).collect();
+        let points = fit_isotonic(&raw);
+        if points.is_empty() {
+            return false;
+        }
+        self.isotonic = points;
+        let scored: Vec<(f64, bool)> = raw
+            .iter()
+            .map(|(x, v)| (self.confidence_of(*x), *v))
+            .collect();
+        self.metrics.reliability = reliability(&scored);
+        true
     }
 
     /// Counts decisions at `threshold` against the labels.
@@ -478,6 +508,9 @@ impl ScoringModel {
         ]);
         if numbers.into_iter().any(|x| !x.is_finite()) {
             return invalid("a coefficient, mean or calibration value is not finite".into());
+        }
+        if !valid_isotonic(&self.isotonic) {
+            return invalid("isotonic: breakpoints must be finite and not decreasing".into());
         }
         if self.stds.iter().any(|s| !(s.is_finite() && *s > 0.0)) {
             return invalid("stds: every value must be positive".into());

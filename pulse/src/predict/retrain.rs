@@ -3,6 +3,7 @@
 //! if it is not worse.
 
 use super::Sample;
+use super::calibrate::split_moments;
 use super::model::{Evaluation, ScoringModel, TrainOptions};
 
 /// What a retrain decided.
@@ -46,15 +47,20 @@ pub(crate) fn retrain(
     options: &TrainOptions,
 ) -> RetrainOutcome {
     let split = ((samples.len() as f64) * (1.0 - held_out_share)) as usize;
-    let pairs = |s: &[Sample]| -> Vec<_> { s.iter().map(|s| (s.features, s.viral)).collect() };
-    let (train, held_out) = (pairs(&samples[..split]), pairs(&samples[split..]));
+    let held_out: Vec<_> = samples[split..]
+        .iter()
+        .map(|s| (s.features, s.viral))
+        .collect();
     if held_out.iter().all(|(_, v)| !*v) {
         return RetrainOutcome::NotEnoughData("no viral sample among the held-out ones".into());
     }
-    let model = match ScoringModel::train(&train, &held_out, options) {
+    // The older part fits (most keys) and calibrates (the others), as offline training.
+    let (train, calibration) = split_moments(&samples[..split]);
+    let mut model = match ScoringModel::train(&train, &held_out, options) {
         Ok(model) => model,
         Err(e) => return RetrainOutcome::NotEnoughData(e.to_string()),
     };
+    model.calibrate(&calibration);
     let current_eval = current.evaluate(&held_out, options.threshold);
     let candidate_eval = model.evaluate(&held_out, options.threshold);
     if f1(&candidate_eval) >= f1(&current_eval) {

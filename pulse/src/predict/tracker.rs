@@ -499,6 +499,30 @@ impl Tracker {
         }
     }
 
+    /// Whether a region first asked (a second or more after the key's last burst began,
+    /// within a minute of it) in the last `within_ms`, and asked
+    /// [`MIN_REGION_DEMAND`](super::MIN_REGION_DEMAND) times since: the burst spreads.
+    pub(crate) fn spread_lately(
+        &self,
+        tenant: &TenantId,
+        key: &CacheKey,
+        now_ms: u64,
+        within_ms: u64,
+    ) -> bool {
+        let Some(k) = self.tenants.get(tenant).and_then(|t| t.keys.get(key)) else {
+            return false;
+        };
+        let Some(&burst) = k.bursts.back() else {
+            return false;
+        };
+        now_ms < burst + 60_000
+            && k.regions_new_since(
+                now_ms.saturating_sub(within_ms).max(burst + 1_000),
+                1_000,
+                super::MIN_REGION_DEMAND,
+            ) > 0
+    }
+
     /// When the current burst of a tracked key started, if it is `bursting` at
     /// `now_ms` (now, for a new one); asked before [`Tracker::note_burst`] changes the
     /// key's burst history, which the key's features read.

@@ -1,0 +1,177 @@
+//! Calibration online: the confidence recalibrated from the outcomes pulse sees where
+//! it runs. Every labelled moment (did a region that had not asked ask within the
+//! command TTL: what the honest scorer counts) is counted in a bin of the model's raw
+//! output, for the fleet and for its tenant. A bin's probability is the share that went
+//! viral, with the model's own calibration worth [`PRIOR_WEIGHT`] moments as the prior
+//! (for a tenant, the fleet's probability is its prior): with little evidence the
+//! confidence is the model's, with much it is what this fleet, or tenant, saw. Bins
+//! are kept monotone (pool-adjacent-violators, weighted by evidence). A new model
+//! starts from no evidence: its raw outputs mean something else. Moments at a spread
+//! (a region reached in the last 10 s) are counted apart from the others.
+
+use std::collections::HashMap;
+
+use models::TenantId;
+
+/// Raw outputs are counted in bins this wide from [`RAW_LOW`] (beyond the ends: the
+/// first or last bin). The regression targets 0/1, so its outputs lie about there.
+const BIN_WIDTH: f64 = 0.1;
+const RAW_LOW: f64 = -0.2;
+const BINS: usize = 14;
+
+/// How many moments the prior is worth in each bin.
+pub(crate) const PRIOR_WEIGHT: f64 = 20.0;
+
+/// Tenants with counts of their own, at most (beyond, the fleet's counts alone).
+const MAX_TENANTS: usize = 10_000;
+
+#[derive(Debug, Clone, Copy, Default)]
+struct Counts {
+    viral: [f64; BINS],
+    moments: [f64; BINS],
+}
+
+/// Counts kept apart for moments that are, and are not, at a spread (a region reached
+/// in the last 10 s): the late regions of a viral that stops are not its first.
+#[derive(Debug, Clone, Copy, Default)]
+struct Strata([Counts; 2]);
+
+impl Counts {
+    fn note(&mut self, raw: f64, viral: bool) {
+        let b = bin(raw);
+        self.moments[b] += 1.0;
+        self.viral[b] += f64::from(u8::from(viral));
+    }
+
+    /// Each bin's probability given `prior` per bin, monotone in raw output.
+    fn posterior(&self, prior: &[f64; BINS]) -> [f64; BINS] {
+        // Pool adjacent violators over the bins: (weighted sum, weight, bins pooled).
+        let mut blocks: Vec<(f64, f64, usize)> = Vec::with_capacity(BINS);
+        for ((moments, viral), prior) in self.moments.iter().zip(&self.viral).zip(prior) {
+            let weight = moments + PRIOR_WEIGHT;
+            let p = (viral + PRIOR_WEIGHT * prior) / weight;
+            blocks.push((p * weight, weight, 1));
+            while blocks.len() >= 2 {
+                let (hi, lo) = (blocks[blocks.len() - 1], blocks[blocks.len() - 2]);
+                if lo.0 / lo.1 <= hi.0 / hi.1 {
+                    break;
+                }
+                blocks.pop();
+                let last = blocks.len() - 1;
+                blocks[last] = (lo.0 + hi.0, lo.1 + hi.1, lo.2 + hi.2);
+            }
+        }
+        let mut out = [0.0; BINS];
+        let mut b = 0;
+        for (sum, weight, len) in blocks {
+            for slot in &mut out[b..b + len] {
+                *slot = sum / weight;
+            }
+            b += len;
+        }
+        out
+    }
+}
+
+fn bin(raw: f64) -> usize {
+    if !raw.is_finite() {
+        return 0;
+    }
+    (((raw - RAW_LOW) / BIN_WIDTH).floor().max(0.0) as usize).min(BINS - 1)
+}
+
+/// Outcome counts of the fleet and of each tenant, for the model in use.
+#[derive(Debug, Default)]
+pub(crate) struct OnlineCalibration {
+    fleet: Strata,
+    tenants: HashMap<TenantId, Strata>,
+}
+
+impl OnlineCalibration {
+    /// Forgets every count (a new model).
+    pub(crate) fn reset(&mut self) {
+        *self = OnlineCalibration::default();
+    }
+
+    /// Counts one labelled moment the model scored `raw`.
+    pub(crate) fn note(&mut self, tenant: &TenantId, spread: bool, raw: f64, viral: bool) {
+        let s = usize::from(spread);
+        self.fleet.0[s].note(raw, viral);
+        if self.tenants.len() >= MAX_TENANTS && !self.tenants.contains_key(tenant) {
+            return;
+        }
+        self.tenants.entry(tenant.clone()).or_default().0[s].note(raw, viral);
+    }
+
+    /// The confidence at `raw` for `tenant`, given the model's own calibration
+    /// (`model_confidence`, the prior).
+    pub(crate) fn confidence(
+        &self,
+        tenant: &TenantId,
+        spread: bool,
+        raw: f64,
+        model_confidence: impl Fn(f64) -> f64,
+    ) -> f64 {
+        let b = bin(raw);
+        let s = usize::from(spread);
+        if self.fleet.0[s].moments.iter().all(|n| *n == 0.0) {
+            return model_confidence(raw);
+        }
+        // The model's calibration at each bin's middle (the scored raw in its own bin,
+        // so that no evidence gives exactly the model's confidence).
+        let prior: [f64; BINS] = std::array::from_fn(|i| {
+            if i == b {
+                model_confidence(raw)
+            } else {
+                model_confidence(RAW_LOW + (i as f64 + 0.5) * BIN_WIDTH)
+            }
+        });
+        let fleet = self.fleet.0[s].posterior(&prior);
+        match self.tenants.get(tenant) {
+            Some(counts) => counts.0[s].posterior(&fleet)[b],
+            None => fleet[b],
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn model(raw: f64) -> f64 {
+        raw.clamp(0.0, 1.0)
+    }
+
+    /// Without evidence the confidence is the model's; with a fleet's moments at one
+    /// output going viral a third of the time, it approaches a third there; a tenant
+    /// whose moments there all went viral gets more than the fleet, and one without
+    /// counts of its own gets the fleet's.
+    #[test]
+    fn the_confidence_moves_from_the_models_to_what_the_fleet_and_tenant_saw() {
+        let (a, b, c): (TenantId, TenantId, TenantId) = (
+            "a".parse().unwrap(),
+            "b".parse().unwrap(),
+            "c".parse().unwrap(),
+        );
+        let mut online = OnlineCalibration::default();
+        assert_eq!(online.confidence(&a, false, 0.95, model), 0.95);
+        for i in 0..600 {
+            online.note(&a, false, 0.95, i % 3 == 0);
+        }
+        for _ in 0..100 {
+            online.note(&b, false, 0.95, true);
+        }
+        let fleet = online.confidence(&c, false, 0.95, model);
+        assert!((fleet - 0.43).abs() < 0.05, "{fleet}");
+        let tenant_b = online.confidence(&b, false, 0.95, model);
+        assert!(tenant_b > fleet + 0.3, "{tenant_b} vs {fleet}");
+        let tenant_a = online.confidence(&a, false, 0.95, model);
+        assert!(tenant_a < 0.4, "{tenant_a}");
+        // Moments at a spread are counted apart.
+        assert_eq!(online.confidence(&c, true, 0.95, model), 0.95);
+        // Elsewhere the model's calibration still holds, kept monotone.
+        assert!(online.confidence(&c, false, 1.15, model) >= fleet);
+        online.reset();
+        assert_eq!(online.confidence(&c, false, 0.95, model), 0.95);
+    }
+}
