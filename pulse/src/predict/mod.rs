@@ -78,7 +78,7 @@ impl Default for PredictorConfig {
             max_tracked_keys: 2_048,
             sample_every_ms: 500,
             sample_capacity: 50_000,
-            calibrate_online: true,
+            calibrate_online: false,
         }
     }
 }
