@@ -9,7 +9,7 @@ use clap::{Args, Parser, Subcommand};
 use models::TenantId;
 use pulse::{
     DecisionPolicy, EVENTS_TOPIC, EmbeddedBroker, EventSource, FAMILIES, Family, HeatConfig,
-    PREWARM_TOPIC, PulseConfig, ScoringModel, TraceSpec, TrainOptions,
+    PREWARM_TOPIC, PredictorConfig, PulseConfig, ScoringModel, TraceSpec, TrainOptions,
 };
 
 /// Pulse watches edge access events and pre-warms hot keys across regions.
@@ -214,13 +214,17 @@ struct BacktestArgs {
     /// The threshold whose commands `--commands` writes, and of `--families`' rows.
     #[arg(long, default_value_t = DecisionPolicy::default().threshold)]
     threshold: f64,
-    /// With `--families`: regions that must have asked for a key before it can get a
-    /// command (2: wait for spread evidence).
+    /// Regions that must have asked for a key before it can get a command (2: wait for
+    /// spread evidence).
     #[arg(long, default_value_t = DecisionPolicy::default().min_regions_reached)]
     min_regions_reached: usize,
-    /// With `--families`: consecutive scorings at the threshold before a command.
+    /// Consecutive scorings at the threshold before a command.
     #[arg(long, default_value_t = DecisionPolicy::default().confirmations)]
     confirmations: u32,
+    /// Keep the model's own confidence: no online recalibration from the outcomes the
+    /// replay sees (as `pulse serve --no-calibrate-online`).
+    #[arg(long)]
+    no_calibrate_online: bool,
     #[command(flatten)]
     kafka: KafkaArgs,
 }
@@ -355,6 +359,10 @@ struct ServeArgs {
     /// Keep and retrain this instance's own model (no model topic).
     #[arg(long, env = "PULSE_NO_MODEL_TOPIC")]
     no_model_topic: bool,
+    /// Keep the model's own confidence: no online recalibration from the outcomes this
+    /// instance sees (per partition and tenant, in bins of the model's output).
+    #[arg(long, env = "PULSE_NO_CALIBRATE_ONLINE")]
+    no_calibrate_online: bool,
     /// Check the settings as a start would (every flag, the Kafka properties file
     /// and properties, the tenants file, the model file, the checkpoint file),
     /// starting no broker, binding no port and connecting to nothing; print one line
@@ -414,6 +422,7 @@ impl ServeArgs {
             advertise_url: self.advertise_url,
             peer_timeout_ms: self.peer_timeout_ms,
             fleet_model: !self.no_model_topic,
+            calibrate_online: !self.no_calibrate_online,
             model_topic: self.model_topic,
             topic_partitions: self.topic_partitions,
             topic_retention_ms: self
@@ -680,15 +689,19 @@ fn backtest(args: BacktestArgs) -> anyhow::Result<()> {
         .clone()
         .map(|s| with_properties(s, &properties))
         .transpose()?;
-    let Some(source) = &source else {
-        let families = families(&args.families, "--families")?;
-        let policy = DecisionPolicy {
+    let predictor = PredictorConfig {
+        policy: DecisionPolicy {
             threshold: args.threshold,
             min_regions_reached: args.min_regions_reached,
             confirmations: args.confirmations,
             ..DecisionPolicy::default()
-        };
-        let rows = pulse::family_rows(&model, &families, args.seed, &policy)?;
+        },
+        calibrate_online: !args.no_calibrate_online,
+        ..PredictorConfig::default()
+    };
+    let Some(source) = &source else {
+        let families = families(&args.families, "--families")?;
+        let rows = pulse::family_rows(&model, &families, args.seed, &predictor)?;
         print!("{}", pulse::family_table(&model, &rows, args.seed));
         return Ok(());
     };
@@ -701,7 +714,7 @@ fn backtest(args: BacktestArgs) -> anyhow::Result<()> {
         None => None,
     };
     if let Some(path) = &args.commands {
-        let commands = pulse::backtest_commands(&events, model.clone(), args.threshold)
+        let commands = pulse::backtest_commands(&events, model.clone(), args.threshold, &predictor)
             .context("--threshold")?;
         pulse::write_commands(path, &commands)
             .with_context(|| format!("--commands: writing {}", path.display()))?;
@@ -719,7 +732,8 @@ fn backtest(args: BacktestArgs) -> anyhow::Result<()> {
             truth.as_deref(),
             model,
             &args.thresholds,
-            args.threshold
+            args.threshold,
+            &predictor,
         )?
     );
     Ok(())

@@ -15,7 +15,7 @@ use super::backtest::{
 };
 use super::honest::{HonestOptions, score_commands};
 use super::trace::{Burst, Family, Trace, generate as generate_trace};
-use crate::predict::{DecisionPolicy, ModelError, ScoringModel, reliability};
+use crate::predict::{DecisionPolicy, ModelError, PredictorConfig, ScoringModel, reliability};
 
 /// Where events are read from: a JSON-lines file, or a Kafka topic read from its
 /// beginning to its end (`kafka://HOST:PORT[,HOST:PORT…]/TOPIC`).
@@ -136,9 +136,9 @@ pub fn family_rows(
     model: &ScoringModel,
     families: &[&'static Family],
     seed: u64,
-    policy: &DecisionPolicy,
+    predictor: &PredictorConfig,
 ) -> Result<Vec<FamilyRow>, OfflineError> {
-    let threshold = policy.threshold;
+    let threshold = predictor.policy.threshold;
     if !(0.0..=1.0).contains(&threshold) {
         return Err(OfflineError::Threshold(threshold));
     }
@@ -148,11 +148,7 @@ pub fn family_rows(
         .map(|family| {
             let spec = family.spec(seed);
             let trace = generate_trace(&spec);
-            let mut options = ReplayOptions::default();
-            options.predictor.policy = DecisionPolicy {
-                history: options.predictor.policy.history,
-                ..policy.clone()
-            };
+            let options = options_at(predictor, threshold);
             let run = replay(&trace.events, Some(model.clone()), &options);
             let row = score_replay(&run, &trace.events, threshold, Some(&trace.bursts));
             let judged = judged_commands(&run.commands, &trace.events, Some(&trace.bursts));
@@ -276,6 +272,7 @@ pub fn backtest_table(
     model: ScoringModel,
     thresholds: &[f64],
     reliability_at: f64,
+    predictor: &PredictorConfig,
 ) -> Result<String, OfflineError> {
     if let Some(t) = thresholds
         .iter()
@@ -288,9 +285,11 @@ pub fn backtest_table(
     out.push_str(TABLE_HEADER);
     let model = Arc::new(model);
     let run_at = |threshold: f64| {
-        let mut options = ReplayOptions::default();
-        options.predictor.policy.threshold = threshold;
-        replay(events, Some(model.clone()), &options)
+        replay(
+            events,
+            Some(model.clone()),
+            &options_at(predictor, threshold),
+        )
     };
     let mut at_reliability = None;
     for threshold in thresholds {
@@ -370,13 +369,31 @@ pub fn backtest_commands(
     events: &[AccessEvent],
     model: ScoringModel,
     threshold: f64,
+    predictor: &PredictorConfig,
 ) -> Result<Vec<PrewarmCommand>, OfflineError> {
     if !(0.0..=1.0).contains(&threshold) {
         return Err(OfflineError::Threshold(threshold));
     }
-    let mut options = ReplayOptions::default();
-    options.predictor.policy.threshold = threshold;
+    let options = options_at(predictor, threshold);
     Ok(replay(events, Some(Arc::new(model)), &options).commands)
+}
+
+/// A replay with `predictor`'s rules at `threshold`, keeping every decision and sample
+/// of the trace as [`ReplayOptions::default`] does.
+fn options_at(predictor: &PredictorConfig, threshold: f64) -> ReplayOptions {
+    let keep = ReplayOptions::default();
+    ReplayOptions {
+        predictor: PredictorConfig {
+            policy: DecisionPolicy {
+                threshold,
+                history: keep.predictor.policy.history,
+                ..predictor.policy.clone()
+            },
+            sample_capacity: keep.predictor.sample_capacity,
+            ..predictor.clone()
+        },
+        ..keep
+    }
 }
 
 /// Writes a generated trace's events (JSON lines) and, if asked, its truth (JSON).
@@ -425,8 +442,15 @@ mod tests {
             ..TraceSpec::default()
         });
         let model = crate::predict::default_model();
-        let table =
-            backtest_table(&trace.events, Some(&trace.bursts), model, &[0.85], 0.85).unwrap();
+        let table = backtest_table(
+            &trace.events,
+            Some(&trace.bursts),
+            model,
+            &[0.85],
+            0.85,
+            &PredictorConfig::default(),
+        )
+        .unwrap();
         let (rows, reliability) = table
             .split_once("reliability of the commands at 0.85")
             .unwrap_or_else(|| panic!("no reliability table:\n{table}"));
@@ -459,7 +483,7 @@ mod tests {
     fn a_threshold_outside_the_unit_interval_is_refused() {
         let model = crate::predict::default_model();
         assert!(matches!(
-            backtest_table(&[], None, model, &[0.5, 1.5], 0.85),
+            backtest_table(&[], None, model, &[0.5, 1.5], 0.85, &PredictorConfig::default()),
             Err(OfflineError::Threshold(t)) if t == 1.5
         ));
     }

@@ -1,7 +1,8 @@
 //! The online decision rules replayed on small hand-made traces (a model that is always
 //! sure, and no online recalibration, so only the rules decide): follow-up commands on
 //! a slow spread, and the outcome memory on a key that bursts on a schedule in one
-//! region; and waiting for the second region where the first cannot tell.
+//! region; waiting for the second region where the first cannot tell; and the shipped
+//! model telling a crowd sent by search engines from a newsletter's viral.
 
 use std::sync::Arc;
 
@@ -111,6 +112,47 @@ fn a_slow_spread_gets_follow_ups_for_the_regions_it_reaches_after_the_first_comm
     );
     // One command, and at most one follow-up per region the key spread to.
     assert!(commands.len() <= arrivals.len(), "{commands:#?}");
+}
+
+/// A slow spread whose demand passes: each region asks for 30 s, then goes quiet. A
+/// follow-up names the regions the burst has not reached yet, never one whose clients
+/// asked in this burst (warming it again after its demand passed is a wasted fill).
+#[test]
+fn a_follow_up_never_names_a_region_the_burst_already_passed_through() {
+    let arrivals = [
+        ("r0", 70_000),
+        ("r1", 95_000),
+        ("r2", 140_000),
+        ("r3", 170_000),
+    ];
+    let mut events = background(230_000);
+    for (region, from) in arrivals {
+        events.extend(demand("/wave", region, from, from + 30_000));
+    }
+    let run = replay(&sorted(events), Some(always_sure()), &rules_only());
+    let commands: Vec<_> = run
+        .commands
+        .iter()
+        .filter(|c| c.key.as_str() == "/wave")
+        .collect();
+    assert!(
+        commands.len() >= 2,
+        "a first command and a follow-up: {commands:#?}"
+    );
+    for command in &commands {
+        for (region, asks) in arrivals {
+            assert!(
+                !(names(command, region) && asks < command.issued_at_ms),
+                "{region} asked at {asks} ms, before this command: {command:#?}"
+            );
+        }
+    }
+    assert!(
+        commands.iter().any(|c| names(c, "r3")
+            && c.issued_at_ms + 100 <= 170_000
+            && 170_000 < c.expires_at_ms),
+        "the last region is still warmed in time: {commands:#?}"
+    );
 }
 
 /// A job that runs every minute at the same second in one region: each command for it
@@ -248,4 +290,83 @@ fn where_the_first_region_cannot_tell_a_crowd_from_a_viral_pulse_waits_for_the_s
     }
     assert_eq!(crowd_commands, 0, "a crowd got a command");
     assert_eq!(virals_warmed, 8, "{:#?}", run.commands);
+}
+
+/// `key` at 40 requests/s in `region` over [from, to), from eight nodes, the requests
+/// sent by `referrers` in turn (`None`: no referrer).
+fn referred(
+    key: &str,
+    region: &str,
+    (from_ms, to_ms): (u64, u64),
+    referrers: &[Option<&str>],
+) -> Vec<AccessEvent> {
+    (from_ms..to_ms)
+        .step_by(25)
+        .enumerate()
+        .map(|(i, ms)| {
+            let mut e = event(ms, key, region);
+            e.node = format!("n-{region}-{}", i % 8).parse().unwrap();
+            e.referrer = referrers[i % referrers.len()].map(|d| d.parse().unwrap());
+            e
+        })
+        .collect()
+}
+
+/// What the shipped model does at the first region of a crowd that search engines
+/// send (60 % of its requests, the rest without a referrer, as readers look a story
+/// up where it happened) and of a viral that a newsletter sends (60 % from webmail),
+/// alike in everything else: (commands for the crowd, whether the viral was
+/// commanded before its second region asked).
+fn search_crowd_and_newsletter_viral(model: Arc<ScoringModel>) -> (usize, bool) {
+    let search = [
+        Some("www.google.com"),
+        Some("www.google.com"),
+        Some("www.bing.com"),
+        None,
+        None,
+    ];
+    let mail = [
+        Some("mail.google.com"),
+        Some("outlook.live.com"),
+        Some("newsletter.acme.example"),
+        None,
+        None,
+    ];
+    // Readers everywhere come from search engines, webmail and social networks all
+    // day long: none of these domains is local to a region.
+    let everyday = [
+        None,
+        None,
+        Some("www.google.com"),
+        Some("mail.google.com"),
+        Some("t.co"),
+    ];
+    let mut events: Vec<_> = REGIONS
+        .iter()
+        .flat_map(|r| referred("/home", r, (0, 260_000), &everyday))
+        .collect();
+    events.extend(referred("/local-story", "r0", (70_000, 110_000), &search));
+    let viral = [
+        ("r0", 150_000),
+        ("r1", 156_000),
+        ("r2", 162_000),
+        ("r3", 168_000),
+    ];
+    for (region, from) in viral {
+        events.extend(referred("/issue-12", region, (from, 200_000), &mail));
+    }
+    let run = replay(&sorted(events), Some(model), &ReplayOptions::default());
+    let of = |key: &'static str| run.commands.iter().filter(move |c| c.key.as_str() == key);
+    let crowd = of("/local-story").count();
+    let early = of("/issue-12").any(|c| c.issued_at_ms < viral[1].1);
+    (crowd, early)
+}
+
+/// The referrer's class carries what separates these two at the first region; the
+/// shipped model weighs it: the crowd gets no command, the viral one at once.
+#[test]
+fn the_shipped_model_tells_a_search_crowd_from_a_newsletter_viral_at_the_first_region() {
+    let (crowd, early) = search_crowd_and_newsletter_viral(Arc::new(default_model()));
+    assert_eq!(crowd, 0, "the crowd sent by search engines got a command");
+    assert!(early, "the newsletter's viral waited for its second region");
 }

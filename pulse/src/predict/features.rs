@@ -36,7 +36,7 @@ macro_rules! features {
 }
 
 /// How many features the model reads.
-pub const FEATURE_COUNT: usize = 16;
+pub const FEATURE_COUNT: usize = 18;
 
 features! {
     /// Requests per second for the key over the last 200 ms, all outcomes.
@@ -71,6 +71,11 @@ features! {
     referrer_top_share,
     /// Share of the last 10 s of requests from social or news referrer domains.
     referrer_social_share,
+    /// Share from search engines: demand that each reader looks up on their own, as
+    /// a crowd does in its one region, rather than a link passed on.
+    referrer_search_share,
+    /// Share from webmail and newsletter links: one mailing, read everywhere at once.
+    referrer_mail_share,
     /// `referrer_top_share` minus that domain's share over the key's last 60 s (its
     /// baseline), or over the tenant's recent mix for a key without history.
     referrer_lift,
@@ -82,8 +87,22 @@ features! {
     tenant_burstiness,
 }
 
-/// Referrer domains counted as social or news, matched on the domain or any parent.
-const SOCIAL_AND_NEWS: [&str; 14] = [
+/// What kind of site sent a visitor: the classes whose share tells a link passed on
+/// (social, mail) from demand looked up where it arose (search).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum ReferrerClass {
+    /// A social network or a news aggregator.
+    Social,
+    /// A webmail reader or a newsletter's link.
+    Mail,
+    /// A search engine.
+    Search,
+    /// Anything else: the site itself, a local paper, a partner.
+    Other,
+}
+
+/// Social networks and news aggregators, matched on the domain or any parent.
+const SOCIAL_AND_NEWS: [&str; 15] = [
     "t.co",
     "x.com",
     "twitter.com",
@@ -92,6 +111,7 @@ const SOCIAL_AND_NEWS: [&str; 14] = [
     "reddit.com",
     "linkedin.com",
     "tiktok.com",
+    "pinterest.com",
     "news.ycombinator.com",
     "news.google.com",
     "bsky.app",
@@ -100,11 +120,50 @@ const SOCIAL_AND_NEWS: [&str; 14] = [
     "flipboard.com",
 ];
 
-/// Whether `domain` is a social network or a news aggregator.
-pub(crate) fn is_social(domain: &str) -> bool {
-    SOCIAL_AND_NEWS
-        .iter()
-        .any(|s| domain == *s || domain.strip_suffix(s).is_some_and(|p| p.ends_with('.')))
+/// Webmail readers; a `newsletter.` host counts as mail too.
+const MAIL: [&str; 6] = [
+    "mail.google.com",
+    "outlook.live.com",
+    "outlook.office.com",
+    "mail.yahoo.com",
+    "mail.proton.me",
+    "mail.aol.com",
+];
+
+/// Search engines (checked after the two lists above: `news.google.com` and
+/// `mail.google.com` are not searches).
+const SEARCH: [&str; 9] = [
+    "google.com",
+    "bing.com",
+    "duckduckgo.com",
+    "search.yahoo.com",
+    "yandex.ru",
+    "yandex.com",
+    "baidu.com",
+    "ecosia.org",
+    "search.brave.com",
+];
+
+/// Whether `domain` is `parent` or a subdomain of it.
+fn within(domain: &str, parent: &str) -> bool {
+    domain == parent
+        || domain
+            .strip_suffix(parent)
+            .is_some_and(|p| p.ends_with('.'))
+}
+
+/// The class of a referrer domain.
+pub(crate) fn referrer_class(domain: &str) -> ReferrerClass {
+    let any = |list: &[&str]| list.iter().any(|parent| within(domain, parent));
+    if any(&SOCIAL_AND_NEWS) {
+        ReferrerClass::Social
+    } else if any(&MAIL) || domain.starts_with("newsletter.") {
+        ReferrerClass::Mail
+    } else if any(&SEARCH) {
+        ReferrerClass::Search
+    } else {
+        ReferrerClass::Other
+    }
 }
 
 /// A key is bursting while its last second runs at least this many requests per second…
@@ -212,6 +271,8 @@ pub(crate) fn extract(
         phase_bursts_before: phase_bursts_before(k, now_ms) as f64,
         referrer_top_share: referrers.top_share,
         referrer_social_share: referrers.social_share,
+        referrer_search_share: referrers.search_share,
+        referrer_mail_share: referrers.mail_share,
         referrer_lift: referrers.lift,
         referrer_reach,
         tenant_burstiness: t.burstiness(now_ms),
@@ -252,8 +313,10 @@ struct Referrers<'t> {
     top: Option<&'t str>,
     /// Its share of the requests.
     top_share: f64,
-    /// The share from social or news domains.
+    /// The shares from social or news domains, search engines and mail.
     social_share: f64,
+    search_share: f64,
+    mail_share: f64,
     /// `top_share` minus that domain's baseline share.
     lift: f64,
 }
@@ -273,11 +336,14 @@ fn referrers<'t>(
         return Referrers::default();
     };
     let top_share = top_count as f64 / total as f64;
-    let social: u32 = by_domain
-        .iter()
-        .filter(|(d, _)| t.domain_name(**d).is_some_and(is_social))
-        .map(|(_, c)| c)
-        .sum();
+    let class_share = |class: ReferrerClass| {
+        let n: u32 = by_domain
+            .iter()
+            .filter(|(d, _)| t.domain_name(**d).map(referrer_class) == Some(class))
+            .map(|(_, c)| c)
+            .sum();
+        n as f64 / total as f64
+    };
     let (old_total, old) = k.referrer_counts(now_s.saturating_sub(59), now_s.saturating_sub(10));
     let baseline = if old_total >= MIN_BASELINE_REQUESTS {
         old.get(&top).copied().unwrap_or(0) as f64 / old_total as f64
@@ -287,7 +353,9 @@ fn referrers<'t>(
     Referrers {
         top: t.domain_name(top),
         top_share,
-        social_share: social as f64 / total as f64,
+        social_share: class_share(ReferrerClass::Social),
+        search_share: class_share(ReferrerClass::Search),
+        mail_share: class_share(ReferrerClass::Mail),
         lift: top_share - baseline,
     }
 }
@@ -313,12 +381,25 @@ mod tests {
     }
 
     #[test]
-    fn social_domains_match_on_parents_only() {
-        assert!(is_social("t.co"));
-        assert!(is_social("www.reddit.com"));
-        assert!(is_social("old.reddit.com"));
-        assert!(!is_social("notreddit.com"));
-        assert!(!is_social("www.google.com"));
+    fn referrer_classes_match_on_parents_only() {
+        use ReferrerClass::*;
+        for (domain, class) in [
+            ("t.co", Social),
+            ("www.reddit.com", Social),
+            ("old.reddit.com", Social),
+            ("notreddit.com", Other),
+            ("www.google.com", Search),
+            ("google.com", Search),
+            ("news.google.com", Social),
+            ("mail.google.com", Mail),
+            ("outlook.live.com", Mail),
+            ("newsletter.shop.example", Mail),
+            ("duckduckgo.com", Search),
+            ("notgoogle.com", Other),
+            ("www.shop.example", Other),
+        ] {
+            assert_eq!(referrer_class(domain), class, "{domain}");
+        }
     }
 
     /// `referrer_reach`: the share of the tenant's regions the key's top referrer

@@ -78,7 +78,7 @@ impl Default for PredictorConfig {
             max_tracked_keys: 2_048,
             sample_every_ms: 500,
             sample_capacity: 50_000,
-            calibrate_online: false,
+            calibrate_online: true,
         }
     }
 }
@@ -346,9 +346,10 @@ impl Predictor {
 
 /// A follow-up command for a followed key that spread since its last command
 /// (`decide::follow`): a region it had not reached then has asked at least
-/// [`MIN_REGION_DEMAND`] times. It names the tenant's regions that have not asked in the
-/// last minute (a pre-warm is no request: a region warmed but not asked is named again)
-/// and share an audience with a reached one.
+/// [`MIN_REGION_DEMAND`] times. It names the tenant's regions the burst has not reached
+/// (none of their clients asked since it began, or in the last minute: a pre-warm is no
+/// request, so a region warmed but not asked is named again; one that asked and went
+/// quiet is past its demand) and that share an audience with a reached one.
 fn follow_up(
     decider: &mut Decider,
     tracker: &Tracker,
@@ -356,16 +357,16 @@ fn follow_up(
     key: &CacheKey,
     now_ms: u64,
 ) -> Option<PrewarmCommand> {
-    let before = decider.follow_up_due(tenant, key, now_ms)?;
+    let (before, burst_start_ms) = decider.follow_up_due(tenant, key, now_ms)?;
     let t = tracker.tenants.get(tenant)?;
     let k = t.keys.get(key)?;
-    let minute_ago = now_ms.saturating_sub(60_000);
+    let since = now_ms.saturating_sub(60_000).min(burst_start_ms);
     let (mut reached, mut unseen) = (Vec::new(), Vec::new());
     for i in t.regions(now_ms) {
         let asked = k
             .regions
             .get(i)
-            .is_some_and(|r| r.count > 0 && r.last_ms >= minute_ago);
+            .is_some_and(|r| r.count > 0 && r.last_ms >= since);
         if asked {
             reached.push(i);
         } else {

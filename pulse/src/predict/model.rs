@@ -471,10 +471,66 @@ impl ScoringModel {
     }
 
     /// Reads and checks a model file written by [`ScoringModel::to_json`].
+    /// A file from an earlier build that lacks some of this build's features reads as
+    /// that model with those features weighed 0 (a fleet upgrading one instance at a
+    /// time keeps the model its topic carries); a feature this build does not know is
+    /// an error.
     pub fn from_json(json: &str) -> Result<Self, ModelError> {
-        let model: ScoringModel = serde_json::from_str(json)?;
+        let mut model: ScoringModel = serde_json::from_str(json)?;
+        model.align_features()?;
         model.check()?;
         Ok(model)
+    }
+
+    /// Reorders the per-feature vectors into [`FEATURE_NAMES`] order, a missing
+    /// feature weighed 0.
+    fn align_features(&mut self) -> Result<(), ModelError> {
+        if self.features == FEATURE_NAMES {
+            return Ok(());
+        }
+        let n = self.features.len();
+        if [
+            self.transforms.len(),
+            self.means.len(),
+            self.stds.len(),
+            self.coefficients.len(),
+        ]
+        .iter()
+        .any(|len| *len != n)
+        {
+            return Err(ModelError::Invalid(format!(
+                "{n} features but transforms, means, stds or coefficients of another length"
+            )));
+        }
+        if let Some(unknown) = self
+            .features
+            .iter()
+            .find(|f| !FEATURE_NAMES.contains(&f.as_str()))
+        {
+            return Err(ModelError::Invalid(format!(
+                "features: {unknown:?} is not one of this build's {FEATURE_NAMES:?}"
+            )));
+        }
+        let at = |name: &str| self.features.iter().position(|f| f == name);
+        let mut aligned = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+        for name in FEATURE_NAMES {
+            let (transform, mean, std, coefficient) = match at(name) {
+                Some(j) => (
+                    self.transforms[j],
+                    self.means[j],
+                    self.stds[j],
+                    self.coefficients[j],
+                ),
+                None => (Transform::for_feature(name), 0.0, 1.0, 0.0),
+            };
+            aligned.0.push(transform);
+            aligned.1.push(mean);
+            aligned.2.push(std);
+            aligned.3.push(coefficient);
+        }
+        (self.transforms, self.means, self.stds, self.coefficients) = aligned;
+        self.features = FEATURE_NAMES.iter().map(|s| s.to_string()).collect();
+        Ok(())
     }
 
     fn check(&self) -> Result<(), ModelError> {
@@ -697,6 +753,38 @@ mod tests {
             ScoringModel::from_json("{"),
             Err(ModelError::Parse(_))
         ));
+    }
+
+    /// A file written before a feature existed still reads: the feature weighs 0, the
+    /// others keep their order by name, so every score is the file's.
+    #[test]
+    fn an_older_file_without_a_feature_reads_with_that_feature_weighed_zero() {
+        let mut model =
+            ScoringModel::train(&samples(200, 6), &[], &TrainOptions::default()).unwrap();
+        let mail = FEATURE_NAMES
+            .iter()
+            .position(|f| *f == "referrer_mail_share")
+            .unwrap();
+        model.coefficients[mail] = 0.0;
+        let mut older = model.clone();
+        for list in [&mut older.means, &mut older.stds, &mut older.coefficients] {
+            list.remove(mail);
+        }
+        older.transforms.remove(mail);
+        older.features.remove(mail);
+        // Written in another order, too.
+        older.features.swap(0, 1);
+        older.means.swap(0, 1);
+        older.stds.swap(0, 1);
+        older.coefficients.swap(0, 1);
+        older.transforms.swap(0, 1);
+        let read = ScoringModel::from_json(&older.to_json()).unwrap();
+        assert_eq!(read.features, FEATURE_NAMES);
+        for (features, _) in samples(50, 9) {
+            let mut with_mail = features;
+            with_mail.referrer_mail_share = 0.9;
+            assert!((read.raw(&with_mail) - model.raw(&features)).abs() < 1e-9);
+        }
     }
 
     #[test]

@@ -103,6 +103,9 @@ pub struct PulseConfig {
     pub fleet_model: bool,
     /// The fleet model's topic; `None`: `{topic}.{group}.model` (one per fleet).
     pub model_topic: Option<String>,
+    /// Recalibrate the confidence online from the outcomes each partition sees
+    /// (`predict::online`); off: the model's own confidence.
+    pub calibrate_online: bool,
 }
 
 impl Default for PulseConfig {
@@ -143,6 +146,7 @@ impl Default for PulseConfig {
             peer_timeout_ms: DEFAULT_PEER_TIMEOUT.as_millis() as u64,
             fleet_model: true,
             model_topic: None,
+            calibrate_online: true,
         }
     }
 }

@@ -222,6 +222,7 @@ pub async fn start(config: PulseConfig) -> Result<PulseHandle, StartError> {
             allowed_tenants: allowed,
             predictor: config.prewarm.then(|| PredictorConfig {
                 policy: config.policy(),
+                calibrate_online: config.calibrate_online,
                 ..PredictorConfig::default()
             }),
         },

@@ -79,21 +79,21 @@ impl Decider {
         following.len += usize::from(previous.is_none());
     }
 
-    /// The regions (tracker ids) the key had reached at its last command, when a
-    /// follow-up may be due: the key is followed, its last command is at least half its
-    /// TTL old and not expired, and the cap is not reached.
+    /// The regions (tracker ids) the key had reached at its last command, and when its
+    /// burst began, when a follow-up may be due: the key is followed, its last command
+    /// is at least half its TTL old and not expired, and the cap is not reached.
     pub(crate) fn follow_up_due(
         &self,
         tenant: &TenantId,
         key: &CacheKey,
         now_ms: u64,
-    ) -> Option<&[usize]> {
+    ) -> Option<(&[usize], u64)> {
         let f = self.following.keys.get(tenant)?.get(key)?;
         let half_ttl = self.policy.command_ttl_ms / 2;
         (f.follow_ups < self.policy.follow_ups
             && now_ms >= f.last.issued_at_ms + half_ttl
             && !f.last.is_expired(now_ms))
-        .then_some(f.reached.as_slice())
+        .then_some((f.reached.as_slice(), f.burst_start_ms))
     }
 
     /// Sends a follow-up for a followed key that has spread since its last command, to
