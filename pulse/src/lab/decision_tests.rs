@@ -70,17 +70,20 @@ fn names(command: &PrewarmCommand, region: &str) -> bool {
     }
 }
 
+/// A slow spread's regions and when each first asks: 25–45 s apart.
+const SLOW_ARRIVALS: [(&str, u64); 4] = [
+    ("r0", 70_000),
+    ("r1", 95_000),
+    ("r2", 140_000),
+    ("r3", 170_000),
+];
+
 /// A viral that reaches a region every 25–45 s: its first command expires before the
 /// third and fourth regions ask, and follow-ups, each when the key has spread to
 /// another region, warm them in time.
 #[test]
 fn a_slow_spread_gets_follow_ups_for_the_regions_it_reaches_after_the_first_command_expired() {
-    let arrivals = [
-        ("r0", 70_000),
-        ("r1", 95_000),
-        ("r2", 140_000),
-        ("r3", 170_000),
-    ];
+    let arrivals = SLOW_ARRIVALS;
     let mut events = background(210_000);
     for (region, from) in arrivals {
         events.extend(demand("/viral", region, from, 200_000));
@@ -119,12 +122,7 @@ fn a_slow_spread_gets_follow_ups_for_the_regions_it_reaches_after_the_first_comm
 /// asked in this burst (warming it again after its demand passed is a wasted fill).
 #[test]
 fn a_follow_up_never_names_a_region_the_burst_already_passed_through() {
-    let arrivals = [
-        ("r0", 70_000),
-        ("r1", 95_000),
-        ("r2", 140_000),
-        ("r3", 170_000),
-    ];
+    let arrivals = SLOW_ARRIVALS;
     let mut events = background(230_000);
     for (region, from) in arrivals {
         events.extend(demand("/wave", region, from, from + 30_000));
