@@ -714,8 +714,8 @@ fn backtest(args: BacktestArgs) -> anyhow::Result<()> {
         None => None,
     };
     if let Some(path) = &args.commands {
-        let commands = pulse::backtest_commands(&events, model.clone(), args.threshold, &predictor)
-            .context("--threshold")?;
+        let commands =
+            pulse::backtest_commands(&events, model.clone(), &predictor).context("--threshold")?;
         pulse::write_commands(path, &commands)
             .with_context(|| format!("--commands: writing {}", path.display()))?;
         println!(

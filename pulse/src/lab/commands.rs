@@ -364,13 +364,13 @@ fn table_row(row: &BacktestRow) -> String {
     )
 }
 
-/// The commands a replay of `events` with `model` sends at `threshold`, in order.
+/// The commands a replay of `events` with `model` sends under `predictor`'s rules, in order.
 pub fn backtest_commands(
     events: &[AccessEvent],
     model: ScoringModel,
-    threshold: f64,
     predictor: &PredictorConfig,
 ) -> Result<Vec<PrewarmCommand>, OfflineError> {
+    let threshold = predictor.policy.threshold;
     if !(0.0..=1.0).contains(&threshold) {
         return Err(OfflineError::Threshold(threshold));
     }
