@@ -26,6 +26,7 @@ mod decide;
 mod features;
 mod labels;
 mod model;
+mod model_file;
 mod online;
 mod retrain;
 mod tracker;
