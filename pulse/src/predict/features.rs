@@ -336,14 +336,17 @@ fn referrers<'t>(
         return Referrers::default();
     };
     let top_share = top_count as f64 / total as f64;
-    let class_share = |class: ReferrerClass| {
-        let n: u32 = by_domain
-            .iter()
-            .filter(|(d, _)| t.domain_name(**d).map(referrer_class) == Some(class))
-            .map(|(_, c)| c)
-            .sum();
-        n as f64 / total as f64
-    };
+    // Each domain classified once: (social, search, mail) requests.
+    let (mut social, mut search, mut mail) = (0u32, 0u32, 0u32);
+    for (d, c) in &by_domain {
+        match t.domain_name(*d).map(referrer_class) {
+            Some(ReferrerClass::Social) => social += c,
+            Some(ReferrerClass::Search) => search += c,
+            Some(ReferrerClass::Mail) => mail += c,
+            Some(ReferrerClass::Other) | None => {}
+        }
+    }
+    let share = |n: u32| n as f64 / total as f64;
     let (old_total, old) = k.referrer_counts(now_s.saturating_sub(59), now_s.saturating_sub(10));
     let baseline = if old_total >= MIN_BASELINE_REQUESTS {
         old.get(&top).copied().unwrap_or(0) as f64 / old_total as f64
@@ -353,9 +356,9 @@ fn referrers<'t>(
     Referrers {
         top: t.domain_name(top),
         top_share,
-        social_share: class_share(ReferrerClass::Social),
-        search_share: class_share(ReferrerClass::Search),
-        mail_share: class_share(ReferrerClass::Mail),
+        social_share: share(social),
+        search_share: share(search),
+        mail_share: share(mail),
         lift: top_share - baseline,
     }
 }
