@@ -1,8 +1,9 @@
 //! The online decision rules replayed on small hand-made traces (a model that is always
 //! sure, and no online recalibration, so only the rules decide): follow-up commands on
 //! a slow spread, and the outcome memory on a key that bursts on a schedule in one
-//! region; waiting for the second region where the first cannot tell; and the shipped
-//! model telling a crowd sent by search engines from a newsletter's viral.
+//! region; waiting for the second region where the first cannot tell, and while a
+//! fresh pulse has judged no first-region outcome; and the shipped model telling a
+//! crowd sent by search engines from a newsletter's viral.
 
 use std::sync::Arc;
 
@@ -222,6 +223,48 @@ fn a_slow_spreads_first_moments_are_labelled_viral() {
     );
 }
 
+/// Virals one every 6 s from 60 s, each bursting in r0 and reaching r1 25 s later,
+/// then r2 and r3, scored by a model that is always sure. A fresh pulse has judged no
+/// first-region moment: the model's confidence there is what it learnt elsewhere, so
+/// the first viral waits for its second region. Once the outcomes of 20 first-region
+/// moments are in (the first bursts' moments, judged a TTL later), virals are
+/// commanded at their first region again.
+#[test]
+fn a_fresh_pulse_waits_for_the_second_region_until_first_region_outcomes_are_judged() {
+    let virals = 20;
+    let start = |i: u64| 60_000 + 6_000 * i;
+    let mut events = background(start(virals) + 60_000);
+    for i in 0..virals {
+        let key = format!("/viral-{i}");
+        for (region, after) in [("r0", 0), ("r1", 25_000), ("r2", 35_000), ("r3", 45_000)] {
+            events.extend(demand(&key, region, start(i) + after, start(i) + 60_000));
+        }
+    }
+    let run = replay(
+        &sorted(events),
+        Some(always_sure()),
+        &ReplayOptions::default(),
+    );
+    let first_command = |i: u64| {
+        let key = format!("/viral-{i}");
+        run.commands
+            .iter()
+            .filter(|c| c.key.as_str() == key)
+            .map(|c| c.issued_at_ms)
+            .min()
+    };
+    let first = first_command(0);
+    assert!(
+        first.is_some_and(|t| t >= start(0) + 25_000),
+        "the first viral was commanded before its second region asked: {first:?}"
+    );
+    let last = first_command(virals - 1);
+    assert!(
+        last.is_some_and(|t| t < start(virals - 1) + 25_000),
+        "the last viral still waited for its second region: {last:?}"
+    );
+}
+
 /// Keys that burst at 40 requests/s in r0, at second `from_s` one every 6 s: every
 /// other one a crowd (r0 only), the others virals that reach r1 25 s later (at 10
 /// requests/s: no new burst of the key's own), then r2 and r3 10 s apart. At r0 the two
@@ -353,7 +396,7 @@ fn search_crowd_and_newsletter_viral(model: Arc<ScoringModel>) -> (usize, bool) 
     for (region, from) in viral {
         events.extend(referred("/issue-12", region, (from, 200_000), &mail));
     }
-    let run = replay(&sorted(events), Some(model), &ReplayOptions::default());
+    let run = replay(&sorted(events), Some(model), &rules_only());
     let of = |key: &'static str| run.commands.iter().filter(move |c| c.key.as_str() == key);
     let crowd = of("/local-story").count();
     let early = of("/issue-12").any(|c| c.issued_at_ms < viral[1].1);
@@ -361,7 +404,8 @@ fn search_crowd_and_newsletter_viral(model: Arc<ScoringModel>) -> (usize, bool) 
 }
 
 /// The referrer's class carries what separates these two at the first region; the
-/// shipped model weighs it: the crowd gets no command, the viral one at once.
+/// shipped model weighs it: the crowd gets no command, the viral one at once (the
+/// model's own confidence: no cold-start wait for first-region outcomes).
 #[test]
 fn the_shipped_model_tells_a_search_crowd_from_a_newsletter_viral_at_the_first_region() {
     let (crowd, early) = search_crowd_and_newsletter_viral(Arc::new(default_model()));

@@ -286,7 +286,8 @@ impl Predictor {
     /// Regions that must have asked for the key before it can get a command:
     /// [`DecisionPolicy::min_regions_reached`], and at least 2 for a key whose last
     /// command was wasted or that bursts on a schedule (an earlier burst at the same
-    /// second of an earlier minute): for those the first region is no evidence.
+    /// second of an earlier minute): for those the first region is no evidence; and
+    /// at least 2 while the online calibration has judged too few first-region moments.
     fn regions_needed(
         &self,
         tenant: &TenantId,
@@ -294,7 +295,13 @@ impl Predictor {
         features: &Features,
         now_ms: u64,
     ) -> usize {
-        let wary = features.phase_bursts_before >= 1.0
+        // Until the fleet's outcomes have judged some first-region moments, the model's
+        // confidence there is what it learnt elsewhere: crowds and virals look alike at
+        // the first region, in proportions that differ from fleet to fleet.
+        let cold = self.calibrate_online
+            && self.calibration.first_region_evidence() < online::PRIOR_WEIGHT;
+        let wary = cold
+            || features.phase_bursts_before >= 1.0
             || self.decider.last_command_wasted(tenant, key, now_ms);
         self.decider
             .policy()

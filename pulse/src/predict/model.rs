@@ -260,7 +260,7 @@ pub struct ScoringModel {
     pub metrics: TrainingMetrics,
 }
 
-fn sigmoid(x: f64) -> f64 {
+pub(super) fn sigmoid(x: f64) -> f64 {
     1.0 / (1.0 + (-x).exp())
 }
 

@@ -13,6 +13,8 @@ use std::collections::HashMap;
 
 use models::TenantId;
 
+use super::model::sigmoid;
+
 /// Raw outputs are counted in bins this wide from [`RAW_LOW`] (beyond the ends: the
 /// first or last bin). The regression targets 0/1, so its outputs lie about there.
 const BIN_WIDTH: f64 = 0.1;
@@ -44,12 +46,20 @@ impl Counts {
     }
 
     /// Each bin's probability given `prior` per bin, monotone in raw output.
+    ///
+    /// A bin's prior carries the miscalibration seen in the bins below it (the log-odds
+    /// by which their evidence moved them from the prior), weighed by how much evidence
+    /// that was: monotonicity lets a bin's evidence cap the bins below it, but nothing
+    /// else would stop a higher bin nobody has seen yet from keeping the model's
+    /// confidence where every bin just below has shown it wrong.
     fn posterior(&self, prior: &[f64; BINS]) -> [f64; BINS] {
+        let mut carried = Carried::default();
         // Pool adjacent violators over the bins: (weighted sum, weight, bins pooled).
         let mut blocks: Vec<(f64, f64, usize)> = Vec::with_capacity(BINS);
-        for ((moments, viral), prior) in self.moments.iter().zip(&self.viral).zip(prior) {
+        for ((moments, viral), model) in self.moments.iter().zip(&self.viral).zip(prior) {
             let weight = moments + PRIOR_WEIGHT;
-            let p = (viral + PRIOR_WEIGHT * prior) / weight;
+            let p = (viral + PRIOR_WEIGHT * carried.prior(*model)) / weight;
+            carried.update(*model, p, moments / weight);
             blocks.push((p * weight, weight, 1));
             while blocks.len() >= 2 {
                 let (hi, lo) = (blocks[blocks.len() - 1], blocks[blocks.len() - 2]);
@@ -71,6 +81,35 @@ impl Counts {
         }
         out
     }
+}
+
+/// The miscalibration carried from lower bins to the next: a shift in log-odds and the
+/// share of the next bin's prior it moves (the evidence behind it: a bin of no moments
+/// passes on what it was given, fading).
+#[derive(Debug, Default)]
+struct Carried {
+    shift: f64,
+    weight: f64,
+}
+
+impl Carried {
+    fn prior(&self, model: f64) -> f64 {
+        let shifted = sigmoid(logit(model) + self.shift);
+        (1.0 - self.weight) * model + self.weight * shifted
+    }
+
+    /// After a bin where the model said `model` and the posterior is `posterior`, its
+    /// moments `evidence` of the posterior's weight: the next bin carries this bin's
+    /// shift, with this bin's evidence and half of what this bin was carried.
+    fn update(&mut self, model: f64, posterior: f64, evidence: f64) {
+        self.shift = logit(posterior) - logit(model);
+        self.weight = evidence + (1.0 - evidence) * self.weight / 2.0;
+    }
+}
+
+fn logit(p: f64) -> f64 {
+    let p = p.clamp(1e-6, 1.0 - 1e-6);
+    (p / (1.0 - p)).ln()
 }
 
 fn bin(raw: f64) -> usize {
@@ -101,6 +140,11 @@ impl OnlineCalibration {
             return;
         }
         self.tenants.entry(tenant.clone()).or_default().0[s].note(raw, viral);
+    }
+
+    /// Labelled moments the fleet has seen that were not at a spread.
+    pub(crate) fn first_region_evidence(&self) -> f64 {
+        self.fleet.0[0].moments.iter().sum()
     }
 
     /// The confidence at `raw` for `tenant`, given the model's own calibration
@@ -173,5 +217,26 @@ mod tests {
         assert!(online.confidence(&c, false, 1.15, model) >= fleet);
         online.reset();
         assert_eq!(online.confidence(&c, false, 0.95, model), 0.95);
+    }
+
+    /// A fleet whose moments the model scored 0.85 went viral 1 time in 50: at 0.95,
+    /// one bin up, where no moment has been judged yet, the confidence carries that
+    /// miscalibration instead of keeping the model's (monotonicity alone lets a bin's
+    /// evidence cap only the bins below it), and falls below the threshold.
+    #[test]
+    fn a_bin_not_seen_yet_carries_the_miscalibration_shown_just_below_it() {
+        let tenant: TenantId = "a".parse().unwrap();
+        let mut online = OnlineCalibration::default();
+        for i in 0..100 {
+            online.note(&tenant, false, 0.85, i % 50 == 0);
+        }
+        let below = online.confidence(&tenant, false, 0.85, model);
+        assert!(below < 0.3, "{below}");
+        let unseen = online.confidence(&tenant, false, 0.95, model);
+        assert!(unseen < 0.7, "the model's 0.95 kept: {unseen}");
+        assert!(unseen >= below - 1e-9, "kept monotone: {unseen} vs {below}");
+        // Far from the evidence, the carried shift fades into the model's calibration.
+        let far = online.confidence(&tenant, false, 1.15, model);
+        assert!(far > unseen, "{far} vs {unseen}");
     }
 }
