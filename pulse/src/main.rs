@@ -222,7 +222,8 @@ struct BacktestArgs {
     #[arg(long, default_value_t = DecisionPolicy::default().confirmations)]
     confirmations: u32,
     /// Keep the model's own confidence: no online recalibration from the outcomes the
-    /// replay sees (as `pulse serve --no-calibrate-online`).
+    /// replay sees, and no cold-start wait for a second region (as `pulse serve
+    /// --no-calibrate-online`).
     #[arg(long)]
     no_calibrate_online: bool,
     #[command(flatten)]
@@ -360,7 +361,8 @@ struct ServeArgs {
     #[arg(long, env = "PULSE_NO_MODEL_TOPIC")]
     no_model_topic: bool,
     /// Keep the model's own confidence: no online recalibration from the outcomes this
-    /// instance sees (per partition and tenant, in bins of the model's output).
+    /// instance sees (per partition and tenant, in bins of the model's output), and no
+    /// wait for a second region while too few first-region outcomes are judged.
     #[arg(long, env = "PULSE_NO_CALIBRATE_ONLINE")]
     no_calibrate_online: bool,
     /// Check the settings as a start would (every flag, the Kafka properties file

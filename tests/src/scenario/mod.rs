@@ -7,7 +7,8 @@
 //!
 //! The `demo` binary (`scripts/demo`) runs it on an embedded broker; the `scenario`
 //! test runs it against the broker under test with bounds that hold on a noisy
-//! machine. Pulse runs as it ships: [`pulse::start`] with a [`PulseConfig`].
+//! machine. Pulse runs as it ships ([`pulse::start`] with a [`PulseConfig`]), past
+//! its warm-up: see [`pulse_config`].
 //!
 //! # Layout
 //! - `origin`: [`LoadedOrigin`], the backend.
@@ -334,7 +335,11 @@ fn measure(
 }
 
 /// Pulse as it ships, on the scenario's topics, with its own consumer group and its
-/// API on a free port.
+/// API on a free port, but with the model's own confidence (`--no-calibrate-online`):
+/// a fresh pulse waits for a key's second region until a TTL's worth of first-region
+/// outcomes are judged, and a run of seconds holds none. The scenario measures the
+/// stampede defence of a pulse past that warm-up, whose confidence is the model's
+/// while its outcomes agree with it.
 fn pulse_config(kafka: &ScenarioKafka) -> PulseConfig {
     PulseConfig {
         brokers: Some(kafka.brokers.clone()),
@@ -342,6 +347,7 @@ fn pulse_config(kafka: &ScenarioKafka) -> PulseConfig {
         group: format!("{}-pulse", kafka.events_topic),
         prewarm_topic: kafka.prewarm_topic.clone(),
         listen: "127.0.0.1:0".parse().expect("a socket address"),
+        calibrate_online: false,
         ..PulseConfig::default()
     }
 }
