@@ -3,6 +3,9 @@
 //! read, and each snapshot waits for its partition to be assigned: the partition then
 //! starts from the snapshot and replays from its offset up to the committed one.
 //!
+//! Each partition's predictor's online calibration goes with its heat map, for the
+//! model it was counted for (absent in a file of an earlier build: it reads as none).
+//!
 //! A checkpoint is written atomically: to a temporary file in the same directory,
 //! flushed to disk, then renamed over the old one, so a crash leaves either the old
 //! or the new checkpoint, never half of one. Kafka offsets are committed only after
@@ -16,6 +19,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::heat::HeatMap;
 use crate::partition::Partitions;
+use crate::predict::SavedCalibration;
 
 /// The checkpoint format this build writes and reads. Version 5: one heat map per
 /// owned partition with its next offset (version 4: one heat map per process, no
@@ -57,6 +61,8 @@ struct PartitionRef<'a> {
     partition: i32,
     next_offset: i64,
     heat: &'a HeatMap,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    calibration: Option<SavedCalibration>,
 }
 
 #[derive(Deserialize)]
@@ -86,6 +92,9 @@ pub struct PartitionSnapshot {
     pub next_offset: i64,
     /// Its heat map.
     pub heat: HeatMap,
+    /// Its predictor's online calibration.
+    #[serde(default)]
+    pub(crate) calibration: Option<SavedCalibration>,
 }
 
 /// Read first, so an older version is named as such rather than as a shape error.
@@ -128,6 +137,7 @@ pub(crate) fn save(
                     partition: s.partition,
                     next_offset: s.next_offset,
                     heat: &s.heat,
+                    calibration: s.saved_calibration(),
                 })
                 // Parked snapshots (a lost assignment, or not assigned yet) are kept
                 // until their partition comes back.
@@ -139,6 +149,7 @@ pub(crate) fn save(
                             partition,
                             next_offset: s.next_offset,
                             heat: &s.heat,
+                            calibration: s.calibration.clone(),
                         }),
                 )
                 .collect(),
@@ -202,8 +213,12 @@ pub fn load(path: &Path) -> Result<Option<Checkpoint>, CheckpointError> {
 mod tests {
     use models::{AccessEvent, CacheKey, NodeId, Outcome, RegionId, TenantId};
 
+    use std::sync::Arc;
+
     use super::*;
-    use crate::heat::Window;
+    use crate::heat::{HeatConfig, Window};
+    use crate::partition::PartitionTemplate;
+    use crate::predict::{PredictorConfig, default_model};
 
     /// Each owned partition's heat map comes back with its offset.
     #[test]
@@ -252,6 +267,49 @@ mod tests {
                 heat.hot_keys(&tenant, None, Window::S60, 10, now).unwrap()
             );
         }
+    }
+
+    /// A partition's online calibration goes into the checkpoint and comes back onto
+    /// the predictor of the partition's next state, counted for the same model.
+    #[test]
+    fn the_online_calibration_comes_back_with_its_partition() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("pulse.ckpt");
+        let model = Arc::new(default_model());
+        let with_prediction = || {
+            let template = PartitionTemplate {
+                heat: HeatConfig::default(),
+                allowed_tenants: None,
+                predictor: Some(PredictorConfig::default()),
+            };
+            let mut partitions = Partitions::new(template, Some(model.clone()));
+            partitions.set_partition_count(2);
+            partitions
+        };
+        let (mut viral, mut moments) = (vec![0.0; 14], vec![0.0; 14]);
+        (viral[11], moments[11]) = (3.0, 30.0);
+        let zeros = serde_json::json!({"viral": vec![0.0; 14], "moments": vec![0.0; 14]});
+        let counted = serde_json::json!({
+            "model": [model.name, model.trained_at_ms],
+            "counts": {"fleet": [{"viral": viral, "moments": moments}, zeros], "tenants": {}},
+        });
+        let mut partitions = with_prediction();
+        let state = partitions.assign(1, None, 0, 0);
+        assert!(state.restore_calibration(serde_json::from_value(counted.clone()).unwrap()));
+
+        save(&path, "events", &partitions).unwrap();
+        let mut back = load(&path).unwrap().expect("a checkpoint");
+        let snapshot = back.partitions.remove(0);
+        let saved = snapshot
+            .calibration
+            .expect("the calibration is in the checkpoint");
+        assert_eq!(serde_json::to_value(&saved).unwrap(), counted);
+
+        let mut restarted = with_prediction();
+        let state = restarted.assign(1, Some(snapshot.heat), 0, 0);
+        assert!(state.restore_calibration(saved));
+        let now = serde_json::to_value(state.saved_calibration().unwrap()).unwrap();
+        assert_eq!(now, counted);
     }
 
     #[test]

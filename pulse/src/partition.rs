@@ -29,7 +29,7 @@ use utoipa::ToSchema;
 
 use crate::fleet::Ownership;
 use crate::heat::{HeatConfig, HeatMap};
-use crate::predict::{DecisionPolicy, Predictor, PredictorConfig, ScoringModel};
+use crate::predict::{DecisionPolicy, Predictor, PredictorConfig, SavedCalibration, ScoringModel};
 
 /// The owned partitions, shared by the ingest thread (the only writer of the heat
 /// maps), the API and the retrainer. A `std` lock: critical sections are short and
@@ -62,6 +62,25 @@ pub struct PartitionState {
 }
 
 impl PartitionState {
+    /// The predictor's online calibration, for the checkpoint.
+    pub(crate) fn saved_calibration(&self) -> Option<SavedCalibration> {
+        let predictor = self.predictor.as_ref()?;
+        predictor
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .saved_calibration()
+    }
+
+    /// Puts back a snapshot's online calibration, if it was counted for the model in
+    /// use (`Predictor::restore_calibration`).
+    pub(crate) fn restore_calibration(&self, saved: SavedCalibration) -> bool {
+        self.predictor.as_ref().is_some_and(|p| {
+            p.lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .restore_calibration(saved)
+        })
+    }
+
     /// Whether the partition is still rebuilding its windows.
     pub fn replaying(&self) -> bool {
         self.next_offset < self.live_from
@@ -92,6 +111,8 @@ pub struct Snapshot {
     pub next_offset: i64,
     /// The heat map.
     pub heat: HeatMap,
+    /// The predictor's online calibration, for the model it was counted for.
+    pub(crate) calibration: Option<SavedCalibration>,
 }
 
 /// The partitions this instance owns.
@@ -369,11 +390,13 @@ impl Partitions {
             self.snapshots.clear();
         }
         self.snapshots_of = self.partition_count;
+        let calibration = state.saved_calibration();
         self.snapshots.insert(
             partition,
             Snapshot {
                 next_offset: state.next_offset,
                 heat: state.heat,
+                calibration,
             },
         );
         Some(state.next_offset)

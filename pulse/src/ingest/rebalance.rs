@@ -309,12 +309,17 @@ impl IngestContext {
                 snapshot = snapshot.is_some(),
                 "rebalance: assigned"
             );
-            partitions.assign(
-                p,
-                snapshot.map(|s| s.heat),
-                start.replay_from.unwrap_or(0),
-                start.live_from,
-            );
+            let (heat, calibration) =
+                snapshot.map_or((None, None), |s| (Some(s.heat), s.calibration));
+            let state = partitions.assign(p, heat, start.replay_from.unwrap_or(0), start.live_from);
+            if let Some(saved) = calibration {
+                let restored = state.restore_calibration(saved);
+                tracing::info!(
+                    partition = p,
+                    restored,
+                    "online calibration from the checkpoint"
+                );
+            }
         }
         self.metrics
             .partitions_owned

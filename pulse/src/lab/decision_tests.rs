@@ -9,7 +9,7 @@ use std::sync::Arc;
 
 use models::{AccessEvent, NodeId, Outcome, PrewarmCommand, RegionTargets};
 
-use super::backtest::{ReplayOptions, replay};
+use super::backtest::{ReplayOptions, Replayer, replay};
 use crate::predict::{ScoringModel, default_model};
 
 /// A model whose confidence is 0.99 whatever the features.
@@ -232,36 +232,106 @@ fn a_slow_spreads_first_moments_are_labelled_viral() {
 #[test]
 fn a_fresh_pulse_waits_for_the_second_region_until_first_region_outcomes_are_judged() {
     let virals = 20;
-    let start = |i: u64| 60_000 + 6_000 * i;
-    let mut events = background(start(virals) + 60_000);
-    for i in 0..virals {
-        let key = format!("/viral-{i}");
-        for (region, after) in [("r0", 0), ("r1", 25_000), ("r2", 35_000), ("r3", 45_000)] {
-            events.extend(demand(&key, region, start(i) + after, start(i) + 60_000));
-        }
-    }
     let run = replay(
-        &sorted(events),
+        &spreading_virals(virals),
         Some(always_sure()),
         &ReplayOptions::default(),
     );
-    let first_command = |i: u64| {
-        let key = format!("/viral-{i}");
-        run.commands
-            .iter()
-            .filter(|c| c.key.as_str() == key)
-            .map(|c| c.issued_at_ms)
-            .min()
-    };
-    let first = first_command(0);
+    let first = first_command(&run.commands, 0);
     assert!(
-        first.is_some_and(|t| t >= start(0) + 25_000),
+        first.is_some_and(|t| t >= viral_start(0) + 25_000),
         "the first viral was commanded before its second region asked: {first:?}"
     );
-    let last = first_command(virals - 1);
+    let last = first_command(&run.commands, virals - 1);
     assert!(
-        last.is_some_and(|t| t < start(virals - 1) + 25_000),
+        last.is_some_and(|t| t < viral_start(virals - 1) + 25_000),
         "the last viral still waited for its second region: {last:?}"
+    );
+}
+
+/// When the `i`th of [`spreading_virals`] starts.
+fn viral_start(i: u64) -> u64 {
+    60_000 + 6_000 * i
+}
+
+/// `virals` keys, one every 6 s from 60 s, each bursting in r0 and reaching r1 25 s
+/// later, then r2 and r3 10 s apart; and the background.
+fn spreading_virals(virals: u64) -> Vec<AccessEvent> {
+    let mut events = background(viral_start(virals) + 60_000);
+    for i in 0..virals {
+        let (key, start) = (format!("/viral-{i}"), viral_start(i));
+        for (region, after) in [("r0", 0), ("r1", 25_000), ("r2", 35_000), ("r3", 45_000)] {
+            events.extend(demand(&key, region, start + after, start + 60_000));
+        }
+    }
+    sorted(events)
+}
+
+/// When the `i`th of [`spreading_virals`] was first commanded.
+fn first_command(commands: &[PrewarmCommand], i: u64) -> Option<u64> {
+    let key = format!("/viral-{i}");
+    commands
+        .iter()
+        .filter(|c| c.key.as_str() == key)
+        .map(|c| c.issued_at_ms)
+        .min()
+}
+
+/// A pulse restarted from its checkpoint keeps the first-region outcomes it judged
+/// (the online calibration, through the checkpoint's JSON): its first viral after the
+/// restart is commanded at its first region. Counts kept for another model than the
+/// one in use come back only if that model comes next (the fleet's, from its topic);
+/// without them the first viral waits, as on a fresh pulse.
+#[test]
+fn a_restarted_pulse_keeps_its_first_region_outcomes_for_the_same_model_only() {
+    let options = ReplayOptions::default();
+    let mut before = Replayer::new(Some(always_sure()), &options);
+    for event in &spreading_virals(20) {
+        before.feed(event);
+    }
+    let saved = before.predictor.saved_calibration().expect("counts");
+    let json = serde_json::to_string(&saved).unwrap();
+    let mut retrained = (*always_sure()).clone();
+    retrained.trained_at_ms += 1;
+    let retrained = Arc::new(retrained);
+    // Restarted with `model`, then given `next` (as the model topic would).
+    let after_restart = |model: &Arc<ScoringModel>, next: Option<&Arc<ScoringModel>>| {
+        let mut after = Replayer::new(Some(model.clone()), &options);
+        let restored = after
+            .predictor
+            .restore_calibration(serde_json::from_str(&json).unwrap());
+        if let Some(next) = next {
+            after.predictor.set_model(next.clone());
+        }
+        let mut commands = Vec::new();
+        for event in &spreading_virals(1) {
+            commands.extend(after.feed(event));
+        }
+        (restored, first_command(&commands, 0))
+    };
+    let at_first_region = |first: Option<u64>| first.is_some_and(|t| t < viral_start(0) + 25_000);
+
+    let (restored, first) = after_restart(&always_sure(), None);
+    assert!(restored, "the same model's counts were not put back");
+    assert!(
+        at_first_region(first),
+        "the restarted pulse waited: {first:?}"
+    );
+    let (restored, first) = after_restart(&retrained, None);
+    assert!(!restored, "another model's counts were put back");
+    assert!(
+        !at_first_region(first),
+        "without counts the first viral waits: {first:?}"
+    );
+    let (_, first) = after_restart(&retrained, Some(&always_sure()));
+    assert!(
+        at_first_region(first),
+        "the counts' model came next: {first:?}"
+    );
+    let (_, first) = after_restart(&always_sure(), Some(&retrained));
+    assert!(
+        !at_first_region(first),
+        "a new model kept the old one's counts: {first:?}"
     );
 }
 

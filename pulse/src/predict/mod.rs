@@ -52,6 +52,7 @@ use crate::heat::{HeatMap, Window};
 use features::{FEATURE_WINDOWS, extract, is_bursting};
 use labels::Labeler;
 use online::OnlineCalibration;
+pub(crate) use online::SavedCalibration;
 use tracker::Tracker;
 
 /// How long after a key starts bursting it is still scored.
@@ -92,6 +93,10 @@ pub struct Predictor {
     tracker: Tracker,
     labeler: Labeler,
     calibration: OnlineCalibration,
+    /// Counts a checkpoint kept for another model than the one in use, put back if
+    /// that model comes next (the fleet's, read from its topic after the partition
+    /// was assigned).
+    pending_calibration: Option<SavedCalibration>,
     calibrate_online: bool,
     scored: u64,
     /// The oldest event seen: the heat map's minute holds only what came since.
@@ -114,6 +119,7 @@ impl Predictor {
             ),
             decider: Decider::new(config.policy),
             calibration: OnlineCalibration::default(),
+            pending_calibration: None,
             calibrate_online: config.calibrate_online,
             scored: 0,
             first_event_ms: None,
@@ -319,11 +325,49 @@ impl Predictor {
         self.model.as_ref()
     }
 
+    /// The online calibration's counts for the checkpoint; `None` without a model or
+    /// with the recalibration off.
+    pub(crate) fn saved_calibration(&self) -> Option<SavedCalibration> {
+        let model = self.model.as_ref().filter(|_| self.calibrate_online)?;
+        Some(self.calibration.save(model_identity(model)))
+    }
+
+    /// Puts back counts a checkpoint kept, if they were counted for the model in use
+    /// (otherwise they wait for the next model, in case it is theirs): a restarted
+    /// partition then need not wait for first-region outcomes again. Whether they were
+    /// put back.
+    pub(crate) fn restore_calibration(&mut self, saved: SavedCalibration) -> bool {
+        if !self.calibrate_online {
+            return false;
+        }
+        let in_use = self.model.as_deref().map(model_identity);
+        let Some(in_use) = in_use.filter(|m| *m == saved.model) else {
+            self.pending_calibration = Some(saved);
+            return false;
+        };
+        match OnlineCalibration::restore(saved, &in_use) {
+            Some(counts) => {
+                self.calibration = counts;
+                true
+            }
+            None => false,
+        }
+    }
+
     /// Replaces the model (after a retrain).
     pub fn set_model(&mut self, model: Arc<ScoringModel>) {
-        // Its raw outputs mean something else: what was seen of the last one's goes.
-        self.calibration.reset();
+        let identity = model_identity(&model);
+        // Another model's raw outputs mean something else: what was seen of the last
+        // one's goes (the same model again, as the fleet's topic replays it, keeps it).
+        if self.model.as_deref().map(model_identity) != Some(identity) {
+            self.calibration.reset();
+        }
         self.model = Some(model);
+        if let Some(saved) = self.pending_calibration.take() {
+            self.restore_calibration(saved);
+            // Not theirs: they are dropped, not kept for a model that may never come.
+            self.pending_calibration = None;
+        }
     }
 
     /// Recent decisions, newest first.
@@ -395,6 +439,11 @@ fn follow_up(
         .map(|(i, _)| tracker.regions[*i].clone())
         .collect();
     decider.follow_up(now_ms, tenant, key, reached, unseen)
+}
+
+/// What the online calibration's counts are tied to: the model's name and training time.
+fn model_identity(model: &ScoringModel) -> (String, u64) {
+    (model.name.clone(), model.trained_at_ms)
 }
 
 /// Whether a scoring moment is at a spread (a region reached in the last 10 s): the

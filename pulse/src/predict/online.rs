@@ -7,11 +7,14 @@
 //! confidence is the model's, with much it is what this fleet, or tenant, saw. Bins
 //! are kept monotone (pool-adjacent-violators, weighted by evidence). A new model
 //! starts from no evidence: its raw outputs mean something else. Moments at a spread
-//! (a region reached in the last 10 s) are counted apart from the others.
+//! (a region reached in the last 10 s) are counted apart from the others. The counts
+//! go into the checkpoint with the model they were counted for ([`SavedCalibration`]):
+//! a restarted partition keeps what it learnt, for the same model.
 
 use std::collections::HashMap;
 
 use models::TenantId;
+use serde::{Deserialize, Serialize};
 
 use super::model::sigmoid;
 
@@ -27,7 +30,7 @@ pub(crate) const PRIOR_WEIGHT: f64 = 20.0;
 /// Tenants with counts of their own, at most (beyond, the fleet's counts alone).
 const MAX_TENANTS: usize = 10_000;
 
-#[derive(Debug, Clone, Copy, Default)]
+#[derive(Debug, Clone, Copy, Default, Serialize, Deserialize)]
 struct Counts {
     viral: [f64; BINS],
     moments: [f64; BINS],
@@ -35,7 +38,7 @@ struct Counts {
 
 /// Counts kept apart for moments that are, and are not, at a spread (a region reached
 /// in the last 10 s): the late regions of a viral that stops are not its first.
-#[derive(Debug, Clone, Copy, Default)]
+#[derive(Debug, Clone, Copy, Default, Serialize, Deserialize)]
 struct Strata([Counts; 2]);
 
 impl Counts {
@@ -120,13 +123,45 @@ fn bin(raw: f64) -> usize {
 }
 
 /// Outcome counts of the fleet and of each tenant, for the model in use.
-#[derive(Debug, Default)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub(crate) struct OnlineCalibration {
     fleet: Strata,
     tenants: HashMap<TenantId, Strata>,
 }
 
+/// A partition's counts as the checkpoint keeps them, with the model they were
+/// counted for: another model's raw outputs mean something else.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub(crate) struct SavedCalibration {
+    /// The model's name and training time.
+    pub(crate) model: (String, u64),
+    counts: OnlineCalibration,
+}
+
 impl OnlineCalibration {
+    /// The counts, for the checkpoint, as counted for `model`.
+    pub(crate) fn save(&self, model: (String, u64)) -> SavedCalibration {
+        SavedCalibration {
+            model,
+            counts: self.clone(),
+        }
+    }
+
+    /// Counts a checkpoint kept for `model`; `None` when they were another model's,
+    /// or are not counts at all (negative or more viral moments than moments).
+    pub(crate) fn restore(saved: SavedCalibration, model: &(String, u64)) -> Option<Self> {
+        let sound = |c: &Counts| {
+            c.moments
+                .iter()
+                .zip(&c.viral)
+                .all(|(n, v)| n.is_finite() && v.is_finite() && *v >= 0.0 && v <= n)
+        };
+        let strata = std::iter::once(&saved.counts.fleet).chain(saved.counts.tenants.values());
+        let all_sound = strata.flat_map(|s| s.0.iter()).all(sound);
+        (saved.model == *model && all_sound && saved.counts.tenants.len() <= MAX_TENANTS)
+            .then_some(saved.counts)
+    }
+
     /// Forgets every count (a new model).
     pub(crate) fn reset(&mut self) {
         *self = OnlineCalibration::default();
@@ -217,6 +252,35 @@ mod tests {
         assert!(online.confidence(&c, false, 1.15, model) >= fleet);
         online.reset();
         assert_eq!(online.confidence(&c, false, 0.95, model), 0.95);
+    }
+
+    /// Counts from a checkpoint come back for the model they were counted for, and
+    /// never when they are not counts (more viral moments than moments, negative).
+    #[test]
+    fn saved_counts_come_back_for_their_model_only_and_only_when_sound() {
+        let tenant: TenantId = "a".parse().unwrap();
+        let mut online = OnlineCalibration::default();
+        for i in 0..30 {
+            online.note(&tenant, false, 0.95, i % 3 == 0);
+        }
+        let model_id = ("default-5".to_owned(), 7);
+        let json = serde_json::to_value(online.save(model_id.clone())).unwrap();
+        let back = |json: &serde_json::Value, id| {
+            OnlineCalibration::restore(serde_json::from_value(json.clone()).unwrap(), id)
+        };
+        let restored = back(&json, &model_id).expect("the same model's counts");
+        assert_eq!(restored.first_region_evidence(), 30.0);
+        assert_eq!(
+            restored.confidence(&tenant, false, 0.95, model),
+            online.confidence(&tenant, false, 0.95, model)
+        );
+        let retrained = ("default-5".to_owned(), 8);
+        assert!(back(&json, &retrained).is_none());
+        for (field, value) in [("viral", 40.0), ("viral", -1.0), ("moments", -1.0)] {
+            let mut bad = json.clone();
+            bad["counts"]["fleet"][0][field][11] = value.into();
+            assert!(back(&bad, &model_id).is_none(), "{field} {value}");
+        }
     }
 
     /// A fleet whose moments the model scored 0.85 went viral 1 time in 50: at 0.95,

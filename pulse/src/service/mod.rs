@@ -483,6 +483,7 @@ fn restore(config: &PulseConfig) -> Result<Option<Snapshots>, StartError> {
             Snapshot {
                 next_offset: p.next_offset,
                 heat: p.heat,
+                calibration: p.calibration,
             },
         );
     }
