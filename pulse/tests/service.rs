@@ -227,6 +227,20 @@ async fn events_reach_the_api_and_a_restart_restores_the_checkpoint() {
 
     first.shutdown().await;
     assert!(checkpoint.exists(), "shutdown writes the final checkpoint");
+    // With each partition's online calibration, for the model in use.
+    let written: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&checkpoint).unwrap()).unwrap();
+    let snapshots = written["partitions"].as_array().expect("partitions");
+    assert!(!snapshots.is_empty());
+    for snapshot in snapshots {
+        let model = &snapshot["calibration"]["model"];
+        assert_eq!(
+            model[0],
+            pulse::default_model().name.as_str(),
+            "{}",
+            snapshot["calibration"]
+        );
+    }
 
     // A new embedded broker with an empty topic: whatever the API shows comes from the
     // checkpoint, restored as each partition is assigned.
