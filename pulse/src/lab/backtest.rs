@@ -511,12 +511,16 @@ mod tests {
             RetrainOutcome::Replace { model, .. } => *model,
             other => panic!("the retrain kept the old model: {other:?}"),
         };
+        // Each model's own confidence: the online calibration (and its wait for
+        // first-region outcomes) would hide what the model learnt.
+        let mut own_confidence = ReplayOptions::default();
+        own_confidence.predictor.calibrate_online = false;
         let row = |model: &ScoringModel, spec: &TraceSpec| {
             let trace = generate_trace(spec);
             let run = replay(
                 &trace.events,
                 Some(Arc::new(model.clone())),
-                &ReplayOptions::default(),
+                &own_confidence,
             );
             score(&run, &trace.events, 0.85, Some(&trace.bursts))
         };
