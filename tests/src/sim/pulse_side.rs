@@ -31,12 +31,18 @@ pub(super) struct PulseSide {
 }
 
 impl PulseSide {
-    /// A fresh pulse with the shipped model; commands reach the nodes `delay_ms` after
-    /// they are sent.
+    /// A pulse with the shipped model, past its warm-up: with the model's own
+    /// confidence (`--no-calibrate-online`), as a fresh pulse waits for a key's second
+    /// region until first-region outcomes are judged, and a run of seconds holds none.
+    /// Commands reach the nodes `delay_ms` after they are sent.
     pub(super) fn new(tenant: TenantId, delay_ms: u64) -> PulseSide {
+        let config = PredictorConfig {
+            calibrate_online: false,
+            ..PredictorConfig::default()
+        };
         PulseSide {
             heat: HeatMap::new(HeatConfig::default()),
-            predictor: Predictor::new(Some(Arc::new(default_model())), PredictorConfig::default()),
+            predictor: Predictor::new(Some(Arc::new(default_model())), config),
             tenant,
             viral_referrer: Domain::new("t.co").expect("valid domain"),
             background_referrer: Domain::new("www.google.com").expect("valid domain"),
