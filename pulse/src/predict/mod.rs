@@ -359,14 +359,18 @@ impl Predictor {
         let identity = model_identity(&model);
         // Another model's raw outputs mean something else: what was seen of the last
         // one's goes (the same model again, as the fleet's topic replays it, keeps it).
-        if self.model.as_deref().map(model_identity) != Some(identity) {
+        if self.model.as_deref().map(model_identity).as_ref() != Some(&identity) {
             self.calibration.reset();
         }
         self.model = Some(model);
-        if let Some(saved) = self.pending_calibration.take() {
-            self.restore_calibration(saved);
-            // Not theirs: they are dropped, not kept for a model that may never come.
-            self.pending_calibration = None;
+        // Counts waiting for a model: put back if this is theirs, dropped if not (never
+        // kept for a model that may not come).
+        if let Some(counts) = self
+            .pending_calibration
+            .take()
+            .and_then(|saved| OnlineCalibration::restore(saved, &identity))
+        {
+            self.calibration = counts;
         }
     }
 

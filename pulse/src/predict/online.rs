@@ -221,6 +221,16 @@ mod tests {
         raw.clamp(0.0, 1.0)
     }
 
+    /// Tenant `a`'s `moments` moments scored `raw`, one in `viral_every` viral.
+    fn noted(moments: usize, raw: f64, viral_every: usize) -> (TenantId, OnlineCalibration) {
+        let tenant: TenantId = "a".parse().unwrap();
+        let mut online = OnlineCalibration::default();
+        for i in 0..moments {
+            online.note(&tenant, false, raw, i % viral_every == 0);
+        }
+        (tenant, online)
+    }
+
     /// Without evidence the confidence is the model's; with a fleet's moments at one
     /// output going viral a third of the time, it approaches a third there; a tenant
     /// whose moments there all went viral gets more than the fleet, and one without
@@ -258,11 +268,7 @@ mod tests {
     /// never when they are not counts (more viral moments than moments, negative).
     #[test]
     fn saved_counts_come_back_for_their_model_only_and_only_when_sound() {
-        let tenant: TenantId = "a".parse().unwrap();
-        let mut online = OnlineCalibration::default();
-        for i in 0..30 {
-            online.note(&tenant, false, 0.95, i % 3 == 0);
-        }
+        let (tenant, online) = noted(30, 0.95, 3);
         let model_id = ("default-5".to_owned(), 7);
         let json = serde_json::to_value(online.save(model_id.clone())).unwrap();
         let back = |json: &serde_json::Value, id| {
@@ -289,11 +295,7 @@ mod tests {
     /// evidence cap only the bins below it), and falls below the threshold.
     #[test]
     fn a_bin_not_seen_yet_carries_the_miscalibration_shown_just_below_it() {
-        let tenant: TenantId = "a".parse().unwrap();
-        let mut online = OnlineCalibration::default();
-        for i in 0..100 {
-            online.note(&tenant, false, 0.85, i % 50 == 0);
-        }
+        let (tenant, online) = noted(100, 0.85, 50);
         let below = online.confidence(&tenant, false, 0.85, model);
         assert!(below < 0.3, "{below}");
         let unseen = online.confidence(&tenant, false, 0.95, model);
