@@ -223,6 +223,50 @@ fn a_slow_spreads_first_moments_are_labelled_viral() {
     );
 }
 
+/// Two audiences: r0 and r1 ask for the even background keys, r2 and r3 for the odd
+/// ones, each region a key a second. A viral of the first audience bursts in r0 and
+/// reaches r1 5 s later, and never the other two. Its moment at r1 would name no
+/// region (a command names only the regions of the audiences reached): it is no
+/// sample. Were r2 and r3's silence its label, the calibration would learn that late
+/// moments of a viral do not spread, and stop commanding at the second region.
+#[test]
+fn a_moment_is_labelled_over_the_regions_a_command_would_name() {
+    let mut events: Vec<AccessEvent> = (0..200_000)
+        .step_by(100)
+        .flat_map(|ms| {
+            let i = ms / 100;
+            REGIONS
+                .iter()
+                .enumerate()
+                .map(move |(r, region)| {
+                    let taste = if r < 2 { 0 } else { 1 };
+                    event(ms, &format!("/bg{}", (i % 10) * 2 + taste), region)
+                })
+                .collect::<Vec<_>>()
+        })
+        .collect();
+    let (r1_asks, until) = (65_000, 120_000);
+    events.extend(demand("/viral", "r0", 60_000, until));
+    events.extend(demand("/viral", "r1", r1_asks, until));
+    let run = replay(&sorted(events), None, &ReplayOptions::default());
+    let samples: Vec<_> = run
+        .samples
+        .iter()
+        .filter(|s| s.key.as_str() == "/viral")
+        .map(|s| (s.ts_ms, s.viral))
+        .collect();
+    assert!(
+        samples
+            .first()
+            .is_some_and(|&(ts, viral)| ts < r1_asks && viral),
+        "the first moment, at r0, names r1, which asked: {samples:?}"
+    );
+    assert!(
+        samples.iter().all(|&(_, viral)| viral),
+        "a moment labelled by the other audience's silence: {samples:?}"
+    );
+}
+
 /// Virals one every 6 s from 60 s, each bursting in r0 and reaching r1 25 s later,
 /// then r2 and r3, scored by a model that is always sure. A fresh pulse has judged no
 /// first-region moment: the model's confidence there is what it learnt elsewhere, so

@@ -63,13 +63,16 @@ impl Labeler {
     }
 
     /// Offers a scoring moment; at most one per key per `sample_every_ms` is kept.
+    /// `named` gives the regions a command then would name, with their request counts
+    /// so far (called only for a moment that is kept): the label asks whether one of
+    /// them asks in time, and a moment that would name none is no moment to learn from.
     pub(crate) fn offer(
         &mut self,
         now_ms: u64,
         tenant: &TenantId,
         key: &CacheKey,
         features: &Features,
-        unseen_counts: &[(usize, u32)],
+        named: impl FnOnce() -> Vec<(usize, u32)>,
     ) {
         let last = self
             .last_sample_ms
@@ -79,6 +82,10 @@ impl Labeler {
             return;
         }
         *last = now_ms;
+        let unseen_counts = named();
+        if unseen_counts.is_empty() {
+            return;
+        }
         if self.pending.len() >= self.capacity {
             self.pending.pop_front();
         }
@@ -87,7 +94,7 @@ impl Labeler {
             tenant: tenant.clone(),
             key: key.clone(),
             features: *features,
-            unseen_counts: unseen_counts.to_vec(),
+            unseen_counts,
             ts_ms: now_ms,
         });
     }

@@ -225,8 +225,29 @@ impl Predictor {
                 if x.unseen.is_empty() {
                     continue;
                 }
-                self.labeler
-                    .offer(now_ms, tenant, &key, &x.features, &x.unseen_counts);
+                // The regions a command would name: those of the audiences the key
+                // reached (the others rarely follow). Computed at most once, for the
+                // label or the decision, whichever wants it first.
+                let ids: Vec<usize> = x.unseen_counts.iter().map(|(i, _)| *i).collect();
+                let mut in_audience = None;
+                let tracker = &self.tracker;
+                let mut audience = || {
+                    in_audience
+                        .get_or_insert_with(|| {
+                            tracker.tenants[tenant].same_audience(&x.reached, &ids)
+                        })
+                        .clone()
+                };
+                // A label over the named regions only: a late moment of a viral that
+                // reached all its audience names none, though another audience's
+                // silence would teach the calibration that such moments do not spread.
+                self.labeler.offer(now_ms, tenant, &key, &x.features, || {
+                    x.unseen_counts
+                        .iter()
+                        .zip(audience())
+                        .filter_map(|(count, named)| named.then_some(*count))
+                        .collect()
+                });
                 let Some(model) = &self.model else {
                     continue;
                 };
@@ -246,10 +267,7 @@ impl Predictor {
                         .decider
                         .cooling_down(&(tenant.clone(), key.clone()), now_ms)
                 {
-                    // Only regions of the audiences it reached: the others rarely follow.
-                    let ids: Vec<usize> = x.unseen_counts.iter().map(|(i, _)| *i).collect();
-                    let keep = self.tracker.tenants[tenant].same_audience(&x.reached, &ids);
-                    let mut keep = keep.into_iter();
+                    let mut keep = audience().into_iter();
                     unseen.retain(|_| keep.next().unwrap_or(true));
                 }
                 let candidate = Candidate {
