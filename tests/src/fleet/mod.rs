@@ -13,7 +13,8 @@
 //! - `probe`: [`FleetProbe`], the client that asks the processes: [`FleetProbe::get`],
 //!   [`FleetProbe::settle`] (until the live instances have settled),
 //!   [`FleetProbe::compare`] (every instance against the reference).
-//! - `topics`: [`high_watermarks`] of a topic, [`read_commands`] from the prewarm topic,
+//! - `topics`: [`high_watermarks`] of a topic, [`read_commands`] from the prewarm topic
+//!   ([`read_commands_of`] from a topic of several partitions),
 //!   [`produce_counted`] and [`produce_paced_counted`] (events, counted per partition).
 
 mod answers;
@@ -27,4 +28,6 @@ pub use answers::{
 };
 pub use probe::{FleetProbe, SETTLE_BOUND};
 pub use process::{PROCESS_BOUND, ProcessEnv, PulseProcess, pulse_bin};
-pub use topics::{high_watermarks, produce_counted, produce_paced_counted, read_commands};
+pub use topics::{
+    high_watermarks, produce_counted, produce_paced_counted, read_commands, read_commands_of,
+};

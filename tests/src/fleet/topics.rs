@@ -53,7 +53,13 @@ pub fn high_watermarks(kafka: &TestKafka, topic: &str, partitions: i32) -> Vec<i
 
 /// Every command on `topic` (one partition), from its beginning to its end.
 pub fn read_commands(kafka: &TestKafka, topic: &str) -> Vec<PrewarmCommand> {
-    let end = high_watermarks(kafka, topic, 1)[0];
+    read_commands_of(kafka, topic, 1)
+}
+
+/// Every command on `topic`'s first `partitions` partitions (a gate's decisions topic
+/// holds proposals, as commands), from their beginnings to their ends.
+pub fn read_commands_of(kafka: &TestKafka, topic: &str, partitions: i32) -> Vec<PrewarmCommand> {
+    let end: i64 = high_watermarks(kafka, topic, partitions).iter().sum();
     // `assign` needs a group id; nothing is committed under it.
     let consumer: BaseConsumer = kafka
         .config()
@@ -62,8 +68,10 @@ pub fn read_commands(kafka: &TestKafka, topic: &str) -> Vec<PrewarmCommand> {
         .create()
         .expect("creating a command reader");
     let mut tpl = TopicPartitionList::new();
-    tpl.add_partition_offset(topic, 0, Offset::Beginning)
-        .unwrap();
+    for p in 0..partitions {
+        tpl.add_partition_offset(topic, p, Offset::Beginning)
+            .unwrap();
+    }
     consumer.assign(&tpl).unwrap();
     let mut commands = Vec::new();
     let deadline = Instant::now() + Duration::from_secs(30);
