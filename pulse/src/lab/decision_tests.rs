@@ -1,9 +1,10 @@
 //! The online decision rules replayed on small hand-made traces (a model that is always
-//! sure, and no online recalibration, so only the rules decide): follow-up commands on
-//! a slow spread, and the outcome memory on a key that bursts on a schedule in one
-//! region; waiting for the second region where the first cannot tell, and while a
-//! fresh pulse has judged no first-region outcome; and the shipped model telling a
-//! crowd sent by search engines from a newsletter's viral.
+//! sure, and no online recalibration, so only the rules decide): a fast spread seen
+//! soon enough to warm its second region, follow-up commands on a slow spread, and the
+//! outcome memory on a key that bursts on a schedule in one region; labels over the
+//! regions a command would name; waiting for the second region where the first cannot
+//! tell, and while a fresh pulse has judged no first-region outcome; and the shipped
+//! model telling a crowd sent by search engines from a newsletter's viral.
 
 use std::sync::Arc;
 
@@ -116,6 +117,23 @@ fn a_slow_spread_gets_follow_ups_for_the_regions_it_reaches_after_the_first_comm
     );
     // One command, and at most one follow-up per region the key spread to.
     assert!(commands.len() <= arrivals.len(), "{commands:#?}");
+}
+
+/// A fast spread, 40 requests/s in r0 and r1 asking 300 ms later: the burst is seen
+/// from its 8th request, 175 ms in, and its command names r1 with the honest scorer's
+/// 100 ms of lead. From the 12th (275 ms), as before, r1 was too late to warm.
+#[test]
+fn a_fast_spread_is_commanded_before_its_second_region_asks() {
+    let (r1_asks, until) = (60_300, 70_000);
+    let mut events = background(80_000);
+    events.extend(demand("/fast", "r0", 60_000, until));
+    events.extend(demand("/fast", "r1", r1_asks, until));
+    let run = replay(&sorted(events), Some(always_sure()), &rules_only());
+    let first = run.commands.iter().find(|c| c.key.as_str() == "/fast");
+    assert!(
+        first.is_some_and(|c| names(c, "r1") && c.issued_at_ms + 100 <= r1_asks),
+        "r1 was not warmed in time: {first:?}"
+    );
 }
 
 /// A slow spread whose demand passes: each region asks for 30 s, then goes quiet. A
