@@ -10,9 +10,9 @@
 //!
 //! - `a_crash_repeats_no_command`: three `pulse serve` processes on 8 partitions, a
 //!   budget of 3 + 0.02/s per tenant and no periodic commit during the run; B is
-//!   SIGKILLed while the events are produced, once it has proposed (its uncommitted
-//!   tail is decided again by its partitions' new owners, and its gate partitions move
-//!   with their state), and restarted. On the prewarm topic: no id twice, no (tenant,
+//!   SIGKILLed while the events are produced, once its proposals are on the decisions
+//!   topic (its uncommitted tail is decided again by its partitions' new owners, and
+//!   its gate partitions move with their state), and restarted. On the prewarm topic: no id twice, no (tenant,
 //!   key) commanded twice within its cooldown (other than follow-ups of the same
 //!   burst), per tenant at most one budget; and the gates did refuse decisions made
 //!   again (`duplicate`, `cooldown`), or the check would prove nothing.
@@ -255,33 +255,38 @@ async fn crash_run() -> f64 {
     let topic = events_topic.clone();
     let all = events.clone();
     let produced = tokio::spawn(async move { produce_paced(&producer, &topic, &all, 2).await });
-    // Mid-stream, once B has decided something (its partitions' decisions are in its
-    // uncommitted tail): B dies, and comes back.
+    let group = format!("{events_topic}-fleet");
+    let decisions = format!("{events_topic}.{group}.decisions");
+    // Mid-stream, once B has proposed something and its proposals are on the decisions
+    // topic (its partitions' decisions are in its uncommitted tail; one still in its
+    // producer's queue would die with it, and be decided for the first time by the
+    // partition's next owner): B dies, and comes back.
     let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
+    while proposed(&probe, &b).await == 0.0 {
         assert!(
             !produced.is_finished() && Instant::now() < deadline,
             "B proposed nothing while the events were produced\n{}",
             b.log_tail()
         );
-        if let Ok((_, Value::String(text))) = probe.get(b.addr(), "/metrics").await {
-            // Proposed (or, by a pulse without a gate, sent).
-            let decided = text
-                .lines()
-                .filter(|l| {
-                    l.starts_with("pulse_prewarm_proposals_total")
-                        || l.starts_with("pulse_prewarm_commands_sent_total")
-                })
-                .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-                .sum::<f64>();
-            if decided > 0.0 {
-                break;
-            }
-        }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    // Time for the proposal to reach the decisions topic, even on a slow machine.
-    tokio::time::sleep(Duration::from_millis(1_000)).await;
+    let mut made = 0.0;
+    for p in [&a, &b, &c] {
+        made += proposed(&probe, p).await;
+    }
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let delivered: i64 = high_watermarks(&kafka, &decisions, P).iter().sum();
+        if delivered as f64 >= made {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{made} proposals made, {delivered} on the decisions topic after 30 s\n{}",
+            b.log_tail()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
     b.sigkill();
     eprintln!("b SIGKILLed");
     tokio::time::sleep(Duration::from_secs(2)).await;
@@ -291,8 +296,6 @@ async fn crash_run() -> f64 {
     let hwm = high_watermarks(&kafka, &events_topic, P);
     wait_owned(&probe, &mut [&mut a, &mut b, &mut c], P, Some(&hwm)).await;
     // Every proposal decided on: the gate group's offsets at the decisions' end.
-    let group = format!("{events_topic}-fleet");
-    let decisions = format!("{events_topic}.{group}.decisions");
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {
         let end = high_watermarks(&kafka, &decisions, P);
@@ -367,6 +370,19 @@ async fn crash_run() -> f64 {
         p.sigterm();
     }
     repeats_refused
+}
+
+/// The decisions `process` has proposed to the fleet's gate since it started (0 when
+/// its metrics cannot be read).
+async fn proposed(probe: &FleetProbe, process: &PulseProcess) -> f64 {
+    match probe.get(process.addr(), "/metrics").await {
+        Ok((_, Value::String(text))) => text
+            .lines()
+            .filter(|l| l.starts_with("pulse_prewarm_proposals_total"))
+            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+            .sum(),
+        _ => 0.0,
+    }
 }
 
 /// Waits until every partition is owned by a live instance, not replaying and, with
