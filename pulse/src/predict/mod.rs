@@ -228,12 +228,12 @@ impl Predictor {
                 // The regions a command would name: those of the audiences the key
                 // reached (the others rarely follow). Computed at most once, for the
                 // label or the decision, whichever wants it first.
-                let ids: Vec<usize> = x.unseen_counts.iter().map(|(i, _)| *i).collect();
                 let mut in_audience = None;
                 let tracker = &self.tracker;
                 let mut audience = || {
                     in_audience
                         .get_or_insert_with(|| {
+                            let ids: Vec<usize> = x.unseen_counts.iter().map(|(i, _)| *i).collect();
                             tracker.tenants[tenant].same_audience(&x.reached, &ids)
                         })
                         .clone()
