@@ -12,9 +12,9 @@
 //!   budget of 3 + 0.02/s per tenant and no periodic commit during the run; B is
 //!   SIGKILLed while the events are produced, once its proposals are on the decisions
 //!   topic (its uncommitted tail is decided again by its partitions' new owners, and
-//!   its gate partitions move with their state), and restarted. On the prewarm topic: no id twice, no (tenant,
-//!   key) commanded twice within its cooldown (other than follow-ups of the same
-//!   burst), per tenant at most one budget; and the gates did refuse decisions made
+//!   its gate partitions move with their state), and restarted. On the prewarm topic:
+//!   no id twice, no (tenant, key) commanded twice within its cooldown (other than
+//!   follow-ups of the same burst), per tenant at most one budget; and the gates did refuse decisions made
 //!   again (`duplicate`, `cooldown`), or the check would prove nothing.
 //! - `one_budget_for_1_3_and_8_instances`: in-process `pulse::start` handles (eight
 //!   processes per group would cost more than they show), groups of 1, 3 and 8
@@ -55,6 +55,8 @@ const CRASH_BURST: f64 = 3.0;
 const CRASH_RATE_PER_S: f64 = 0.02;
 /// The default cooldown.
 const COOLDOWN_MS: u64 = 60_000;
+/// The metric of the decisions an instance proposed to the fleet's gate.
+const PROPOSALS: &str = "pulse_prewarm_proposals_total";
 
 /// The two tests share two cores: one at a time.
 static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
@@ -262,7 +264,7 @@ async fn crash_run() -> f64 {
     // producer's queue would die with it, and be decided for the first time by the
     // partition's next owner): B dies, and comes back.
     let deadline = Instant::now() + Duration::from_secs(60);
-    while proposed(&probe, &b).await == 0.0 {
+    while probe.metric_sum(&b, PROPOSALS).await == 0.0 {
         assert!(
             !produced.is_finished() && Instant::now() < deadline,
             "B proposed nothing while the events were produced\n{}",
@@ -272,7 +274,7 @@ async fn crash_run() -> f64 {
     }
     let mut made = 0.0;
     for p in [&a, &b, &c] {
-        made += proposed(&probe, p).await;
+        made += probe.metric_sum(p, PROPOSALS).await;
     }
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
@@ -370,19 +372,6 @@ async fn crash_run() -> f64 {
         p.sigterm();
     }
     repeats_refused
-}
-
-/// The decisions `process` has proposed to the fleet's gate since it started (0 when
-/// its metrics cannot be read).
-async fn proposed(probe: &FleetProbe, process: &PulseProcess) -> f64 {
-    match probe.get(process.addr(), "/metrics").await {
-        Ok((_, Value::String(text))) => text
-            .lines()
-            .filter(|l| l.starts_with("pulse_prewarm_proposals_total"))
-            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-            .sum(),
-        _ => 0.0,
-    }
 }
 
 /// Waits until every partition is owned by a live instance, not replaying and, with

@@ -59,7 +59,6 @@ use pulse::{
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use rdkafka::producer::FutureProducer;
-use serde_json::Value;
 use tests::fleet::{
     FleetProbe, IGNORED_FIELDS, ProcessEnv, PulseProcess, high_watermarks, parse_coverage,
     produce_counted, produce_paced_counted, pulse_bin, read_commands, short, tenant_counts,
@@ -560,13 +559,13 @@ async fn check_every_event_once(
 async fn report_over_budget(run: &Run, a: &PulseProcess, b: &PulseProcess) {
     let mut over_budget = 0.0;
     for process in [a, b] {
-        if let Ok((200, Value::String(text))) = run.probe.get(process.addr(), "/metrics").await {
-            over_budget += text
-                .lines()
-                .filter(|l| l.starts_with("pulse_prewarm_skipped_total{reason=\"over_budget\"}"))
-                .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-                .sum::<f64>();
-        }
+        over_budget += run
+            .probe
+            .metric_sum(
+                process,
+                "pulse_prewarm_skipped_total{reason=\"over_budget\"}",
+            )
+            .await;
     }
     eprintln!("keys skipped over budget on A and B: {over_budget}");
 }

@@ -45,6 +45,19 @@ impl FleetProbe {
         Ok((fetched.status.as_u16(), value))
     }
 
+    /// The sum of `process`'s metric samples whose line starts with `prefix` (a name,
+    /// or a name and labels), from its `/metrics`; 0 when they cannot be read.
+    pub async fn metric_sum(&self, process: &PulseProcess, prefix: &str) -> f64 {
+        match self.get(process.addr(), "/metrics").await {
+            Ok((200, Value::String(text))) => text
+                .lines()
+                .filter(|l| l.starts_with(prefix))
+                .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+                .sum(),
+            _ => 0.0,
+        }
+    }
+
     /// Waits until `process` answers `/healthz` with 200.
     pub async fn wait_healthy(&self, process: &mut PulseProcess) {
         let deadline = Instant::now() + PROCESS_BOUND;
