@@ -221,6 +221,10 @@ struct BacktestArgs {
     /// Consecutive scorings at the threshold before a command.
     #[arg(long, default_value_t = DecisionPolicy::default().confirmations)]
     confirmations: u32,
+    /// What a wasted pre-warm fill costs, in client misses (as `pulse serve
+    /// --wasted-fill-cost`): a higher cost names fewer regions, each likelier to ask.
+    #[arg(long, default_value_t = DecisionPolicy::default().wasted_fill_cost)]
+    wasted_fill_cost: f64,
     /// Keep the model's own confidence: no online recalibration from the outcomes the
     /// replay sees, and no cold-start wait for a second region (as `pulse serve
     /// --no-calibrate-online`).
@@ -680,6 +684,9 @@ fn backtest(args: BacktestArgs) -> anyhow::Result<()> {
     if let Some(t) = args.thresholds.iter().find(|t| !(0.0..=1.0).contains(*t)) {
         bail!("--thresholds: {t} is outside [0, 1]");
     }
+    if !(args.wasted_fill_cost >= 0.0 && args.wasted_fill_cost.is_finite()) {
+        bail!("--wasted-fill-cost: must be 0 or more");
+    }
     let model = match &args.model {
         Some(path) => ScoringModel::from_json(&std::fs::read_to_string(path)?)
             .with_context(|| format!("--model: {}", path.display()))?,
@@ -696,6 +703,7 @@ fn backtest(args: BacktestArgs) -> anyhow::Result<()> {
             threshold: args.threshold,
             min_regions_reached: args.min_regions_reached,
             confirmations: args.confirmations,
+            wasted_fill_cost: args.wasted_fill_cost,
             ..DecisionPolicy::default()
         },
         calibrate_online: !args.no_calibrate_online,

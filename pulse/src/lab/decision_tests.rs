@@ -1,6 +1,7 @@
 //! The online decision rules replayed on small hand-made traces (a model that is always
 //! sure, and no online recalibration, so only the rules decide): a fast spread seen
-//! soon enough to warm its second region, follow-up commands on a slow spread, and the
+//! soon enough to warm its second region, follow-up commands on a slow spread naming
+//! the regions it will likely reach in time, and the
 //! outcome memory on a key that bursts on a schedule in one region; labels over the
 //! regions a command would name; waiting for the second region where the first cannot
 //! tell, and while a fresh pulse has judged no first-region outcome; and the shipped
@@ -65,6 +66,11 @@ fn sorted(mut events: Vec<AccessEvent>) -> Vec<AccessEvent> {
     events
 }
 
+/// The commands sent for `key`, in order.
+fn commands_for<'a>(commands: &'a [PrewarmCommand], key: &str) -> Vec<&'a PrewarmCommand> {
+    commands.iter().filter(|c| c.key.as_str() == key).collect()
+}
+
 fn names(command: &PrewarmCommand, region: &str) -> bool {
     match &command.regions {
         RegionTargets::All => true,
@@ -92,11 +98,7 @@ fn a_slow_spread_gets_follow_ups_for_the_regions_it_reaches_after_the_first_comm
     }
     let events = sorted(events);
     let run = replay(&events, Some(always_sure()), &rules_only());
-    let commands: Vec<_> = run
-        .commands
-        .iter()
-        .filter(|c| c.key.as_str() == "/viral")
-        .collect();
+    let commands = commands_for(&run.commands, "/viral");
     let first = commands.first().expect("the viral got a command");
     assert!(first.expires_at_ms < 140_000, "{first:?}");
     for (region, asks) in &arrivals[2..] {
@@ -147,11 +149,7 @@ fn a_follow_up_never_names_a_region_the_burst_already_passed_through() {
         events.extend(demand("/wave", region, from, from + 30_000));
     }
     let run = replay(&sorted(events), Some(always_sure()), &rules_only());
-    let commands: Vec<_> = run
-        .commands
-        .iter()
-        .filter(|c| c.key.as_str() == "/wave")
-        .collect();
+    let commands = commands_for(&run.commands, "/wave");
     assert!(
         commands.len() >= 2,
         "a first command and a follow-up: {commands:#?}"
@@ -170,6 +168,40 @@ fn a_follow_up_never_names_a_region_the_burst_already_passed_through() {
             && 170_000 < c.expires_at_ms),
         "the last region is still warmed in time: {commands:#?}"
     );
+}
+
+/// Six regions, five where the tenant's audience lives (5 background requests a second
+/// each) and r5, where little of it does (one every 5 s). A viral bursts in r0 and
+/// reaches r1 30 s later: at that pace two more regions ask within a follow-up's TTL,
+/// most likely busy ones, and r5's fill would more likely be wasted than used. The
+/// first command, before any spread, names every region; the follow-up at r1 names
+/// the busy ones still unreached, not r5.
+#[test]
+fn a_slow_spreads_follow_up_names_the_regions_it_will_likely_reach_in_time() {
+    let regions = ["r0", "r1", "r2", "r3", "r4", "r5"];
+    let mut events: Vec<AccessEvent> = (0..150_000)
+        .step_by(200)
+        .flat_map(|ms| {
+            regions
+                .iter()
+                .filter(move |r| **r != "r5" || ms % 5_000 == 0)
+                .map(move |r| event(ms, "/background", r))
+        })
+        .collect();
+    events.extend(demand("/slow", "r0", 70_000, 140_000));
+    events.extend(demand("/slow", "r1", 100_000, 140_000));
+    let run = replay(&sorted(events), Some(always_sure()), &rules_only());
+    let commands = commands_for(&run.commands, "/slow");
+    let [first, follow_up, ..] = commands.as_slice() else {
+        panic!("a first command and a follow-up: {commands:#?}");
+    };
+    assert!(regions[1..].iter().all(|r| names(first, r)), "{first:#?}");
+    assert!(follow_up.issued_at_ms >= 100_000, "{follow_up:#?}");
+    assert!(
+        ["r2", "r3", "r4"].iter().all(|r| names(follow_up, r)),
+        "{follow_up:#?}"
+    );
+    assert!(!names(follow_up, "r5"), "{follow_up:#?}");
 }
 
 /// A job that runs every minute at the same second in one region: each command for it
@@ -440,11 +472,7 @@ fn where_the_first_region_cannot_tell_a_crowd_from_a_viral_pulse_waits_for_the_s
     for i in 0..16 {
         let key = format!("/test-{i}");
         let start = 60_000 + 6_000 * i as u64;
-        let commands: Vec<_> = run
-            .commands
-            .iter()
-            .filter(|c| c.key.as_str() == key)
-            .collect();
+        let commands = commands_for(&run.commands, &key);
         if i % 2 == 0 {
             crowd_commands += commands.len();
             continue;

@@ -147,6 +147,9 @@ pub(crate) struct Candidate<'a> {
     pub score: &'a Score,
     /// The regions that have not requested it lately: the ones to warm.
     pub unseen: Vec<RegionId>,
+    /// Each of `unseen`'s chance of asking while the command is valid, if the key
+    /// spreads (`predict::pace`; 1 where the pace is unknown).
+    pub chances: Vec<f64>,
     /// Client misses warming one of them would save if it then asks (its first miss
     /// and the requests that would wait on that fill).
     pub saved_misses: f64,
@@ -176,6 +179,32 @@ pub(crate) fn command_id(
             (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3)
         });
     format!("pw-{burst_start_ms}-{hash:016x}")
+}
+
+/// Whether a fill that is used with probability `chance` saves at least what it may
+/// waste: `chance × saved misses ≥ (1 − chance) × cost`.
+fn worth_a_fill(chance: f64, saved_misses: f64, cost: f64) -> bool {
+    chance * saved_misses >= (1.0 - chance) * cost
+}
+
+/// The regions worth naming: those whose fill pays for itself, each asking with
+/// probability `confidence` × its own chance of asking in time (1 where none is given).
+fn worth_naming(
+    regions: Vec<RegionId>,
+    chances: &[f64],
+    confidence: f64,
+    saved_misses: f64,
+    cost: f64,
+) -> Vec<RegionId> {
+    regions
+        .into_iter()
+        .enumerate()
+        .filter(|(i, _)| {
+            let chance = chances.get(*i).copied().unwrap_or(1.0);
+            worth_a_fill(confidence * chance, saved_misses, cost)
+        })
+        .map(|(_, region)| region)
+        .collect()
 }
 
 /// Two scorings of a key further apart than this are not consecutive.
@@ -263,12 +292,22 @@ impl Decider {
             .is_some_and(|last| now_ms < last + self.policy.cooldown_ms)
     }
 
+    /// What a wasted fill costs the tenant, in client misses.
+    fn fill_cost(&self, tenant: &TenantId) -> f64 {
+        self.policy
+            .tenant_fill_costs
+            .get(tenant)
+            .copied()
+            .unwrap_or(self.policy.wasted_fill_cost)
+    }
+
     /// Decides on one scored key ([`Candidate`]).
     ///
-    /// The cost rule, per warmed region: with probability `confidence` the region asks
-    /// and the pre-warm saves `saved_misses`; otherwise its fill is wasted, at the
-    /// tenant's `wasted_fill_cost`. A command goes out only when the expected saving
-    /// is at least the expected cost.
+    /// The cost rule, per warmed region: with probability `confidence` × the region's
+    /// chance of asking in time the region asks and the pre-warm saves `saved_misses`;
+    /// otherwise its fill is wasted, at the tenant's `wasted_fill_cost`. A command goes
+    /// out only when the expected saving is at least the expected cost, and names only
+    /// the regions for which it is.
     pub(crate) fn consider(
         &mut self,
         now_ms: u64,
@@ -279,6 +318,7 @@ impl Decider {
             key,
             score,
             unseen,
+            chances,
             saved_misses,
             burst_start_ms,
             reached,
@@ -305,18 +345,17 @@ impl Decider {
             }
             return skip(&mut self.counts, Skip::Unconfirmed);
         }
-        let cost = self
-            .policy
-            .tenant_fill_costs
-            .get(tenant)
-            .copied()
-            .unwrap_or(self.policy.wasted_fill_cost);
+        let cost = self.fill_cost(tenant);
         let confidence = score.confidence.clamp(0.0, 1.0);
-        if confidence * saved_misses < (1.0 - confidence) * cost {
+        if !worth_a_fill(confidence, saved_misses, cost) {
             return skip(&mut self.counts, Skip::NotWorthIt);
         }
         if unseen.is_empty() {
             return skip(&mut self.counts, Skip::NothingToWarm);
+        }
+        let named = worth_naming(unseen, &chances, confidence, saved_misses, cost);
+        if named.is_empty() {
+            return skip(&mut self.counts, Skip::NotWorthIt);
         }
         if self.cooling_down(&flight, now_ms) {
             return skip(&mut self.counts, Skip::Cooldown);
@@ -331,11 +370,11 @@ impl Decider {
             score.confidence.clamp(0.0, 1.0),
             now_ms,
             now_ms + self.policy.command_ttl_ms,
-            RegionTargets::Only(unseen),
+            RegionTargets::Only(named),
             score.reason.clone(),
         );
         self.issue(now_ms, &command);
-        self.follow(&command, burst_start_ms, reached);
+        self.follow(&command, burst_start_ms, reached, saved_misses);
         Ok(command)
     }
 
@@ -474,6 +513,7 @@ mod tests {
             tenant,
             key,
             score,
+            chances: vec![1.0; unseen.len()],
             unseen,
             saved_misses,
             burst_start_ms: 0,
@@ -521,6 +561,25 @@ mod tests {
             d.consider(0, cand(&cheap, &k, &score(0.9), eu(), 1.0))
                 .is_ok()
         );
+    }
+
+    /// Each region is weighed on its own: one whose chance of asking in time, times
+    /// the confidence, does not pay for its fill is not named; with none left, no
+    /// command.
+    #[test]
+    fn a_region_unlikely_to_ask_in_time_is_not_named() {
+        let (t, k) = ids("acme", "/a");
+        let mut d = Decider::new(DecisionPolicy::default());
+        let s = score(0.9);
+        let mut c = cand(&t, &k, &s, regions(&["eu", "us", "ap"]), 1.0);
+        // 0.9 × 0.6 = 0.54 saves 0.54 ≥ 0.46 wasted; 0.9 × 0.5 = 0.45 does not.
+        c.chances = vec![0.6, 0.5, 1.0];
+        let command = d.consider(0, c).unwrap();
+        assert_eq!(command.regions, RegionTargets::Only(regions(&["eu", "ap"])));
+        let (_, other) = ids("acme", "/b");
+        let mut c = cand(&t, &other, &s, regions(&["eu"]), 1.0);
+        c.chances = vec![0.2];
+        assert_eq!(d.consider(0, c), Err(Skip::NotWorthIt));
     }
 
     /// The same tenant, key, burst and model give the same id, whenever and by

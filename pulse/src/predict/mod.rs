@@ -19,6 +19,8 @@
 //! - `decide`: [`Decider`], threshold, cooldown and tenant budgets, and the
 //!   useful/wasted verdict of each command.
 //! - `labels`: labels each scoring moment by whether demand came, for training.
+//! - `pace`: each unreached region's chance of asking while a command is valid, from
+//!   how fast the key spreads and where the tenant's audience lives.
 //! - `retrain`: [`retrain`], fits a candidate model and keeps it only if it is not worse.
 
 mod calibrate;
@@ -28,6 +30,7 @@ mod labels;
 mod model;
 mod model_file;
 mod online;
+mod pace;
 mod retrain;
 mod tracker;
 
@@ -53,6 +56,7 @@ use features::{FEATURE_WINDOWS, extract, is_bursting};
 use labels::Labeler;
 use online::OnlineCalibration;
 pub(crate) use online::SavedCalibration;
+use pace::{Pace, Paces};
 use tracker::Tracker;
 
 /// How long after a key starts bursting it is still scored.
@@ -93,6 +97,8 @@ pub struct Predictor {
     tracker: Tracker,
     labeler: Labeler,
     calibration: OnlineCalibration,
+    /// How fast the tenants' keys spread: which regions a command will reach in time.
+    paces: Paces,
     /// Counts a checkpoint kept for another model than the one in use, put back if
     /// that model comes next (the fleet's, read from its topic after the partition
     /// was assigned).
@@ -119,6 +125,7 @@ impl Predictor {
             ),
             decider: Decider::new(config.policy),
             calibration: OnlineCalibration::default(),
+            paces: Paces::default(),
             pending_calibration: None,
             calibrate_online: config.calibrate_online,
             scored: 0,
@@ -214,8 +221,14 @@ impl Predictor {
                     .and_then(|windows| extract(&windows, &self.tracker, tenant, &key, now_ms));
                 self.tracker.note_burst(tenant, &key, bursting, now_ms);
                 if decide
-                    && let Some(command) =
-                        follow_up(&mut self.decider, &self.tracker, tenant, &key, now_ms)
+                    && let Some(command) = follow_up(
+                        &mut self.decider,
+                        &self.tracker,
+                        &mut self.paces,
+                        tenant,
+                        &key,
+                        now_ms,
+                    )
                 {
                     commands.push(command);
                 }
@@ -262,19 +275,31 @@ impl Predictor {
                             model.confidence_of(raw)
                         });
                 let mut unseen = x.unseen;
+                let mut chances = vec![1.0; unseen.len()];
                 if score.confidence >= self.decider.policy().threshold
                     && !self
                         .decider
                         .cooling_down(&(tenant.clone(), key.clone()), now_ms)
                 {
-                    let mut keep = audience().into_iter();
-                    unseen.retain(|_| keep.next().unwrap_or(true));
+                    let mut ids: Vec<usize> = x.unseen_counts.iter().map(|(i, _)| *i).collect();
+                    let keep = audience();
+                    let mut kept = keep.iter();
+                    unseen.retain(|_| kept.next().copied().unwrap_or(true));
+                    let mut kept = keep.iter();
+                    ids.retain(|_| kept.next().copied().unwrap_or(true));
+                    let start = burst_start.or_else(|| self.tracker.last_burst(tenant, &key));
+                    let pace = self.paces.judge(
+                        tenant,
+                        measured_pace(&self.tracker, tenant, &key, start, now_ms),
+                    );
+                    chances = chances_of(&self.tracker, tenant, pace, &ids, self.policy());
                 }
                 let candidate = Candidate {
                     tenant,
                     key: &key,
                     score: &score,
                     unseen,
+                    chances,
                     saved_misses: saved_misses(
                         &x.features,
                         x.reached.len(),
@@ -427,6 +452,7 @@ impl Predictor {
 fn follow_up(
     decider: &mut Decider,
     tracker: &Tracker,
+    paces: &mut Paces,
     tenant: &TenantId,
     key: &CacheKey,
     now_ms: u64,
@@ -454,13 +480,48 @@ fn follow_up(
         return None;
     }
     let keep = t.same_audience(&reached, &unseen);
-    let unseen = unseen
-        .iter()
-        .zip(keep)
-        .filter(|(_, keep)| *keep)
-        .map(|(i, _)| tracker.regions[*i].clone())
-        .collect();
-    decider.follow_up(now_ms, tenant, key, reached, unseen)
+    let mut kept = keep.iter();
+    unseen.retain(|_| kept.next().copied().unwrap_or(true));
+    let pace = paces.judge(
+        tenant,
+        measured_pace(tracker, tenant, key, Some(burst_start_ms), now_ms),
+    );
+    let chances = chances_of(tracker, tenant, pace, &unseen, decider.policy());
+    let unseen = unseen.iter().map(|i| tracker.regions[*i].clone()).collect();
+    decider.follow_up(now_ms, tenant, key, reached, unseen, &chances)
+}
+
+/// How far and how fast the key spread in its burst begun at `burst_start_ms`.
+fn measured_pace(
+    tracker: &Tracker,
+    tenant: &TenantId,
+    key: &CacheKey,
+    burst_start_ms: Option<u64>,
+    now_ms: u64,
+) -> Option<Pace> {
+    let k = tracker.tenants.get(tenant)?.keys.get(key)?;
+    let start = burst_start_ms?;
+    Some(Pace {
+        // As `Tracker::spread_lately` counts a spread: a second or more after the start.
+        spread: k.regions_new_since(start + 1_000, 1_000, MIN_REGION_DEMAND),
+        elapsed_ms: now_ms.saturating_sub(start),
+    })
+}
+
+/// Each of `regions`' (tracker ids) chance of asking for a key within a command's TTL
+/// at `pace`, weighed by the tenant's recent requests from each (`pace::chances`).
+fn chances_of(
+    tracker: &Tracker,
+    tenant: &TenantId,
+    pace: Option<Pace>,
+    regions: &[usize],
+    policy: &DecisionPolicy,
+) -> Vec<f64> {
+    let weights: Vec<f64> = match tracker.tenants.get(tenant) {
+        Some(t) => regions.iter().map(|r| t.region_requests(*r)).collect(),
+        None => vec![0.0; regions.len()],
+    };
+    pace::chances(pace, policy.command_ttl_ms, &weights)
 }
 
 /// What the online calibration's counts are tied to: the model's name and training time.

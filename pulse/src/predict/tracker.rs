@@ -156,6 +156,9 @@ pub(crate) struct TenantTracker {
     hour_bursts: f64,
     /// Per tracker region id: the tenant's last client request there (0: never).
     region_last_ms: Vec<u64>,
+    /// Per tracker region id: the tenant's recent client requests there (halved each
+    /// minute, with the referrer counts): how much of its audience lives there.
+    region_requests: Vec<f64>,
     /// EWMA of the tenant's origin fill times, ms, from the misses that report one.
     fill_ms_ewma: Option<f64>,
 }
@@ -199,6 +202,11 @@ impl TenantTracker {
         } else {
             self.domain_counts.get(&domain).copied().unwrap_or(0.0) / self.domain_total
         }
+    }
+
+    /// The tenant's recent client requests from `region` (a tracker id).
+    pub(crate) fn region_requests(&self, region: usize) -> f64 {
+        self.region_requests.get(region).copied().unwrap_or(0.0)
     }
 
     /// Regions (tracker ids) that asked for any of the tenant's keys in the last
@@ -412,6 +420,9 @@ impl Tracker {
             }
             tenant.domain_counts.retain(|_, c| *c >= 0.5);
             tenant.domain_total *= 0.5;
+            for r in &mut tenant.region_requests {
+                *r *= 0.5;
+            }
             tenant.domain_minute = minute;
         }
         tenant.domain_total += 1.0;
@@ -431,6 +442,10 @@ impl Tracker {
             }
             let last = &mut tenant.region_last_ms[r];
             *last = (*last).max(event.ts_ms);
+            if tenant.region_requests.len() <= r {
+                tenant.region_requests.resize(r + 1, 0.0);
+            }
+            tenant.region_requests[r] += 1.0;
         }
         let Some(key) = tenant.keys.get_mut(event.key.as_str()) else {
             return false;
@@ -521,6 +536,12 @@ impl Tracker {
                 1_000,
                 super::MIN_REGION_DEMAND,
             ) > 0
+    }
+
+    /// When the key's last burst began, if it is tracked and burst while tracked.
+    pub(crate) fn last_burst(&self, tenant: &TenantId, key: &CacheKey) -> Option<u64> {
+        let k = self.tenants.get(tenant)?.keys.get(key)?;
+        k.bursts.back().copied()
     }
 
     /// When the current burst of a tracked key started, if it is `bursting` at

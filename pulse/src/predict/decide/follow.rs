@@ -9,7 +9,7 @@ use std::collections::HashMap;
 
 use models::{CacheKey, PrewarmCommand, RegionId, RegionTargets, TenantId};
 
-use super::{Decider, command_id};
+use super::{Decider, command_id, worth_naming};
 
 /// A commanded key being followed.
 #[derive(Debug, Clone)]
@@ -22,6 +22,8 @@ pub(super) struct Followed {
     reached: Vec<usize>,
     /// Follow-ups sent so far.
     follow_ups: u32,
+    /// Client misses a warmed region that asks is spared (as at the first command).
+    saved_misses: f64,
 }
 
 /// The keys being followed, by tenant then key (looked up by reference, per tick).
@@ -49,6 +51,7 @@ impl Decider {
         command: &PrewarmCommand,
         burst_start_ms: u64,
         reached: Vec<usize>,
+        saved_misses: f64,
     ) {
         if self.policy.follow_ups == 0 {
             return;
@@ -74,6 +77,7 @@ impl Decider {
                     burst_start_ms,
                     reached,
                     follow_ups: 0,
+                    saved_misses,
                 },
             );
         following.len += usize::from(previous.is_none());
@@ -97,8 +101,9 @@ impl Decider {
     }
 
     /// Sends a follow-up for a followed key that has spread since its last command, to
-    /// `unseen` (the regions it has still not reached), if the tenant's budget allows:
-    /// the last command's confidence and reasons, a fresh TTL, an id of its own.
+    /// those of `unseen` (the regions it has still not reached) whose `chances` of
+    /// asking in time pay for their fills, if the tenant's budget allows: the last
+    /// command's confidence and reasons, a fresh TTL, an id of its own.
     pub(crate) fn follow_up(
         &mut self,
         now_ms: u64,
@@ -106,8 +111,12 @@ impl Decider {
         key: &CacheKey,
         reached: Vec<usize>,
         unseen: Vec<RegionId>,
+        chances: &[f64],
     ) -> Option<PrewarmCommand> {
         self.follow_up_due(tenant, key, now_ms)?;
+        let f = self.following.keys.get(tenant)?.get(key)?;
+        let cost = self.fill_cost(tenant);
+        let unseen = worth_naming(unseen, chances, f.last.confidence, f.saved_misses, cost);
         if unseen.is_empty() || !self.take_token(tenant, now_ms) {
             return None;
         }

@@ -97,6 +97,7 @@ mod tests {
                 key: &k,
                 score: &score,
                 unseen: vec![eu.clone()],
+                chances: vec![1.0],
                 saved_misses: 1.0,
                 burst_start_ms: now_ms,
                 reached: vec![],
