@@ -225,6 +225,10 @@ struct BacktestArgs {
     /// --wasted-fill-cost`): a higher cost names fewer regions, each likelier to ask.
     #[arg(long, default_value_t = DecisionPolicy::default().wasted_fill_cost)]
     wasted_fill_cost: f64,
+    /// Seconds of event time between online retrains on the replay's own labelled
+    /// moments, as `pulse serve --retrain-interval-secs` retrains live (0: never).
+    #[arg(long, default_value_t = 300)]
+    retrain_interval_secs: u64,
     /// Keep the model's own confidence: no online recalibration from the outcomes the
     /// replay sees, and no cold-start wait for a second region (as `pulse serve
     /// --no-calibrate-online`).
@@ -707,6 +711,7 @@ fn backtest(args: BacktestArgs) -> anyhow::Result<()> {
             ..DecisionPolicy::default()
         },
         calibrate_online: !args.no_calibrate_online,
+        replay_retrain_every_ms: Some(args.retrain_interval_secs.saturating_mul(1000)),
         ..PredictorConfig::default()
     };
     let Some(source) = &source else {

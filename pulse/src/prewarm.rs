@@ -19,7 +19,9 @@ use crate::ingest::BatchObserver;
 use crate::kafka::KafkaClients;
 use crate::metrics::{Metrics, ReasonLabel};
 use crate::partition::{PartitionState, SharedPartitions};
-use crate::predict::{DecisionCounts, RetrainOutcome, TrainOptions, retrain};
+use crate::predict::{
+    DecisionCounts, HELD_OUT_SHARE, MIN_SAMPLES, RetrainOutcome, next_generation, retrain,
+};
 use crate::stoppable::StoppableThread;
 
 /// Sends commands to the prewarm topic without ever blocking the ingest thread: the
@@ -210,9 +212,6 @@ pub(crate) struct Retrainer {
 /// The owner of this partition of the events topic trains the fleet's model.
 pub(crate) const FLEET_TRAINER_PARTITION: i32 = 0;
 
-/// Fewest labelled samples worth a retrain.
-const MIN_SAMPLES: usize = 200;
-
 impl Retrainer {
     /// Starts the retrain thread.
     pub(crate) fn start(
@@ -288,19 +287,8 @@ pub(crate) fn retrain_once(
         );
         return "not_enough_data";
     }
-    let generation = current
-        .name
-        .rsplit_once("-online-")
-        .and_then(|(_, n)| n.parse::<u32>().ok())
-        .unwrap_or(0);
-    let base = current.name.split("-online-").next().unwrap_or("model");
-    let options = TrainOptions {
-        name: format!("{base}-online-{}", generation + 1),
-        trained_at_ms: crate::clock::wall_clock_ms(),
-        threshold,
-        ..TrainOptions::default()
-    };
-    match retrain(&current, &samples, 0.2, &options) {
+    let options = next_generation(&current, threshold, crate::clock::wall_clock_ms());
+    match retrain(&current, &samples, HELD_OUT_SHARE, &options) {
         RetrainOutcome::Replace {
             model,
             current,

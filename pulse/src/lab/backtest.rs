@@ -19,7 +19,8 @@ use super::honest::{HonestOptions, score_commands};
 use super::trace::Burst;
 use crate::heat::{HeatConfig, HeatMap};
 use crate::predict::{
-    Decision, DecisionCounts, DecisionPolicy, Predictor, PredictorConfig, Sample, ScoringModel,
+    Decision, DecisionCounts, DecisionPolicy, HELD_OUT_SHARE, MIN_SAMPLES, Predictor,
+    PredictorConfig, RetrainOutcome, Sample, ScoringModel, next_generation, retrain,
 };
 
 /// How to replay.
@@ -66,6 +67,9 @@ pub struct Replay {
     pub refused: usize,
     /// Decision latency of each tick that sent commands.
     pub decision_times: Vec<Duration>,
+    /// Each online retrain (`PredictorConfig::replay_retrain_every_ms`): its event time
+    /// and outcome (`replaced`, `kept`, `not_enough_data`, as `pulse_model_retrains`).
+    pub retrains: Vec<(u64, &'static str)>,
 }
 
 /// A heat map and a predictor fed one event at a time, ticking on event time: the
@@ -84,6 +88,10 @@ pub(crate) struct Replayer {
     /// Wall time of each tick that sent commands: from the last event applied to the
     /// commands in hand (the decision latency).
     pub decision_times: Vec<Duration>,
+    retrain_every_ms: Option<u64>,
+    next_retrain: Option<u64>,
+    /// Each online retrain: its event time and outcome.
+    pub retrains: Vec<(u64, &'static str)>,
 }
 
 impl Replayer {
@@ -97,7 +105,44 @@ impl Replayer {
             applied: 0,
             refused: 0,
             decision_times: Vec::new(),
+            retrain_every_ms: options
+                .predictor
+                .replay_retrain_every_ms
+                .filter(|every| *every > 0),
+            next_retrain: None,
+            retrains: Vec::new(),
         }
+    }
+
+    /// Retrains as `pulse serve` does (`prewarm::retrain_once`), at event time `now_ms`:
+    /// on the newest labelled moments a live predictor would hold, the newest share
+    /// held out, the candidate put in use only if it is not worse there.
+    fn retrain(&mut self, now_ms: u64) {
+        let Some(current) = self.predictor.model().cloned() else {
+            return;
+        };
+        let held = self.predictor.samples().len();
+        let live_capacity = PredictorConfig::default().sample_capacity;
+        let samples: Vec<Sample> = self
+            .predictor
+            .samples()
+            .skip(held.saturating_sub(live_capacity))
+            .cloned()
+            .collect();
+        let outcome = if samples.len() < MIN_SAMPLES {
+            "not_enough_data"
+        } else {
+            let options = next_generation(&current, self.predictor.policy().threshold, now_ms);
+            match retrain(&current, &samples, HELD_OUT_SHARE, &options) {
+                RetrainOutcome::Replace { model, .. } => {
+                    self.predictor.set_model(Arc::new(*model));
+                    "replaced"
+                }
+                RetrainOutcome::Keep { .. } => "kept",
+                RetrainOutcome::NotEnoughData(_) => "not_enough_data",
+            }
+        };
+        self.retrains.push((now_ms, outcome));
     }
 
     /// Applies one event, first ticking for every tick time it passes; returns the
@@ -113,6 +158,13 @@ impl Replayer {
             }
             commands.extend(sent);
             *next_tick += self.tick_ms;
+        }
+        if let Some(every) = self.retrain_every_ms {
+            let due = *self.next_retrain.get_or_insert(event.ts_ms + every);
+            if event.ts_ms >= due {
+                self.next_retrain = Some(due + every * (1 + (event.ts_ms - due) / every));
+                self.retrain(due);
+            }
         }
         let event = event.borrowed();
         match self.heat.apply_ref(&event) {
@@ -159,6 +211,7 @@ pub fn replay(
         applied: replayer.applied,
         refused: replayer.refused,
         decision_times: std::mem::take(&mut replayer.decision_times),
+        retrains: std::mem::take(&mut replayer.retrains),
     }
 }
 
@@ -537,6 +590,58 @@ mod tests {
                 && old_after.recall >= old_before.recall
                 && old_after.wasted_share <= old_before.wasted_share,
             "on the known family: {old_before:?} -> {old_after:?}"
+        );
+    }
+
+    /// A replay retrains as `pulse serve` does, every `replay_retrain_every_ms` of event
+    /// time, on its own labelled moments; a candidate not worse on the newest ones is
+    /// put in use, and the commands after it carry its name. Without the setting it
+    /// never retrains.
+    #[test]
+    fn a_replay_retrains_on_its_own_moments_as_pulse_serve_does() {
+        let model = train(21);
+        let trace = generate_trace(&TraceSpec {
+            duration_ms: 600_000,
+            virals: 24,
+            noise: 24,
+            ..spec(31)
+        });
+        let mut options = ReplayOptions::default();
+        assert!(
+            replay(&trace.events, Some(model.clone()), &options)
+                .retrains
+                .is_empty()
+        );
+        options.predictor.replay_retrain_every_ms = Some(120_000);
+        let run = replay(&trace.events, Some(model.clone()), &options);
+        let times: Vec<u64> = run.retrains.iter().map(|(t, _)| *t).collect();
+        let start = trace.events[0].ts_ms;
+        let every: Vec<u64> = (1..=4).map(|i| start + i * 120_000).collect();
+        assert_eq!(times, every, "{:?}", run.retrains);
+        let replaced = run.retrains.iter().find(|(_, o)| *o == "replaced");
+        let Some((at, _)) = replaced else {
+            panic!("no retrain replaced the model: {:?}", run.retrains);
+        };
+        let online = format!("{}-online-1", model.name);
+        assert!(
+            run.commands
+                .iter()
+                .filter(|c| c.issued_at_ms > *at)
+                .all(|c| c
+                    .reason
+                    .model
+                    .starts_with(&format!("{}-online-", model.name))),
+            "a command after the swap from another model"
+        );
+        assert!(
+            run.commands.iter().any(|c| c.reason.model == online)
+                || run
+                    .retrains
+                    .iter()
+                    .filter(|(_, o)| *o == "replaced")
+                    .count()
+                    > 1,
+            "no command from {online}"
         );
     }
 

@@ -315,7 +315,23 @@ pub fn backtest_table(
         "\nreliability of the commands at {reliability_at:.2} (useful = a named region asked in time)\n"
     ));
     out.push_str(&reliability_table(&judged));
+    if let Some(every) = predictor.replay_retrain_every_ms.filter(|e| *e > 0) {
+        out.push_str(&retrain_summary(&run.retrains, every));
+    }
     Ok(out)
+}
+
+/// One line on a replay's online retrains: how many swapped the model in, how many
+/// kept the one in use.
+fn retrain_summary(retrains: &[(u64, &'static str)], every_ms: u64) -> String {
+    let count = |outcome| retrains.iter().filter(|(_, o)| *o == outcome).count();
+    format!(
+        "\nonline retrains every {} s of event time, as pulse serve: {} replaced the model, {} kept it, {} had too little data\n",
+        every_ms / 1000,
+        count("replaced"),
+        count("kept"),
+        count("not_enough_data"),
+    )
 }
 
 /// The honest figures of the commands sent, and the bursts begun, in each half of the

@@ -343,6 +343,29 @@ fn a_fresh_pulse_waits_for_the_second_region_until_first_region_outcomes_are_jud
     );
 }
 
+/// A model retrained online was calibrated on this traffic's own labelled moments: a
+/// pulse that starts with one (or swaps one in) does not wait for first-region outcomes.
+/// The same model under its shipped name waits.
+#[test]
+fn a_model_retrained_online_does_not_wait_for_first_region_outcomes() {
+    let mut retrained = (*always_sure()).clone();
+    retrained.name = "default-5-online-1".into();
+    let first = |model: Arc<ScoringModel>| {
+        let run = replay(&spreading_virals(1), Some(model), &ReplayOptions::default());
+        first_command(&run.commands, 0)
+    };
+    let at_first_region = first(Arc::new(retrained));
+    assert!(
+        at_first_region.is_some_and(|t| t < viral_start(0) + 25_000),
+        "the retrained model waited for the second region: {at_first_region:?}"
+    );
+    let shipped = first(always_sure());
+    assert!(
+        shipped.is_some_and(|t| t >= viral_start(0) + 25_000),
+        "{shipped:?}"
+    );
+}
+
 /// When the `i`th of [`spreading_virals`] starts.
 fn viral_start(i: u64) -> u64 {
     60_000 + 6_000 * i

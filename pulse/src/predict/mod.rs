@@ -49,7 +49,7 @@ pub use model::{
     Calibration, Evaluation, ModelError, ReliabilityBin, Score, ScoringModel, TrainOptions,
     TrainingMetrics, Transform, default_model,
 };
-pub(crate) use retrain::{RetrainOutcome, retrain};
+pub(crate) use retrain::{HELD_OUT_SHARE, MIN_SAMPLES, RetrainOutcome, next_generation, retrain};
 
 use crate::heat::{HeatMap, Window};
 use features::{FEATURE_WINDOWS, extract, is_bursting};
@@ -75,6 +75,10 @@ pub struct PredictorConfig {
     pub sample_capacity: usize,
     /// Recalibrate the confidence from the labelled moments seen (`predict::online`).
     pub calibrate_online: bool,
+    /// Replays only (`pulse backtest`): retrain on the labelled moments every this
+    /// much event time, as `pulse serve --retrain-interval-secs` does every this much
+    /// wall time from its own thread (which ignores this field); `None`: never.
+    pub replay_retrain_every_ms: Option<u64>,
 }
 
 impl Default for PredictorConfig {
@@ -85,6 +89,7 @@ impl Default for PredictorConfig {
             sample_every_ms: 500,
             sample_capacity: 50_000,
             calibrate_online: true,
+            replay_retrain_every_ms: None,
         }
     }
 }
@@ -346,9 +351,11 @@ impl Predictor {
     ) -> usize {
         // Until the fleet's outcomes have judged some first-region moments, the model's
         // confidence there is what it learnt elsewhere: crowds and virals look alike at
-        // the first region, in proportions that differ from fleet to fleet.
+        // the first region, in proportions that differ from fleet to fleet. A model
+        // retrained online learnt it here: its own calibration is this traffic's.
         let cold = self.calibrate_online
-            && self.calibration.first_region_evidence() < online::PRIOR_WEIGHT;
+            && self.calibration.first_region_evidence() < online::PRIOR_WEIGHT
+            && !self.model.as_deref().is_some_and(retrain::retrained_online);
         let wary = cold
             || features.phase_bursts_before >= 1.0
             || self.decider.last_command_wasted(tenant, key, now_ms);

@@ -29,6 +29,41 @@ pub(crate) enum RetrainOutcome {
     NotEnoughData(String),
 }
 
+/// The newest share of the labelled samples a retrain holds out to judge its candidate.
+pub(crate) const HELD_OUT_SHARE: f64 = 0.2;
+/// Fewest labelled samples worth a retrain.
+pub(crate) const MIN_SAMPLES: usize = 200;
+
+/// The training options of `current`'s next online generation, `NAME-online-N`
+/// (N one more than `current`'s), trained at `trained_at_ms`.
+pub(crate) fn next_generation(
+    current: &ScoringModel,
+    threshold: f64,
+    trained_at_ms: u64,
+) -> TrainOptions {
+    let generation = current
+        .name
+        .rsplit_once("-online-")
+        .and_then(|(_, n)| n.parse::<u32>().ok())
+        .unwrap_or(0);
+    let base = current.name.split("-online-").next().unwrap_or("model");
+    TrainOptions {
+        name: format!("{base}-online-{}", generation + 1),
+        trained_at_ms,
+        threshold,
+        ..TrainOptions::default()
+    }
+}
+
+/// Whether `model` is an online generation ([`next_generation`]'s `NAME-online-N`):
+/// fitted and calibrated on the labelled moments of the traffic it now scores.
+pub(crate) fn retrained_online(model: &ScoringModel) -> bool {
+    model
+        .name
+        .rsplit_once("-online-")
+        .is_some_and(|(_, n)| n.parse::<u32>().is_ok())
+}
+
 /// F1 at the threshold: one number that punishes both misses and false alarms.
 fn f1(e: &Evaluation) -> f64 {
     let (p, r) = (e.precision(), e.recall());
