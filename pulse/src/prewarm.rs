@@ -19,9 +19,7 @@ use crate::ingest::BatchObserver;
 use crate::kafka::KafkaClients;
 use crate::metrics::{Metrics, ReasonLabel};
 use crate::partition::{PartitionState, SharedPartitions};
-use crate::predict::{
-    DecisionCounts, HELD_OUT_SHARE, MIN_SAMPLES, RetrainOutcome, next_generation, retrain,
-};
+use crate::predict::{DecisionCounts, HELD_OUT_SHARE, RetrainOutcome, next_generation, retrain};
 use crate::stoppable::StoppableThread;
 
 /// Sends commands to the prewarm topic without ever blocking the ingest thread: the
@@ -280,13 +278,6 @@ pub(crate) fn retrain_once(
         }
         (model, samples)
     };
-    if samples.len() < MIN_SAMPLES {
-        tracing::debug!(
-            samples = samples.len(),
-            "too few labelled samples to retrain"
-        );
-        return "not_enough_data";
-    }
     let options = next_generation(&current, threshold, crate::clock::wall_clock_ms());
     match retrain(&current, &samples, HELD_OUT_SHARE, &options) {
         RetrainOutcome::Replace {

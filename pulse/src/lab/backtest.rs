@@ -19,8 +19,8 @@ use super::honest::{HonestOptions, score_commands};
 use super::trace::Burst;
 use crate::heat::{HeatConfig, HeatMap};
 use crate::predict::{
-    Decision, DecisionCounts, DecisionPolicy, HELD_OUT_SHARE, MIN_SAMPLES, Predictor,
-    PredictorConfig, RetrainOutcome, Sample, ScoringModel, next_generation, retrain,
+    Decision, DecisionCounts, DecisionPolicy, HELD_OUT_SHARE, Predictor, PredictorConfig,
+    RetrainOutcome, Sample, ScoringModel, next_generation, retrain,
 };
 
 /// How to replay.
@@ -129,18 +129,14 @@ impl Replayer {
             .skip(held.saturating_sub(live_capacity))
             .cloned()
             .collect();
-        let outcome = if samples.len() < MIN_SAMPLES {
-            "not_enough_data"
-        } else {
-            let options = next_generation(&current, self.predictor.policy().threshold, now_ms);
-            match retrain(&current, &samples, HELD_OUT_SHARE, &options) {
-                RetrainOutcome::Replace { model, .. } => {
-                    self.predictor.set_model(Arc::new(*model));
-                    "replaced"
-                }
-                RetrainOutcome::Keep { .. } => "kept",
-                RetrainOutcome::NotEnoughData(_) => "not_enough_data",
+        let options = next_generation(&current, self.predictor.policy().threshold, now_ms);
+        let outcome = match retrain(&current, &samples, HELD_OUT_SHARE, &options) {
+            RetrainOutcome::Replace { model, .. } => {
+                self.predictor.set_model(Arc::new(*model));
+                "replaced"
             }
+            RetrainOutcome::Keep { .. } => "kept",
+            RetrainOutcome::NotEnoughData(_) => "not_enough_data",
         };
         self.retrains.push((now_ms, outcome));
     }

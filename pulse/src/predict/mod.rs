@@ -49,7 +49,7 @@ pub use model::{
     Calibration, Evaluation, ModelError, ReliabilityBin, Score, ScoringModel, TrainOptions,
     TrainingMetrics, Transform, default_model,
 };
-pub(crate) use retrain::{HELD_OUT_SHARE, MIN_SAMPLES, RetrainOutcome, next_generation, retrain};
+pub(crate) use retrain::{HELD_OUT_SHARE, RetrainOutcome, next_generation, retrain};
 
 use crate::heat::{HeatMap, Window};
 use features::{FEATURE_WINDOWS, extract, is_bursting};
@@ -286,18 +286,27 @@ impl Predictor {
                         .decider
                         .cooling_down(&(tenant.clone(), key.clone()), now_ms)
                 {
-                    let mut ids: Vec<usize> = x.unseen_counts.iter().map(|(i, _)| *i).collect();
-                    let keep = audience();
-                    let mut kept = keep.iter();
-                    unseen.retain(|_| kept.next().copied().unwrap_or(true));
-                    let mut kept = keep.iter();
-                    ids.retain(|_| kept.next().copied().unwrap_or(true));
+                    // The regions of the audiences reached (tracker ids), then their names.
+                    let ids: Vec<usize> = x
+                        .unseen_counts
+                        .iter()
+                        .zip(audience())
+                        .filter_map(|((i, _), keep)| keep.then_some(*i))
+                        .collect();
+                    unseen = ids
+                        .iter()
+                        .map(|i| self.tracker.regions[*i].clone())
+                        .collect();
                     let start = burst_start.or_else(|| self.tracker.last_burst(tenant, &key));
-                    let pace = self.paces.judge(
+                    let measured = measured_pace(&self.tracker, tenant, &key, start, now_ms);
+                    chances = chances_of(
+                        &self.tracker,
+                        &mut self.paces,
                         tenant,
-                        measured_pace(&self.tracker, tenant, &key, start, now_ms),
+                        measured,
+                        &ids,
+                        self.decider.policy().command_ttl_ms,
                     );
-                    chances = chances_of(&self.tracker, tenant, pace, &ids, self.policy());
                 }
                 let candidate = Candidate {
                     tenant,
@@ -487,13 +496,14 @@ fn follow_up(
         return None;
     }
     let keep = t.same_audience(&reached, &unseen);
-    let mut kept = keep.iter();
-    unseen.retain(|_| kept.next().copied().unwrap_or(true));
-    let pace = paces.judge(
-        tenant,
-        measured_pace(tracker, tenant, key, Some(burst_start_ms), now_ms),
-    );
-    let chances = chances_of(tracker, tenant, pace, &unseen, decider.policy());
+    let unseen: Vec<usize> = unseen
+        .iter()
+        .zip(keep)
+        .filter_map(|(i, keep)| keep.then_some(*i))
+        .collect();
+    let measured = measured_pace(tracker, tenant, key, Some(burst_start_ms), now_ms);
+    let ttl_ms = decider.policy().command_ttl_ms;
+    let chances = chances_of(tracker, paces, tenant, measured, &unseen, ttl_ms);
     let unseen = unseen.iter().map(|i| tracker.regions[*i].clone()).collect();
     decider.follow_up(now_ms, tenant, key, reached, unseen, &chances)
 }
@@ -515,20 +525,23 @@ fn measured_pace(
     })
 }
 
-/// Each of `regions`' (tracker ids) chance of asking for a key within a command's TTL
-/// at `pace`, weighed by the tenant's recent requests from each (`pace::chances`).
+/// Each of `regions`' (tracker ids) chance of asking for a key within `ttl_ms`
+/// (`pace::chances`): at its `measured` pace (remembered as its tenant's), or else at
+/// its tenant's typical one, weighed by the tenant's recent requests from each region.
 fn chances_of(
     tracker: &Tracker,
+    paces: &mut Paces,
     tenant: &TenantId,
-    pace: Option<Pace>,
+    measured: Option<Pace>,
     regions: &[usize],
-    policy: &DecisionPolicy,
+    ttl_ms: u64,
 ) -> Vec<f64> {
-    let weights: Vec<f64> = match tracker.tenants.get(tenant) {
-        Some(t) => regions.iter().map(|r| t.region_requests(*r)).collect(),
-        None => vec![0.0; regions.len()],
-    };
-    pace::chances(pace, policy.command_ttl_ms, &weights)
+    let t = tracker.tenants.get(tenant);
+    let weights: Vec<f64> = regions
+        .iter()
+        .map(|r| t.map_or(0.0, |t| t.region_requests(*r)))
+        .collect();
+    pace::chances(paces.judge(tenant, measured), ttl_ms, &weights)
 }
 
 /// What the online calibration's counts are tied to: the model's name and training time.

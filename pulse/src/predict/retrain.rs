@@ -32,7 +32,7 @@ pub(crate) enum RetrainOutcome {
 /// The newest share of the labelled samples a retrain holds out to judge its candidate.
 pub(crate) const HELD_OUT_SHARE: f64 = 0.2;
 /// Fewest labelled samples worth a retrain.
-pub(crate) const MIN_SAMPLES: usize = 200;
+const MIN_SAMPLES: usize = 200;
 
 /// The training options of `current`'s next online generation, `NAME-online-N`
 /// (N one more than `current`'s), trained at `trained_at_ms`.
@@ -75,12 +75,19 @@ fn f1(e: &Evaluation) -> f64 {
 }
 
 /// Retrains on `samples` (oldest first); the newest `held_out_share` only measure.
+/// Fewer than [`MIN_SAMPLES`] are not enough.
 pub(crate) fn retrain(
     current: &ScoringModel,
     samples: &[Sample],
     held_out_share: f64,
     options: &TrainOptions,
 ) -> RetrainOutcome {
+    if samples.len() < MIN_SAMPLES {
+        return RetrainOutcome::NotEnoughData(format!(
+            "{} labelled samples, fewer than {MIN_SAMPLES}",
+            samples.len()
+        ));
+    }
     let split = ((samples.len() as f64) * (1.0 - held_out_share)) as usize;
     let held_out: Vec<_> = samples[split..]
         .iter()
