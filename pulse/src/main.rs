@@ -9,7 +9,8 @@ use clap::{Args, Parser, Subcommand};
 use models::TenantId;
 use pulse::{
     DecisionPolicy, EVENTS_TOPIC, EmbeddedBroker, EventSource, FAMILIES, Family, HeatConfig,
-    PREWARM_TOPIC, PredictorConfig, PulseConfig, ScoringModel, TraceSpec, TrainOptions,
+    PREWARM_TOPIC, PredictorConfig, PulseConfig, RETRAIN_INTERVAL_SECS, ScoringModel, TraceSpec,
+    TrainOptions,
 };
 
 /// Pulse watches edge access events and pre-warms hot keys across regions.
@@ -227,7 +228,7 @@ struct BacktestArgs {
     wasted_fill_cost: f64,
     /// Seconds of event time between online retrains on the replay's own labelled
     /// moments, as `pulse serve --retrain-interval-secs` retrains live (0: never).
-    #[arg(long, default_value_t = 300)]
+    #[arg(long, default_value_t = RETRAIN_INTERVAL_SECS)]
     retrain_interval_secs: u64,
     /// Keep the model's own confidence: no online recalibration from the outcomes the
     /// replay sees, and no cold-start wait for a second region (as `pulse serve
@@ -340,7 +341,7 @@ struct ServeArgs {
     #[arg(long = "tenant-fill-cost", value_parser = parse_tenant_cost)]
     tenant_fill_costs: Vec<(TenantId, f64)>,
     /// Seconds between background retrains on pulse's own labelled decisions (0: never).
-    #[arg(long, env = "PULSE_RETRAIN_INTERVAL_SECS", default_value_t = 300)]
+    #[arg(long, env = "PULSE_RETRAIN_INTERVAL_SECS", default_value_t = RETRAIN_INTERVAL_SECS)]
     retrain_interval_secs: u64,
     /// Require `Authorization: Bearer <token>` on every /api/* route (401 otherwise);
     /// /healthz and /metrics stay open. Prefer the variable: flags show in `ps`.

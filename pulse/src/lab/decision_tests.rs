@@ -204,6 +204,45 @@ fn a_slow_spreads_follow_up_names_the_regions_it_will_likely_reach_in_time() {
     assert!(!names(follow_up, "r5"), "{follow_up:#?}");
 }
 
+/// A ramp noticed late: a new key asks in r0 four times a second from 70 s and bursts
+/// there only at 95 s; r1 asks at 105 s. Its spread took 35 s from its first request
+/// (10 s from the notice): at that pace about two more regions ask within a TTL, most
+/// likely busy ones. Decided at its second region, the command names the busy ones
+/// still unreached, not r5; timed from the notice, every region would look in reach.
+#[test]
+fn a_ramp_noticed_late_is_timed_from_its_first_request() {
+    let regions = ["r0", "r1", "r2", "r3", "r4", "r5"];
+    let mut events: Vec<AccessEvent> = (0..150_000)
+        .step_by(200)
+        .flat_map(|ms| {
+            regions
+                .iter()
+                .filter(move |r| **r != "r5" || ms % 5_000 == 0)
+                .map(move |r| event(ms, "/background", r))
+        })
+        .collect();
+    events.extend(
+        (70_000..95_000)
+            .step_by(250)
+            .map(|ms| event(ms, "/ramp", "r0")),
+    );
+    events.extend(demand("/ramp", "r0", 95_000, 140_000));
+    events.extend(demand("/ramp", "r1", 105_000, 140_000));
+    let mut options = rules_only();
+    options.predictor.policy.min_regions_reached = 2;
+    let run = replay(&sorted(events), Some(always_sure()), &options);
+    let commands = commands_for(&run.commands, "/ramp");
+    let [first, ..] = commands.as_slice() else {
+        panic!("a command at the second region: {commands:#?}");
+    };
+    assert!(first.issued_at_ms >= 105_000, "{first:#?}");
+    assert!(
+        ["r2", "r3", "r4"].iter().any(|r| names(first, r)),
+        "{first:#?}"
+    );
+    assert!(!names(first, "r5"), "{first:#?}");
+}
+
 /// A job that runs every minute at the same second in one region: each command for it
 /// is wasted (no other region ever asks). After the first, the key waits for a second
 /// region, which never comes.

@@ -49,6 +49,7 @@ pub use model::{
     Calibration, Evaluation, ModelError, ReliabilityBin, Score, ScoringModel, TrainOptions,
     TrainingMetrics, Transform, default_model,
 };
+pub use retrain::RETRAIN_INTERVAL_SECS;
 pub(crate) use retrain::{HELD_OUT_SHARE, RetrainOutcome, next_generation, retrain};
 
 use crate::heat::{HeatMap, Window};
@@ -177,15 +178,18 @@ impl Predictor {
         let minute_share = (seen_ms as f64 / 60_000.0).clamp(1.0 / 60.0, 1.0);
         // Ids only: the summaries (`HeatMap::tenants`) compute error bounds, and a tick
         // runs per partition after every batch.
-        let tenants: Vec<TenantId> = heat
+        // In a fixed order (the maps' is random): a decision reads what earlier ones in
+        // the tick noted (a burst, a pace, a token), and a replay must decide alike.
+        let mut tenants: Vec<TenantId> = heat
             .tenant_ids()
             .filter_map(|t| TenantId::new(t).ok())
             .collect();
+        tenants.sort_unstable();
         for tenant in &tenants {
             if let Ok(candidates) = heat.candidates(tenant, now_ms) {
                 self.tracker.track(tenant, &candidates, now_ms);
             }
-            let touched: Vec<_> = match self.tracker.tenants.get_mut(tenant) {
+            let mut touched: Vec<_> = match self.tracker.tenants.get_mut(tenant) {
                 Some(t) => t
                     .keys
                     .iter_mut()
@@ -197,6 +201,7 @@ impl Predictor {
                     .collect(),
                 None => continue,
             };
+            touched.sort_unstable();
             for key in touched {
                 // First whether the key bursts, from its last second (and, only when
                 // that is busy, its minute): every touched key needs that, and few
@@ -517,13 +522,29 @@ fn measured_pace(
     now_ms: u64,
 ) -> Option<Pace> {
     let k = tracker.tenants.get(tenant)?.keys.get(key)?;
-    let start = burst_start_ms?;
+    let noticed = burst_start_ms?;
+    // A new key's spread began with its first request, which a slow ramp makes seconds
+    // before its burst is noticed; an old key's burst, when it was noticed.
+    let first_request = k
+        .regions
+        .iter()
+        .filter(|r| r.count > 0)
+        .map(|r| r.first_ms)
+        .min();
+    let start = first_request
+        .filter(|first| *first + SPREAD_LOOKBACK_MS >= noticed)
+        .map_or(noticed, |first| first.min(noticed));
     Some(Pace {
         // As `Tracker::spread_lately` counts a spread: a second or more after the start.
         spread: k.regions_new_since(start + 1_000, 1_000, MIN_REGION_DEMAND),
         elapsed_ms: now_ms.saturating_sub(start),
     })
 }
+
+/// How long before its burst was noticed a key's first request may be and still begin
+/// that burst's spread. Timed from when it was noticed, a slow ramp looks faster than it
+/// is (b-slow-spread: a region in 5 s after the notice, 20 s after the first request).
+const SPREAD_LOOKBACK_MS: u64 = 60_000;
 
 /// Each of `regions`' (tracker ids) chance of asking for a key within `ttl_ms`
 /// (`pace::chances`): at its `measured` pace (remembered as its tenant's), or else at

@@ -12,7 +12,7 @@ use serde::{Deserialize, Serialize};
 use crate::fleet::{DEFAULT_PEER_TIMEOUT, Peers, PeersConfig, PeersError};
 use crate::heat::HeatConfig;
 use crate::kafka::check_properties;
-use crate::predict::DecisionPolicy;
+use crate::predict::{DecisionPolicy, RETRAIN_INTERVAL_SECS};
 use crate::{EVENTS_TOPIC, PREWARM_TOPIC};
 
 /// Everything `pulse serve` can be told. Every field has a default (the flags'
@@ -136,7 +136,7 @@ impl Default for PulseConfig {
             tenant_burst: policy.tenant_burst,
             wasted_fill_cost: policy.wasted_fill_cost,
             tenant_fill_costs: policy.tenant_fill_costs,
-            retrain_interval_secs: 300,
+            retrain_interval_secs: RETRAIN_INTERVAL_SECS,
             api_token: None,
             embedded_partitions: 4,
             topic_partitions: 4,
