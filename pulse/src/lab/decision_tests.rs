@@ -1,7 +1,8 @@
 //! The online decision rules replayed on small hand-made traces (a model that is always
 //! sure, and no online recalibration, so only the rules decide): a fast spread seen
 //! soon enough to warm its second region, follow-up commands on a slow spread naming
-//! the regions it will likely reach in time, and the
+//! the regions it will likely reach in time (timed from a late-noticed ramp's first
+//! request), and the
 //! outcome memory on a key that bursts on a schedule in one region; labels over the
 //! regions a command would name; waiting for the second region where the first cannot
 //! tell, and while a fresh pulse has judged no first-region outcome; and the shipped
