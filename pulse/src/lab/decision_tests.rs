@@ -171,6 +171,22 @@ fn a_follow_up_never_names_a_region_the_burst_already_passed_through() {
     );
 }
 
+const SIX_REGIONS: [&str; 6] = ["r0", "r1", "r2", "r3", "r4", "r5"];
+
+/// The tenant's background key in six regions: five where its audience lives (5
+/// requests a second each) and r5, where little of it does (one every 5 s).
+fn audience_but_in_r5(until_ms: u64) -> Vec<AccessEvent> {
+    (0..until_ms)
+        .step_by(200)
+        .flat_map(|ms| {
+            SIX_REGIONS
+                .iter()
+                .filter(move |r| **r != "r5" || ms % 5_000 == 0)
+                .map(move |r| event(ms, "/background", r))
+        })
+        .collect()
+}
+
 /// Six regions, five where the tenant's audience lives (5 background requests a second
 /// each) and r5, where little of it does (one every 5 s). A viral bursts in r0 and
 /// reaches r1 30 s later: at that pace two more regions ask within a follow-up's TTL,
@@ -179,16 +195,7 @@ fn a_follow_up_never_names_a_region_the_burst_already_passed_through() {
 /// the busy ones still unreached, not r5.
 #[test]
 fn a_slow_spreads_follow_up_names_the_regions_it_will_likely_reach_in_time() {
-    let regions = ["r0", "r1", "r2", "r3", "r4", "r5"];
-    let mut events: Vec<AccessEvent> = (0..150_000)
-        .step_by(200)
-        .flat_map(|ms| {
-            regions
-                .iter()
-                .filter(move |r| **r != "r5" || ms % 5_000 == 0)
-                .map(move |r| event(ms, "/background", r))
-        })
-        .collect();
+    let mut events = audience_but_in_r5(150_000);
     events.extend(demand("/slow", "r0", 70_000, 140_000));
     events.extend(demand("/slow", "r1", 100_000, 140_000));
     let run = replay(&sorted(events), Some(always_sure()), &rules_only());
@@ -196,7 +203,10 @@ fn a_slow_spreads_follow_up_names_the_regions_it_will_likely_reach_in_time() {
     let [first, follow_up, ..] = commands.as_slice() else {
         panic!("a first command and a follow-up: {commands:#?}");
     };
-    assert!(regions[1..].iter().all(|r| names(first, r)), "{first:#?}");
+    assert!(
+        SIX_REGIONS[1..].iter().all(|r| names(first, r)),
+        "{first:#?}"
+    );
     assert!(follow_up.issued_at_ms >= 100_000, "{follow_up:#?}");
     assert!(
         ["r2", "r3", "r4"].iter().all(|r| names(follow_up, r)),
@@ -212,16 +222,7 @@ fn a_slow_spreads_follow_up_names_the_regions_it_will_likely_reach_in_time() {
 /// still unreached, not r5; timed from the notice, every region would look in reach.
 #[test]
 fn a_ramp_noticed_late_is_timed_from_its_first_request() {
-    let regions = ["r0", "r1", "r2", "r3", "r4", "r5"];
-    let mut events: Vec<AccessEvent> = (0..150_000)
-        .step_by(200)
-        .flat_map(|ms| {
-            regions
-                .iter()
-                .filter(move |r| **r != "r5" || ms % 5_000 == 0)
-                .map(move |r| event(ms, "/background", r))
-        })
-        .collect();
+    let mut events = audience_but_in_r5(150_000);
     events.extend(
         (70_000..95_000)
             .step_by(250)
