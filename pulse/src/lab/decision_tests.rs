@@ -1,8 +1,8 @@
 //! The online decision rules replayed on small hand-made traces (a model that is always
 //! sure, and no online recalibration, so only the rules decide): a fast spread seen
 //! soon enough to warm its second region, follow-up commands on a slow spread naming
-//! the regions it will likely reach in time (timed from a late-noticed ramp's first
-//! request), and the
+//! the regions it will likely reach in time (timed from when a late-noticed ramp's
+//! demand began, not from a trickle before it), and the
 //! outcome memory on a key that bursts on a schedule in one region; labels over the
 //! regions a command would name; waiting for the second region where the first cannot
 //! tell, and while a fresh pulse has judged no first-region outcome; and the shipped
@@ -215,34 +215,55 @@ fn a_slow_spreads_follow_up_names_the_regions_it_will_likely_reach_in_time() {
     assert!(!names(follow_up, "r5"), "{follow_up:#?}");
 }
 
-/// A ramp noticed late: a new key asks in r0 four times a second from 70 s and bursts
-/// there only at 95 s; r1 asks at 105 s. Its spread took 35 s from its first request
-/// (10 s from the notice): at that pace about two more regions ask within a TTL, most
-/// likely busy ones. Decided at its second region, the command names the busy ones
-/// still unreached, not r5; timed from the notice, every region would look in reach.
-#[test]
-fn a_ramp_noticed_late_is_timed_from_its_first_request() {
+/// The first command for `/new` when it asks in r0 from `lead_in` (`(from, every_ms)`:
+/// below the burst rate), bursts there at 95 s and reaches r1 at `second_region_ms`,
+/// decided at its second region.
+fn command_at_second_region(lead_in: (u64, usize), second_region_ms: u64) -> PrewarmCommand {
     let mut events = audience_but_in_r5(150_000);
+    let (from, every_ms) = lead_in;
     events.extend(
-        (70_000..95_000)
-            .step_by(250)
-            .map(|ms| event(ms, "/ramp", "r0")),
+        (from..95_000)
+            .step_by(every_ms)
+            .map(|ms| event(ms, "/new", "r0")),
     );
-    events.extend(demand("/ramp", "r0", 95_000, 140_000));
-    events.extend(demand("/ramp", "r1", 105_000, 140_000));
+    events.extend(demand("/new", "r0", 95_000, 140_000));
+    // r1's first clients come together: by the first tick it has asked enough to count.
+    events.extend((0..5).map(|_| event(second_region_ms, "/new", "r1")));
+    events.extend(demand("/new", "r1", second_region_ms, 140_000));
     let mut options = rules_only();
     options.predictor.policy.min_regions_reached = 2;
     let run = replay(&sorted(events), Some(always_sure()), &options);
-    let commands = commands_for(&run.commands, "/ramp");
-    let [first, ..] = commands.as_slice() else {
-        panic!("a command at the second region: {commands:#?}");
-    };
-    assert!(first.issued_at_ms >= 105_000, "{first:#?}");
+    let first = run.commands.iter().find(|c| c.key.as_str() == "/new");
+    let first = first.expect("a command at the second region").clone();
+    assert!(first.issued_at_ms >= second_region_ms, "{first:#?}");
+    first
+}
+
+/// A ramp noticed late: a new key asks in r0 about 7 times a second from 70 s and
+/// bursts there only at 95 s; r1 asks at 105 s. Its spread took 35 s from when its
+/// demand began (10 s from the notice): at that pace about two more regions ask within
+/// a TTL, most likely busy ones. The command names the busy ones still unreached, not
+/// r5; timed from the notice, every region would look in reach.
+#[test]
+fn a_ramp_noticed_late_is_timed_from_when_its_demand_began() {
+    let first = command_at_second_region((70_000, 150), 105_000);
     assert!(
-        ["r2", "r3", "r4"].iter().any(|r| names(first, r)),
+        ["r2", "r3", "r4"].iter().any(|r| names(&first, r)),
         "{first:#?}"
     );
-    assert!(!names(first, "r5"), "{first:#?}");
+    assert!(!names(&first, "r5"), "{first:#?}");
+}
+
+/// A trickle before a fast spread: a new key asks in r0 once every 2 s from 50 s,
+/// bursts there at 95 s and reaches r1 3 s later. Its demand began at the burst, not
+/// at the trickle's first request: at a region every 3 s all the others ask within a
+/// TTL, and the command names them all, r5 too.
+#[test]
+fn a_trickle_before_a_fast_spread_does_not_slow_it() {
+    let first = command_at_second_region((50_000, 2_000), 98_000);
+    for region in ["r2", "r3", "r4", "r5"] {
+        assert!(names(&first, region), "{region}: {first:#?}");
+    }
 }
 
 /// A job that runs every minute at the same second in one region: each command for it

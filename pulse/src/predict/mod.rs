@@ -523,17 +523,20 @@ fn measured_pace(
 ) -> Option<Pace> {
     let k = tracker.tenants.get(tenant)?.keys.get(key)?;
     let noticed = burst_start_ms?;
-    // A new key's spread began with its first request, which a slow ramp makes seconds
-    // before its burst is noticed; an old key's burst, when it was noticed.
+    // A new key's spread began when its demand did, which a slow ramp makes seconds
+    // before its burst is noticed: the busy seconds (5 requests or more each) that lead
+    // up to now, not a trickle before them. An old key's burst began when it was noticed.
     let first_request = k
         .regions
         .iter()
         .filter(|r| r.count > 0)
         .map(|r| r.first_ms)
         .min();
-    let start = first_request
-        .filter(|first| *first + SPREAD_LOOKBACK_MS >= noticed)
-        .map_or(noticed, |first| first.min(noticed));
+    let new_key = first_request.is_some_and(|first| first + SPREAD_LOOKBACK_MS >= noticed);
+    let start = k
+        .busy_since_ms(MIN_REGION_DEMAND)
+        .filter(|_| new_key)
+        .map_or(noticed, |busy| busy.min(noticed));
     Some(Pace {
         // As `Tracker::spread_lately` counts a spread: a second or more after the start.
         spread: k.regions_new_since(start + 1_000, 1_000, MIN_REGION_DEMAND),
@@ -541,9 +544,10 @@ fn measured_pace(
     })
 }
 
-/// How long before its burst was noticed a key's first request may be and still begin
-/// that burst's spread. Timed from when it was noticed, a slow ramp looks faster than it
-/// is (b-slow-spread: a region in 5 s after the notice, 20 s after the first request).
+/// How long before its burst was noticed a key's first request may be for the key to
+/// count as new, its spread timed from when its demand began. Timed from the notice, a
+/// slow ramp looks faster than it is (b-slow-spread: a region in 5 s after the notice,
+/// 20 s after its demand began).
 const SPREAD_LOOKBACK_MS: u64 = 60_000;
 
 /// Each of `regions`' (tracker ids) chance of asking for a key within `ttl_ms`

@@ -4,8 +4,8 @@
 //! between regions), a command that names every unreached region names some that ask
 //! only after it expired: wasted fills, however sure the spread itself is. Once the
 //! key has spread at least once its pace is known: the regions it reached after its
-//! first, over the time since its burst began (its first request, for a new key whose
-//! slow ramp was noticed late), times the command's TTL, is how many more it will
+//! first, over the time since its burst began (when its demand began, for a new key
+//! whose ramp was noticed late), times the command's TTL, is how many more it will
 //! likely reach in time. Which ones: a region where more of the tenant's
 //! audience lives (more of its recent requests) is reached sooner, as more of its
 //! people pass the link on. Measured on a trace written elsewhere (b-slow-spread), the

@@ -97,6 +97,26 @@ impl TrackedKey {
             .count()
     }
 
+    /// When the key's current run of busy seconds began: the first of the consecutive
+    /// seconds up to its newest, each before the newest (which may have only begun) with
+    /// at least `min_per_s` requests. Bounded by the [`HISTORY_S`] seconds kept.
+    pub(crate) fn busy_since_ms(&self, min_per_s: u32) -> Option<u64> {
+        let mut began = None;
+        let mut next_second = None;
+        for s in self.referrers.iter().rev() {
+            let busy = match next_second {
+                None => true,
+                Some(next) => s.second + 1 == next && s.total >= min_per_s,
+            };
+            if !busy {
+                break;
+            }
+            began = Some(s.second * 1_000);
+            next_second = Some(s.second);
+        }
+        began
+    }
+
     /// Share of the key's requests since tracking began from its busiest node (0 with
     /// none).
     pub(crate) fn top_node_share(&self) -> f64 {
@@ -577,6 +597,28 @@ pub(crate) mod tests {
         );
         e.referrer = referrer.map(|d| Domain::new(d).unwrap());
         e
+    }
+
+    /// A key's busy run is the unbroken seconds of at least the floor that lead up to
+    /// its newest second, whose count does not matter (it may have only begun): a
+    /// second below the floor, or a second without a request, ends it.
+    #[test]
+    fn a_busy_run_ends_at_a_quiet_second() {
+        let mut tracker = Tracker::new(10);
+        let tenant: TenantId = "acme".parse().unwrap();
+        let key: CacheKey = "/a".parse().unwrap();
+        tracker.track(&tenant, std::slice::from_ref(&key), 0);
+        // Second 1: 2 requests; 2: none; 3–5: 5 each; 6: 1 so far.
+        let per_second = [(1, 2), (3, 5), (4, 5), (5, 5), (6, 1)];
+        for (second, count) in per_second {
+            for i in 0..count {
+                tracker.observe(&event(second * 1_000 + i * 10, "/a", "eu", None).borrowed());
+            }
+        }
+        let busy = |t: &Tracker, floor| t.tenants[&tenant].keys[&key].busy_since_ms(floor);
+        assert_eq!(busy(&tracker, 5), Some(3_000));
+        assert_eq!(busy(&tracker, 6), Some(6_000), "only the newest second");
+        assert_eq!(busy(&tracker, 1), Some(3_000), "second 2 had no request");
     }
 
     /// A pre-warm fill marks its region as holding the key, and is no request: it
