@@ -259,18 +259,32 @@ async fn crash_run() -> f64 {
     let produced = tokio::spawn(async move { produce_paced(&producer, &topic, &all, 2).await });
     let group = format!("{events_topic}-fleet");
     let decisions = format!("{events_topic}.{group}.decisions");
-    // Mid-stream, once B has proposed something and its proposals are on the decisions
-    // topic (its partitions' decisions are in its uncommitted tail; one still in its
-    // producer's queue would die with it, and be decided for the first time by the
-    // partition's next owner): B dies, and comes back.
+    // Mid-stream, once an instance (B: the first to propose; which one proposes at all
+    // depends on the partitions and so the keys it was given) has proposed something
+    // and its proposals are on the decisions topic (its partitions' decisions are in
+    // its uncommitted tail; one still in its producer's queue would die with it, and be
+    // decided for the first time by the partition's next owner): B dies, and comes back.
     let deadline = Instant::now() + Duration::from_secs(60);
-    while probe.metric_sum(&b, PROPOSALS).await == 0.0 {
+    let victim = 'proposed: loop {
+        for (i, p) in [&a, &b, &c].into_iter().enumerate() {
+            if probe.metric_sum(p, PROPOSALS).await > 0.0 {
+                break 'proposed i;
+            }
+        }
         assert!(
             !produced.is_finished() && Instant::now() < deadline,
-            "B proposed nothing while the events were produced\n{}",
-            b.log_tail()
+            "no instance proposed anything while the events were produced\n{}\n{}\n{}",
+            a.log_tail(),
+            b.log_tail(),
+            c.log_tail()
         );
         tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    // B is the victim from here on, whichever name it started under.
+    match victim {
+        0 => std::mem::swap(&mut a, &mut b),
+        2 => std::mem::swap(&mut c, &mut b),
+        _ => {}
     }
     let mut made = 0.0;
     for p in [&a, &b, &c] {
@@ -290,7 +304,7 @@ async fn crash_run() -> f64 {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     b.sigkill();
-    eprintln!("b SIGKILLed");
+    eprintln!("{} SIGKILLed", b.name);
     tokio::time::sleep(Duration::from_secs(2)).await;
     b.restart();
     probe.wait_healthy(&mut b).await;
@@ -363,7 +377,7 @@ async fn crash_run() -> f64 {
     let commands = read_commands(&kafka, &prewarm_topic);
     assert!(!commands.is_empty(), "the fleet sent no command at all");
     check_commands(
-        "3 processes, P = 8, B SIGKILLed",
+        "3 processes, P = 8, the first to propose SIGKILLed",
         &commands,
         CRASH_BURST,
         CRASH_RATE_PER_S,
