@@ -47,11 +47,7 @@ pub(crate) fn next_generation(
     threshold: f64,
     trained_at_ms: u64,
 ) -> TrainOptions {
-    let generation = current
-        .name
-        .rsplit_once("-online-")
-        .and_then(|(_, n)| n.parse::<u32>().ok())
-        .unwrap_or(0);
+    let generation = online_generation(current).unwrap_or(0);
     let base = current.name.split("-online-").next().unwrap_or("model");
     TrainOptions {
         name: format!("{base}-online-{}", generation + 1),
@@ -64,10 +60,13 @@ pub(crate) fn next_generation(
 /// Whether `model` is an online generation ([`next_generation`]'s `NAME-online-N`):
 /// fitted and calibrated on the labelled moments of the traffic it now scores.
 pub(crate) fn retrained_online(model: &ScoringModel) -> bool {
-    model
-        .name
-        .rsplit_once("-online-")
-        .is_some_and(|(_, n)| n.parse::<u32>().is_ok())
+    online_generation(model).is_some()
+}
+
+/// N of a model named `NAME-online-N`; `None` for a model not retrained online.
+fn online_generation(model: &ScoringModel) -> Option<u32> {
+    let (_, n) = model.name.rsplit_once("-online-")?;
+    n.parse().ok()
 }
 
 /// F1 at the threshold: one number that punishes both misses and false alarms.
