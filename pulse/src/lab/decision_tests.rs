@@ -3,7 +3,8 @@
 //! soon enough to warm its second region, follow-up commands on a slow spread naming
 //! the regions it will likely reach in time (timed from when a late-noticed ramp's
 //! demand began, not from a trickle before it), and the
-//! outcome memory on a key that bursts on a schedule in one region; labels over the
+//! outcome memory on a key that bursts on a schedule in one region, and a burst from
+//! one node of several waiting for a second region; labels over the
 //! regions a command would name; waiting for the second region where the first cannot
 //! tell, and while a fresh pulse has judged no first-region outcome; and the shipped
 //! model telling a crowd sent by search engines from a newsletter's viral.
@@ -311,6 +312,45 @@ fn a_key_whose_last_command_was_wasted_waits_for_a_second_region() {
         .collect();
     assert_eq!(issued.len(), 2, "{issued:?}");
     assert!(issued[0] < starts[1] && issued[1] >= 442_000, "{issued:?}");
+}
+
+/// Whether a burst of `/burst` in r0, 40 requests/s for 10 s (it never spreads), is
+/// commanded, its requests coming round-robin through `nodes` of r0's, where the
+/// tenant's background comes through two nodes a region.
+fn one_region_burst_commanded(nodes: &[&str]) -> bool {
+    let mut events: Vec<AccessEvent> = background(80_000)
+        .into_iter()
+        .map(|mut e| {
+            e.node = format!("n-{}-{}", e.region, e.ts_ms / 200 % 2)
+                .parse()
+                .unwrap();
+            e
+        })
+        .collect();
+    events.extend(
+        demand("/burst", "r0", 60_000, 70_000)
+            .into_iter()
+            .zip(nodes.iter().cycle())
+            .map(|(mut e, node)| {
+                e.node = node.parse().unwrap();
+                e
+            }),
+    );
+    let run = replay(&sorted(events), Some(always_sure()), &rules_only());
+    !commands_for(&run.commands, "/burst").is_empty()
+}
+
+/// A burst through one node of a region where the tenant's clients use several is one
+/// client's (a bot, a retry loop, a hammer): it waits for a second region, which never
+/// comes. Through two nodes it is commanded at its first region, as on a fleet of one
+/// node a region (the other tests here) every burst is.
+#[test]
+fn a_burst_through_one_node_of_several_waits_for_a_second_region() {
+    assert!(
+        !one_region_burst_commanded(&["n-r0-0"]),
+        "one node's burst was commanded"
+    );
+    assert!(one_region_burst_commanded(&["n-r0-0", "n-r0-1"]));
 }
 
 /// The label of a scoring moment counts a region that asks while a command sent then

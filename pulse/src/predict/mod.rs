@@ -370,7 +370,16 @@ impl Predictor {
         let cold = self.calibrate_online
             && self.calibration.first_region_evidence() < online::PRIOR_WEIGHT
             && !self.model.as_deref().is_some_and(retrain::retrained_online);
+        // One node's burst, where the tenant's clients use several, is one client's (a
+        // bot, a retry loop, a hammer): its first region is no evidence that people
+        // elsewhere will want the key.
+        let one_node = self
+            .tracker
+            .tenants
+            .get(tenant)
+            .is_some_and(|t| t.keys.get(key).is_some_and(|k| t.one_node_of_several(k)));
         let wary = cold
+            || one_node
             || features.phase_bursts_before >= 1.0
             || self.decider.last_command_wasted(tenant, key, now_ms);
         self.decider
@@ -537,10 +546,13 @@ fn measured_pace(
         .busy_since_ms(MIN_REGION_DEMAND)
         .filter(|_| new_key)
         .map_or(noticed, |busy| busy.min(noticed));
+    // As `Tracker::spread_lately` counts a spread: a second or more after the start.
+    let since = start + 1_000;
+    let newest = k.newest_region_since(since, 1_000, MIN_REGION_DEMAND);
     Some(Pace {
-        // As `Tracker::spread_lately` counts a spread: a second or more after the start.
-        spread: k.regions_new_since(start + 1_000, 1_000, MIN_REGION_DEMAND),
+        spread: k.regions_new_since(since, 1_000, MIN_REGION_DEMAND),
         elapsed_ms: now_ms.saturating_sub(start),
+        silent_ms: now_ms.saturating_sub(newest.unwrap_or(start)),
     })
 }
 

@@ -214,6 +214,11 @@ pub struct TrainOptions {
     pub ridge: f64,
     /// The threshold the card's precision and recall are computed at.
     pub threshold: f64,
+    /// What the ridge pulls each coefficient toward, as a slope per unit of the
+    /// transformed feature ([`ScoringModel::slopes`]); `None` pulls toward 0. An online
+    /// retrain pulls toward the model it may replace, so a feature its few minutes of
+    /// moments say nothing about (no local-news crowd among them) keeps its weight.
+    pub prior: Option<Vec<f64>>,
 }
 
 impl Default for TrainOptions {
@@ -223,6 +228,7 @@ impl Default for TrainOptions {
             trained_at_ms: 0,
             ridge: 1.0,
             threshold: 0.85,
+            prior: None,
         }
     }
 }
@@ -309,8 +315,10 @@ impl ScoringModel {
         }
         for j in 0..FEATURE_COUNT {
             records[(n + j, j)] = penalty;
-            // The fitted intercept is added to these rows too; aim them at it.
-            targets[n + j] = positives as f64 / n as f64;
+            // The fitted intercept is added to these rows too; aim them at it, plus
+            // the prior's coefficient in this fit's standardisation.
+            let prior = options.prior.as_ref().and_then(|p| p.get(j)).copied();
+            targets[n + j] = positives as f64 / n as f64 + penalty * prior.unwrap_or(0.0) * stds[j];
         }
         let fitted = LinearRegression::new()
             .fit(&Dataset::new(records, targets))
@@ -381,6 +389,16 @@ impl ScoringModel {
                 0.0
             }
         })
+    }
+
+    /// Each coefficient as a slope per unit of its transformed feature (coefficient over
+    /// standard deviation): comparable across fits of other standardisations.
+    pub(crate) fn slopes(&self) -> Vec<f64> {
+        self.coefficients
+            .iter()
+            .zip(&self.stds)
+            .map(|(c, sd)| c / sd)
+            .collect()
     }
 
     /// The regression output before calibration.
@@ -551,6 +569,58 @@ mod tests {
             .position(|n| *n == "acceleration")
             .unwrap();
         assert!(model.coefficients[accel] > 0.0, "{:?}", model.coefficients);
+    }
+
+    /// An online retrain pulls its coefficients toward the model it may replace: a
+    /// feature its moments say nothing about keeps that model's weight. Here the model
+    /// learnt elsewhere that virals' referrers reach every region and crowds' one; the
+    /// moments of the retrain hold no crowd, so reach is constant among them. Pulled
+    /// toward 0, the retrain forgets reach and scores a one-region crowd as a viral.
+    #[test]
+    fn a_retrain_keeps_the_weight_of_what_its_moments_do_not_show() {
+        let reach = FEATURE_NAMES
+            .iter()
+            .position(|n| *n == "referrer_reach")
+            .unwrap();
+        let with_reach = |samples: Vec<(Features, bool)>, crowds: bool| -> Vec<_> {
+            samples
+                .into_iter()
+                .map(|(mut f, viral)| {
+                    f.referrer_reach = if viral || !crowds { 1.0 } else { 1.0 / 6.0 };
+                    (f, viral)
+                })
+                .collect()
+        };
+        let elsewhere = ScoringModel::train(
+            &with_reach(samples(600, 1), true),
+            &[],
+            &TrainOptions::default(),
+        )
+        .unwrap();
+        let learnt = elsewhere.slopes()[reach];
+        assert!(learnt > 0.0, "{learnt}");
+        let here = with_reach(samples(600, 3), false);
+        let forgetful = ScoringModel::train(&here, &[], &TrainOptions::default()).unwrap();
+        let pulled = TrainOptions {
+            prior: Some(elsewhere.slopes()),
+            ..TrainOptions::default()
+        };
+        let retrained = ScoringModel::train(&here, &[], &pulled).unwrap();
+        assert!(forgetful.slopes()[reach].abs() < 0.01 * learnt, "{learnt}");
+        assert!(
+            (retrained.slopes()[reach] - learnt).abs() < 0.05 * learnt,
+            "{} against {learnt}",
+            retrained.slopes()[reach]
+        );
+        // A viral's features, from a one-region local news crowd.
+        let mut crowd = with_reach(samples(3, 5), false)[0].0;
+        crowd.referrer_reach = 1.0 / 6.0;
+        assert!(
+            retrained.raw(&crowd) < forgetful.raw(&crowd) - 0.05,
+            "{} against {}",
+            retrained.raw(&crowd),
+            forgetful.raw(&crowd)
+        );
     }
 
     #[test]

@@ -53,6 +53,7 @@ pub(crate) fn next_generation(
         name: format!("{base}-online-{}", generation + 1),
         trained_at_ms,
         threshold,
+        prior: Some(current.slopes()),
         ..TrainOptions::default()
     }
 }

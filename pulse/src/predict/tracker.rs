@@ -7,11 +7,15 @@
 //! Memory: at most `max_keys` tracked keys per tenant, each with at most
 //! [`MAX_DOMAINS_PER_SECOND`] domains per second over [`HISTORY_S`] seconds.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::HashMap;
 
 use models::{AccessEventRef, CacheKey, Outcome, RegionId, RegionRef, TenantId};
 
 mod audience;
+mod key;
+
+use key::note_region;
+pub(crate) use key::{ReferrerSecond, TrackedKey};
 
 /// Seconds of per-key referrer history.
 pub(crate) const HISTORY_S: u64 = 60;
@@ -27,133 +31,6 @@ const BURSTS_KEPT: usize = 8;
 const MAX_TENANT_DOMAINS: usize = 256;
 /// Weight of the newest hour in the hour-of-week EWMA.
 const EWMA_ALPHA: f64 = 0.3;
-
-/// One second of a key's requests, by referrer domain.
-#[derive(Debug, Clone, Default)]
-pub(crate) struct ReferrerSecond {
-    pub(crate) second: u64,
-    pub(crate) total: u32,
-    pub(crate) domains: Vec<(u32, u32)>, // (domain id, count)
-}
-
-/// One region's requests for a tracked key.
-#[derive(Debug, Clone, Copy, Default)]
-pub(crate) struct RegionSeen {
-    /// Client requests ([`Outcome::is_demand`](models::Outcome::is_demand)).
-    pub(crate) count: u32,
-    /// A pre-warm filled the key here: the region holds it, though nobody asked.
-    pub(crate) warmed: bool,
-    pub(crate) first_ms: u64,
-    pub(crate) last_ms: u64,
-}
-
-/// One tracked key.
-#[derive(Debug, Clone, Default)]
-pub(crate) struct TrackedKey {
-    /// Per region id: requests seen since tracking began, first and last request time.
-    pub(crate) regions: Vec<RegionSeen>,
-    pub(crate) referrers: VecDeque<ReferrerSecond>,
-    /// Burst start times, newest last.
-    pub(crate) bursts: VecDeque<u64>,
-    pub(crate) in_burst: bool,
-    /// When tracking began.
-    pub(crate) tracked_since_ms: u64,
-    /// Last time the key was a heat-map candidate.
-    pub(crate) last_candidate_ms: u64,
-    /// Whether an event arrived since the last tick.
-    pub(crate) touched: bool,
-    /// Client requests per node since tracking began (at most [`MAX_NODES_PER_KEY`]
-    /// nodes), and all of them.
-    pub(crate) nodes: Vec<(String, u32)>,
-    pub(crate) node_total: u32,
-}
-
-impl TrackedKey {
-    /// Requests from `region` since tracking began (0 for a region never seen).
-    pub(crate) fn region_count(&self, region: usize) -> u32 {
-        self.regions.get(region).map_or(0, |r| r.count)
-    }
-
-    /// Whether `region` asked for the key at or after `since_ms`.
-    pub(crate) fn region_seen_since(&self, region: usize, since_ms: u64) -> bool {
-        self.regions
-            .get(region)
-            .is_some_and(|r| (r.count > 0 || r.warmed) && r.last_ms >= since_ms)
-    }
-
-    /// Regions first seen at or after `since_ms`, at least `settle_ms` after tracking
-    /// began (before that, every region is "new" to the tracker), that have made at
-    /// least `min_requests` requests since: regions the key is spreading to.
-    pub(crate) fn regions_new_since(
-        &self,
-        since_ms: u64,
-        settle_ms: u64,
-        min_requests: u32,
-    ) -> usize {
-        let after = since_ms.max(self.tracked_since_ms + settle_ms);
-        self.regions
-            .iter()
-            .filter(|r| r.count >= min_requests && r.first_ms >= after)
-            .count()
-    }
-
-    /// When the key's current run of busy seconds began: the first of the consecutive
-    /// seconds up to its newest, each before the newest (which may have only begun) with
-    /// at least `min_per_s` requests. Bounded by the [`HISTORY_S`] seconds kept.
-    pub(crate) fn busy_since_ms(&self, min_per_s: u32) -> Option<u64> {
-        let mut began = None;
-        let mut next_second = None;
-        for s in self.referrers.iter().rev() {
-            let busy = match next_second {
-                None => true,
-                Some(next) => s.second + 1 == next && s.total >= min_per_s,
-            };
-            if !busy {
-                break;
-            }
-            began = Some(s.second * 1_000);
-            next_second = Some(s.second);
-        }
-        began
-    }
-
-    /// Share of the key's requests since tracking began from its busiest node (0 with
-    /// none).
-    pub(crate) fn top_node_share(&self) -> f64 {
-        let top = self.nodes.iter().map(|(_, c)| *c).max().unwrap_or(0);
-        if self.node_total == 0 {
-            0.0
-        } else {
-            f64::from(top) / f64::from(self.node_total)
-        }
-    }
-
-    fn note_node(&mut self, node: &str) {
-        self.node_total = self.node_total.saturating_add(1);
-        if let Some((_, c)) = self.nodes.iter_mut().find(|(n, _)| n == node) {
-            *c = c.saturating_add(1);
-        } else if self.nodes.len() < MAX_NODES_PER_KEY {
-            self.nodes.push((node.to_owned(), 1));
-        }
-    }
-
-    /// Requests and per-domain counts over the seconds in `[from_s, to_s]`.
-    pub(crate) fn referrer_counts(&self, from_s: u64, to_s: u64) -> (u32, HashMap<u32, u32>) {
-        let mut total = 0;
-        let mut by_domain = HashMap::new();
-        for s in self
-            .referrers
-            .iter()
-            .filter(|s| (from_s..=to_s).contains(&s.second))
-        {
-            total += s.total;
-            for (d, c) in &s.domains {
-                *by_domain.entry(*d).or_insert(0) += c;
-            }
-        }
-        (total, by_domain)
-    }
-}
 
 /// One tenant's tracked keys and baselines.
 #[derive(Debug, Default)]
@@ -177,6 +54,26 @@ pub(crate) struct TenantTracker {
     region_requests: Vec<f64>,
     /// EWMA of the tenant's origin fill times, ms, from the misses that report one.
     fill_ms_ewma: Option<f64>,
+    /// Per tracker region id: whether the tenant's clients there reach it through
+    /// several nodes (and the first node seen, until a second one is).
+    region_nodes: Vec<RegionNodes>,
+}
+
+/// Whether a region serves a tenant through one node or several.
+#[derive(Debug, Clone, Default)]
+struct RegionNodes {
+    first: Option<String>,
+    several: bool,
+}
+
+impl RegionNodes {
+    fn note(&mut self, node: &str) {
+        match &self.first {
+            _ if self.several => {}
+            None => self.first = Some(node.to_owned()),
+            Some(first) => self.several = first != node,
+        }
+    }
 }
 
 /// The "other" domain id for domains past the cap.
@@ -223,6 +120,16 @@ impl TenantTracker {
     /// The tenant's recent client requests from `region` (a tracker id).
     pub(crate) fn region_requests(&self, region: usize) -> f64 {
         self.region_requests.get(region).copied().unwrap_or(0.0)
+    }
+
+    /// Whether `key` was asked for through one node only, where the tenant's clients
+    /// use several: one client's burst (a bot, a retry loop), not a crowd's. On a fleet
+    /// of one node a region, no key is.
+    pub(crate) fn one_node_of_several(&self, key: &TrackedKey) -> bool {
+        key.nodes.len() == 1
+            && key.regions.iter().enumerate().any(|(r, seen)| {
+                seen.count > 0 && self.region_nodes.get(r).is_some_and(|n| n.several)
+            })
     }
 
     /// Regions (tracker ids) that asked for any of the tenant's keys in the last
@@ -414,6 +321,10 @@ impl Tracker {
                 tenant.region_requests.resize(r + 1, 0.0);
             }
             tenant.region_requests[r] += 1.0;
+            if tenant.region_nodes.len() <= r {
+                tenant.region_nodes.resize(r + 1, RegionNodes::default());
+            }
+            tenant.region_nodes[r].note(event.node.as_str());
         }
         let Some(key) = tenant.keys.get_mut(event.key.as_str()) else {
             return false;
@@ -558,25 +469,6 @@ impl Tracker {
             t.record_burst(now_ms);
         }
     }
-}
-
-/// Notes a request (`demand`) or a pre-warm fill of the key in `region`.
-fn note_region(key: &mut TrackedKey, region: usize, ts_ms: u64, demand: bool) {
-    if key.regions.len() <= region {
-        key.regions.resize(region + 1, RegionSeen::default());
-    }
-    let slot = &mut key.regions[region];
-    if slot.count == 0 && !slot.warmed {
-        slot.first_ms = ts_ms;
-    }
-    // A pre-warm still marks the region as seen (it holds the key now), but it is
-    // no request: the count, which labels whether demand came, stays.
-    if demand {
-        slot.count = slot.count.saturating_add(1);
-    } else {
-        slot.warmed = true;
-    }
-    slot.last_ms = slot.last_ms.max(ts_ms);
 }
 
 #[cfg(test)]
