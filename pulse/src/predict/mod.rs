@@ -373,11 +373,7 @@ impl Predictor {
         // One node's burst, where the tenant's clients use several, is one client's (a
         // bot, a retry loop, a hammer): its first region is no evidence that people
         // elsewhere will want the key.
-        let one_node = self
-            .tracker
-            .tenants
-            .get(tenant)
-            .is_some_and(|t| t.keys.get(key).is_some_and(|k| t.one_node_of_several(k)));
+        let one_node = self.tracker.one_node_of_several(tenant, key);
         let wary = cold
             || one_node
             || features.phase_bursts_before >= 1.0

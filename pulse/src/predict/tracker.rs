@@ -122,16 +122,6 @@ impl TenantTracker {
         self.region_requests.get(region).copied().unwrap_or(0.0)
     }
 
-    /// Whether `key` was asked for through one node only, where the tenant's clients
-    /// use several: one client's burst (a bot, a retry loop), not a crowd's. On a fleet
-    /// of one node a region, no key is.
-    pub(crate) fn one_node_of_several(&self, key: &TrackedKey) -> bool {
-        key.nodes.len() == 1
-            && key.regions.iter().enumerate().any(|(r, seen)| {
-                seen.count > 0 && self.region_nodes.get(r).is_some_and(|n| n.several)
-            })
-    }
-
     /// Regions (tracker ids) that asked for any of the tenant's keys in the last
     /// [`TENANT_REGION_MS`]: the tenant's fleet, which may be smaller than pulse's.
     pub(crate) fn regions(&self, now_ms: u64) -> impl Iterator<Item = usize> + '_ {
@@ -415,6 +405,21 @@ impl Tracker {
                 1_000,
                 super::MIN_REGION_DEMAND,
             ) > 0
+    }
+
+    /// Whether a tracked key was asked for through one node only, where its tenant's
+    /// clients use several: one client's burst (a bot, a retry loop), not a crowd's. On
+    /// a fleet of one node a region, no key is.
+    pub(crate) fn one_node_of_several(&self, tenant: &TenantId, key: &CacheKey) -> bool {
+        let Some(t) = self.tenants.get(tenant) else {
+            return false;
+        };
+        t.keys.get(key).is_some_and(|k| {
+            k.nodes.len() == 1
+                && k.regions.iter().enumerate().any(|(r, seen)| {
+                    seen.count > 0 && t.region_nodes.get(r).is_some_and(|n| n.several)
+                })
+        })
     }
 
     /// When the key's last burst began, if it is tracked and burst while tracked.

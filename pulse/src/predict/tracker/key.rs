@@ -96,7 +96,7 @@ impl TrackedKey {
 
     /// When the key's current run of busy seconds began: the first of the consecutive
     /// seconds up to its newest, each before the newest (which may have only begun) with
-    /// at least `min_per_s` requests. Bounded by the [`HISTORY_S`] seconds kept.
+    /// at least `min_per_s` requests. Bounded by the [`HISTORY_S`](super::HISTORY_S) seconds kept.
     pub(crate) fn busy_since_ms(&self, min_per_s: u32) -> Option<u64> {
         let mut began = None;
         let mut next_second = None;
