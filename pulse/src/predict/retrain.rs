@@ -33,9 +33,10 @@ pub(crate) enum RetrainOutcome {
 pub(crate) const HELD_OUT_SHARE: f64 = 0.2;
 
 /// Seconds between online retrains, live and in a prequential backtest. Retrained
-/// each minute on traffic written elsewhere, the model tells its crowds from its virals
-/// within minutes (d-regional-crowds: recall 0.778 at 300 s, 0.822 at 60 s); a retrain
-/// fits in its own thread and is kept only if not worse on the newest moments.
+/// each minute on traffic written elsewhere, the model starts telling its crowds from
+/// its virals within minutes (d-regional-crowds: a later viral commanded at its first
+/// region, no crowd; docs/prediction.md); a retrain fits in its own thread and is kept
+/// only if not worse on the newest moments.
 pub const RETRAIN_INTERVAL_SECS: u64 = 60;
 /// Fewest labelled samples worth a retrain.
 const MIN_SAMPLES: usize = 200;
