@@ -314,6 +314,56 @@ fn a_key_whose_last_command_was_wasted_waits_for_a_second_region() {
     assert!(issued[0] < starts[1] && issued[1] >= 442_000, "{issued:?}");
 }
 
+/// One-region crowds of four keys, each commanded at its first region and each wasted:
+/// after three in a row the fleet's confidence at a first region is not holding (the
+/// traffic changed under the model), and the fourth crowd waits for a second region,
+/// which never comes.
+#[test]
+fn after_three_wasted_first_region_commands_in_a_row_crowds_wait_for_a_second_region() {
+    let starts = [65_000, 140_000, 215_000, 290_000];
+    let mut events = background(360_000);
+    for (i, from) in starts.iter().enumerate() {
+        events.extend(demand(&format!("/crowd-{i}"), "r0", *from, from + 5_000));
+    }
+    let run = replay(&sorted(events), Some(always_sure()), &rules_only());
+    let commanded: Vec<bool> = (0..starts.len())
+        .map(|i| !commands_for(&run.commands, &format!("/crowd-{i}")).is_empty())
+        .collect();
+    assert_eq!(commanded, [true, true, true, false]);
+}
+
+/// A tenant whose traffic arrives on a running pulse (a new tenant, a switch from
+/// another CDN) brings its popular keys at once, two of them asked in two of its four
+/// regions: each key's minute holds only the seconds since the tenant came, so none
+/// seems to burst and none is commanded. A burst of its own 90 s later still is.
+#[test]
+fn a_tenant_arriving_with_its_popular_keys_is_no_burst() {
+    let arrives = 120_000;
+    let steady = |key: &str, region: &str| -> Vec<AccessEvent> {
+        (arrives..240_000)
+            .step_by(100)
+            .map(|ms| event(ms, key, region))
+            .collect()
+    };
+    let mut newco: Vec<AccessEvent> = REGIONS.iter().flat_map(|r| steady("/home", r)).collect();
+    for key in ["/app.js", "/logo.png"] {
+        newco.extend(steady(key, "r0"));
+        newco.extend(steady(key, "r1"));
+    }
+    newco.extend(demand("/news", "r0", arrives + 90_000, arrives + 95_000));
+    let mut events = background(240_000);
+    events.extend(newco.into_iter().map(|mut e| {
+        e.tenant = "newco".parse().unwrap();
+        e
+    }));
+    let run = replay(&sorted(events), Some(always_sure()), &rules_only());
+    for key in ["/home", "/app.js", "/logo.png"] {
+        let commands = commands_for(&run.commands, key);
+        assert!(commands.is_empty(), "{key}: {commands:#?}");
+    }
+    assert!(!commands_for(&run.commands, "/news").is_empty());
+}
+
 /// Whether a burst of `/burst` in r0, 40 requests/s for 10 s (it never spreads), is
 /// commanded, its requests coming round-robin through `nodes` of r0's, where the
 /// tenant's background comes through two nodes a region.

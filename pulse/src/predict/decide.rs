@@ -134,6 +134,9 @@ pub struct Decision {
     /// For each warmed region that then asked for the key: the lead time, ms from the
     /// command to that region's first request.
     pub lead_times_ms: Vec<(RegionId, u64)>,
+    /// Whether it was sent when one region only had asked for the key.
+    #[serde(skip)]
+    first_region: bool,
 }
 
 /// One scored key, as [`Decider::consider`] weighs it.
@@ -260,6 +263,7 @@ pub(crate) struct Decider {
     budgets: HashMap<TenantId, TokenBucket>,
     following: follow::Following,
     wasted: memory::Wasted,
+    first_regions: memory::FirstRegionRecord,
     // Newest last; bounded by `policy.history`.
     decisions: VecDeque<Decision>,
     counts: DecisionCounts,
@@ -275,6 +279,7 @@ impl Decider {
             budgets: HashMap::new(),
             following: follow::Following::default(),
             wasted: memory::Wasted::default(),
+            first_regions: memory::FirstRegionRecord::default(),
             decisions: VecDeque::new(),
             counts: DecisionCounts::default(),
         }
@@ -373,7 +378,7 @@ impl Decider {
             RegionTargets::Only(named),
             score.reason.clone(),
         );
-        self.issue(now_ms, &command);
+        self.issue(now_ms, &command, reached.len() == 1);
         self.follow(&command, burst_start_ms, reached, saved_misses);
         Ok(command)
     }
@@ -392,7 +397,7 @@ impl Decider {
     }
 
     /// Records a command as sent: its key's cooldown, the totals, the history.
-    fn issue(&mut self, now_ms: u64, command: &PrewarmCommand) {
+    fn issue(&mut self, now_ms: u64, command: &PrewarmCommand, first_region: bool) {
         self.last_command_ms
             .insert((command.tenant.clone(), command.key.clone()), now_ms);
         // Cooldowns older than the window can go; keeps the map bounded by the rate.
@@ -406,6 +411,7 @@ impl Decider {
             command: command.clone(),
             verdict: Verdict::Pending,
             lead_times_ms: Vec::new(),
+            first_region,
         });
         while self.decisions.len() > self.policy.history {
             if let Some(old) = self.decisions.pop_front() {
@@ -444,6 +450,9 @@ impl Decider {
                     decision.verdict = Verdict::Useful;
                     self.counts.useful += 1;
                     self.wasted.note(&decision.command, Verdict::Useful, ts_ms);
+                    if decision.first_region {
+                        self.first_regions.note(ts_ms, true);
+                    }
                 }
             }
             break; // only the newest command for the key counts
@@ -458,6 +467,9 @@ impl Decider {
                 self.counts.wasted += 1;
                 if !self.following.superseded(&decision.command) {
                     self.wasted.note(&decision.command, Verdict::Wasted, now_ms);
+                    if decision.first_region {
+                        self.first_regions.note(now_ms, false);
+                    }
                 }
             }
         }
@@ -469,6 +481,9 @@ impl Decider {
             self.counts.wasted += 1;
             if !self.following.superseded(&old.command) {
                 self.wasted.note(&old.command, Verdict::Wasted, now_ms);
+                if old.first_region {
+                    self.first_regions.note(now_ms, false);
+                }
             }
         }
     }

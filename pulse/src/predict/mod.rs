@@ -172,10 +172,6 @@ impl Predictor {
 
     fn run_tick(&mut self, heat: &HeatMap, now_ms: u64, decide: bool) -> Vec<PrewarmCommand> {
         let mut commands = Vec::new();
-        // A key's minute average over the part of the minute seen so far: at start
-        // every key's minute looks quiet, and every popular key would seem to burst.
-        let seen_ms = now_ms.saturating_sub(self.first_event_ms.unwrap_or(now_ms));
-        let minute_share = (seen_ms as f64 / 60_000.0).clamp(1.0 / 60.0, 1.0);
         // Ids only: the summaries (`HeatMap::tenants`) compute error bounds, and a tick
         // runs per partition after every batch.
         // In a fixed order (the maps' is random): a decision reads what earlier ones in
@@ -202,6 +198,13 @@ impl Predictor {
                 None => continue,
             };
             touched.sort_unstable();
+            // A key's minute average over the part of the minute its tenant has been
+            // seen: at start, or when a tenant's traffic arrives (a new tenant, a switch
+            // from another CDN), every popular key's minute looks quiet, and every one
+            // would seem to burst.
+            let first_ms = self.tracker.first_seen(tenant).max(self.first_event_ms);
+            let seen_ms = now_ms.saturating_sub(first_ms.unwrap_or(now_ms));
+            let minute_share = (seen_ms as f64 / 60_000.0).clamp(1.0 / 60.0, 1.0);
             for key in touched {
                 // First whether the key bursts, from its last second (and, only when
                 // that is busy, its minute): every touched key needs that, and few
@@ -374,7 +377,11 @@ impl Predictor {
         // bot, a retry loop, a hammer): its first region is no evidence that people
         // elsewhere will want the key.
         let one_node = self.tracker.one_node_of_several(tenant, key);
+        // The fleet's commands at a first region were lately useful far less often than
+        // their confidence said: the traffic changed under the model.
+        let not_holding = !self.decider.first_regions_hold(now_ms);
         let wary = cold
+            || not_holding
             || one_node
             || features.phase_bursts_before >= 1.0
             || self.decider.last_command_wasted(tenant, key, now_ms);

@@ -57,6 +57,8 @@ pub(crate) struct TenantTracker {
     /// Per tracker region id: whether the tenant's clients there reach it through
     /// several nodes (and the first node seen, until a second one is).
     region_nodes: Vec<RegionNodes>,
+    /// When the tenant's first event came: its keys' minutes hold only what came since.
+    first_ms: Option<u64>,
 }
 
 /// Whether a region serves a tenant through one node or several.
@@ -263,6 +265,7 @@ impl Tracker {
             Some(t) => t,
             None => self.tenants.entry(event.tenant.to_owned_id()).or_default(),
         };
+        tenant.first_ms = Some(tenant.first_ms.map_or(event.ts_ms, |f| f.min(event.ts_ms)));
         if !event.outcome.is_demand() {
             // A pre-warm, not demand: it warms the region but says nothing of referrers.
             if let (Some(key), Some(r)) = (tenant.keys.get_mut(event.key.as_str()), region) {
@@ -420,6 +423,11 @@ impl Tracker {
                     seen.count > 0 && t.region_nodes.get(r).is_some_and(|n| n.several)
                 })
         })
+    }
+
+    /// When `tenant`'s first event came, if it had one.
+    pub(crate) fn first_seen(&self, tenant: &TenantId) -> Option<u64> {
+        self.tenants.get(tenant)?.first_ms
     }
 
     /// When the key's last burst began, if it is tracked and burst while tracked.

@@ -140,7 +140,7 @@ impl Decider {
         );
         f.last = command.clone();
         f.reached = reached;
-        self.issue(now_ms, &command);
+        self.issue(now_ms, &command, false);
         Some(command)
     }
 }

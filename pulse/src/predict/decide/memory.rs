@@ -2,8 +2,16 @@
 //! it expired) is not commanded again at its first region; it waits for a second one
 //! (see `Predictor`'s tick). A useful command clears the memory. Entries older than
 //! [`MEMORY_MS`] are forgotten.
+//!
+//! The fleet's commands sent at a first region are remembered too
+//! ([`FirstRegionRecord`]): when lately they were useful far less often than the
+//! threshold claims, no key is commanded at its first region until those outcomes are
+//! [`RECORD_MS`] old. The model and its calibration were fitted mostly on older
+//! traffic, which each minute's retrain keeps on its samples, and the calibration's
+//! counts start again with each new model; a fleet whose traffic changed (a day of
+//! local crowds after a day of virals) would otherwise pay for each crowd again.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 
 use models::{CacheKey, PrewarmCommand, TenantId};
 
@@ -50,7 +58,74 @@ impl Wasted {
     }
 }
 
+/// How long a first-region command's outcome counts.
+pub(crate) const RECORD_MS: u64 = 900_000;
+/// Newest first-region outcomes kept.
+const RECORD_LEN: usize = 20;
+/// How far below the threshold the useful share may lie before confidence at the first
+/// region is not trusted: the tolerance of the reliability target.
+const TOLERANCE: f64 = 0.10;
+/// How unlikely the outcomes must be, were each command useful with the threshold's
+/// chance less the tolerance.
+const SIGNIFICANCE: f64 = 0.05;
+
+/// The newest outcomes of the fleet's commands sent at a first region: (when known,
+/// useful).
+#[derive(Debug, Default)]
+pub(super) struct FirstRegionRecord {
+    outcomes: VecDeque<(u64, bool)>,
+}
+
+impl FirstRegionRecord {
+    /// Notes a first-region command found useful or wasted at `now_ms`.
+    pub(super) fn note(&mut self, now_ms: u64, useful: bool) {
+        if self.outcomes.len() == RECORD_LEN {
+            self.outcomes.pop_front();
+        }
+        self.outcomes.push_back((now_ms, useful));
+    }
+
+    /// Whether confidence at the first region holds at `now_ms`: no run of the newest
+    /// outcomes younger than [`RECORD_MS`] has a useful share significantly below
+    /// `threshold` less [`TOLERANCE`] (binomial: so few useful or fewer has a chance
+    /// of at least [`SIGNIFICANCE`]). Runs, not the whole record: a change shows in the
+    /// newest outcomes first, where older successes would hide it.
+    fn holds(&self, now_ms: u64, threshold: f64) -> bool {
+        let p = (threshold - TOLERANCE).clamp(0.0, 1.0);
+        let newest = self
+            .outcomes
+            .iter()
+            .rev()
+            .take_while(|(at, _)| at + RECORD_MS > now_ms);
+        let mut useful = 0;
+        for (n, (_, ok)) in newest.enumerate() {
+            useful += usize::from(*ok);
+            if binomial_cdf(useful, n + 1, p) < SIGNIFICANCE {
+                return false;
+            }
+        }
+        true
+    }
+}
+
+/// P(X ≤ k) for X ~ Binomial(n, p).
+fn binomial_cdf(k: usize, n: usize, p: f64) -> f64 {
+    let mut term = (1.0 - p).powi(n as i32); // P(X = 0)
+    let mut sum = term;
+    for i in 0..k.min(n) {
+        term *= (n - i) as f64 / (i + 1) as f64 * p / (1.0 - p).max(f64::MIN_POSITIVE);
+        sum += term;
+    }
+    sum.min(1.0)
+}
+
 impl Decider {
+    /// Whether the fleet's recent commands at a first region were useful about as
+    /// often as the threshold claims ([`FirstRegionRecord`]).
+    pub(crate) fn first_regions_hold(&self, now_ms: u64) -> bool {
+        self.first_regions.holds(now_ms, self.policy.threshold)
+    }
+
     /// Whether the key's last command, within [`MEMORY_MS`], was wasted.
     pub(crate) fn last_command_wasted(
         &self,
@@ -71,7 +146,7 @@ mod tests {
     use models::{CacheKey, Outcome, Reason, RegionId, TenantId};
 
     use super::super::{Candidate, Decider, DecisionPolicy};
-    use super::MEMORY_MS;
+    use super::{FirstRegionRecord, MEMORY_MS, RECORD_MS, binomial_cdf};
     use crate::predict::Score;
 
     /// A wasted command is remembered for its key (not for others); a useful one
@@ -113,5 +188,65 @@ mod tests {
         consider(&mut d, 2 * ttl);
         d.observe(2 * ttl + 500, "acme", "/a", &eu.borrowed(), Outcome::Miss);
         assert!(!d.last_command_wasted(&t, &k, 2 * ttl + 500));
+    }
+
+    /// Three wasted first-region commands in a row are no longer the threshold's
+    /// chance less its tolerance (0.75³ of them useful: 1 in 64), two are (1 in 16);
+    /// older successes do not hide a run of the newest, and the run counts for
+    /// [`RECORD_MS`] only.
+    #[test]
+    fn a_run_of_wasted_first_region_commands_stops_the_trust() {
+        assert!((binomial_cdf(0, 3, 0.75) - 1.0 / 64.0).abs() < 1e-12);
+        assert!((binomial_cdf(3, 3, 0.75) - 1.0).abs() < 1e-12);
+        let mut record = FirstRegionRecord::default();
+        for at in 0..17 {
+            record.note(at, true);
+        }
+        record.note(20, false);
+        record.note(21, false);
+        assert!(record.holds(22, 0.85));
+        record.note(22, false);
+        assert!(!record.holds(23, 0.85));
+        assert!(record.holds(22 + RECORD_MS, 0.85));
+        record.note(23, true);
+        assert!(record.holds(24, 0.85), "a useful one ends the run");
+    }
+
+    /// Only commands sent at a first region count: three wasted at a second region
+    /// leave the trust in first regions as it was.
+    #[test]
+    fn only_first_region_commands_count() {
+        let (t, eu): (TenantId, RegionId) = ("acme".parse().unwrap(), "eu".parse().unwrap());
+        let score = Score {
+            confidence: 0.9,
+            raw: 0.9,
+            reason: Reason {
+                model: "m".into(),
+                intercept: 0.0,
+                features: vec![],
+            },
+        };
+        let ttl = DecisionPolicy::default().command_ttl_ms;
+        let wasted_three = |reached: Vec<usize>| {
+            let mut d = Decider::new(DecisionPolicy::default());
+            for i in 0..3 {
+                let key: CacheKey = format!("/k{i}").parse().unwrap();
+                let candidate = Candidate {
+                    tenant: &t,
+                    key: &key,
+                    score: &score,
+                    unseen: vec![eu.clone()],
+                    chances: vec![1.0],
+                    saved_misses: 1.0,
+                    burst_start_ms: 0,
+                    reached: reached.clone(),
+                };
+                d.consider(0, candidate).unwrap();
+            }
+            d.expire(ttl);
+            d.first_regions_hold(ttl)
+        };
+        assert!(!wasted_three(vec![0]));
+        assert!(wasted_three(vec![0, 1]));
     }
 }
