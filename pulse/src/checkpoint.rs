@@ -4,7 +4,9 @@
 //! starts from the snapshot and replays from its offset up to the committed one.
 //!
 //! Each partition's predictor's online calibration goes with its heat map, for the
-//! model it was counted for (absent in a file of an earlier build: it reads as none).
+//! model it was counted for, and so does what the predictor learnt of its traffic
+//! whatever the model (its tenants' paces, its record of first-region commands); each
+//! absent in a file of an earlier build reads as none.
 //!
 //! A checkpoint is written atomically: to a temporary file in the same directory,
 //! flushed to disk, then renamed over the old one, so a crash leaves either the old
@@ -19,7 +21,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::heat::HeatMap;
 use crate::partition::Partitions;
-use crate::predict::SavedCalibration;
+use crate::predict::{SavedCalibration, SavedTraffic};
 
 /// The checkpoint format this build writes and reads. Version 5: one heat map per
 /// owned partition with its next offset (version 4: one heat map per process, no
@@ -63,6 +65,8 @@ struct PartitionRef<'a> {
     heat: &'a HeatMap,
     #[serde(skip_serializing_if = "Option::is_none")]
     calibration: Option<SavedCalibration>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    traffic: Option<SavedTraffic>,
 }
 
 #[derive(Deserialize)]
@@ -95,6 +99,9 @@ pub struct PartitionSnapshot {
     /// Its predictor's online calibration.
     #[serde(default)]
     pub(crate) calibration: Option<SavedCalibration>,
+    /// What its predictor learnt of its traffic.
+    #[serde(default)]
+    pub(crate) traffic: Option<SavedTraffic>,
 }
 
 /// Read first, so an older version is named as such rather than as a shape error.
@@ -138,6 +145,7 @@ pub(crate) fn save(
                     next_offset: s.next_offset,
                     heat: &s.heat,
                     calibration: s.saved_calibration(),
+                    traffic: s.saved_traffic(),
                 })
                 // Parked snapshots (a lost assignment, or not assigned yet) are kept
                 // until their partition comes back.
@@ -150,6 +158,7 @@ pub(crate) fn save(
                             next_offset: s.next_offset,
                             heat: &s.heat,
                             calibration: s.calibration.clone(),
+                            traffic: s.traffic.clone(),
                         }),
                 )
                 .collect(),
@@ -310,6 +319,56 @@ mod tests {
         assert!(state.restore_calibration(saved));
         let now = serde_json::to_value(state.saved_calibration().unwrap()).unwrap();
         assert_eq!(now, counted);
+    }
+
+    /// What a partition's predictor learnt of its traffic (its tenants' paces, its
+    /// record of first-region commands) goes into the checkpoint and comes back onto
+    /// the partition's next state, whatever its model; paces that are no paces (a
+    /// negative gap) are refused.
+    #[test]
+    fn the_paces_and_first_region_record_come_back_with_their_partition() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("pulse.ckpt");
+        let with_prediction = || {
+            let template = PartitionTemplate {
+                heat: HeatConfig::default(),
+                allowed_tenants: None,
+                predictor: Some(PredictorConfig::default()),
+            };
+            let mut partitions = Partitions::new(template, Some(Arc::new(default_model())));
+            partitions.set_partition_count(2);
+            partitions
+        };
+        let learnt = serde_json::json!({
+            "paces": {"tenants": {"acme": 21000.0}, "fleet": 15000.0},
+            "first_regions": {"outcomes": [[1000, true], [2000, false], [3000, false]]},
+        });
+        let mut partitions = with_prediction();
+        let state = partitions.assign(1, None, 0, 0);
+        assert!(state.restore_traffic(serde_json::from_value(learnt.clone()).unwrap()));
+
+        save(&path, "events", &partitions).unwrap();
+        let mut back = load(&path).unwrap().expect("a checkpoint");
+        let snapshot = back.partitions.remove(0);
+        let saved = snapshot.traffic.expect("the paces are in the checkpoint");
+        assert_eq!(serde_json::to_value(&saved).unwrap(), learnt);
+
+        let mut restarted = with_prediction();
+        let state = restarted.assign(1, Some(snapshot.heat), 0, 0);
+        assert!(state.restore_traffic(saved));
+        let now = serde_json::to_value(state.saved_traffic().unwrap()).unwrap();
+        assert_eq!(now, learnt);
+
+        let mut bad = learnt.clone();
+        bad["paces"]["fleet"] = serde_json::json!(-1.0);
+        let mut fresh = with_prediction();
+        let state = fresh.assign(1, None, 0, 0);
+        assert!(!state.restore_traffic(serde_json::from_value(bad).unwrap()));
+        let kept = serde_json::to_value(state.saved_traffic().unwrap()).unwrap();
+        assert_eq!(
+            kept["paces"],
+            serde_json::json!({"tenants": {}, "fleet": null})
+        );
     }
 
     #[test]

@@ -29,7 +29,9 @@ use utoipa::ToSchema;
 
 use crate::fleet::Ownership;
 use crate::heat::{HeatConfig, HeatMap};
-use crate::predict::{DecisionPolicy, Predictor, PredictorConfig, SavedCalibration, ScoringModel};
+use crate::predict::{
+    DecisionPolicy, Predictor, PredictorConfig, SavedCalibration, SavedTraffic, ScoringModel,
+};
 
 /// The owned partitions, shared by the ingest thread (the only writer of the heat
 /// maps), the API and the retrainer. A `std` lock: critical sections are short and
@@ -69,6 +71,26 @@ impl PartitionState {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .saved_calibration()
+    }
+
+    /// What the predictor learnt of its traffic whatever the model, for the checkpoint.
+    pub(crate) fn saved_traffic(&self) -> Option<SavedTraffic> {
+        let predictor = self.predictor.as_ref()?;
+        Some(
+            predictor
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .saved_traffic(),
+        )
+    }
+
+    /// Puts back what a snapshot kept of the traffic (`Predictor::restore_traffic`).
+    pub(crate) fn restore_traffic(&self, saved: SavedTraffic) -> bool {
+        self.predictor.as_ref().is_some_and(|p| {
+            p.lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .restore_traffic(saved)
+        })
     }
 
     /// Puts back a snapshot's online calibration, if it was counted for the model in
@@ -113,6 +135,8 @@ pub struct Snapshot {
     pub heat: HeatMap,
     /// The predictor's online calibration, for the model it was counted for.
     pub(crate) calibration: Option<SavedCalibration>,
+    /// What the predictor learnt of its traffic whatever the model.
+    pub(crate) traffic: Option<SavedTraffic>,
 }
 
 /// The partitions this instance owns.
@@ -390,13 +414,14 @@ impl Partitions {
             self.snapshots.clear();
         }
         self.snapshots_of = self.partition_count;
-        let calibration = state.saved_calibration();
+        let (calibration, traffic) = (state.saved_calibration(), state.saved_traffic());
         self.snapshots.insert(
             partition,
             Snapshot {
                 next_offset: state.next_offset,
                 heat: state.heat,
                 calibration,
+                traffic,
             },
         );
         Some(state.next_offset)

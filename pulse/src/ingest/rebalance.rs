@@ -309,8 +309,9 @@ impl IngestContext {
                 snapshot = snapshot.is_some(),
                 "rebalance: assigned"
             );
-            let (heat, calibration) =
-                snapshot.map_or((None, None), |s| (Some(s.heat), s.calibration));
+            let (heat, calibration, traffic) = snapshot.map_or((None, None, None), |s| {
+                (Some(s.heat), s.calibration, s.traffic)
+            });
             let state = partitions.assign(p, heat, start.replay_from.unwrap_or(0), start.live_from);
             if let Some(saved) = calibration {
                 let restored = state.restore_calibration(saved);
@@ -318,6 +319,14 @@ impl IngestContext {
                     partition = p,
                     restored,
                     "online calibration from the checkpoint"
+                );
+            }
+            if let Some(saved) = traffic {
+                let paces = state.restore_traffic(saved);
+                tracing::info!(
+                    partition = p,
+                    paces,
+                    "paces and first-region record from the checkpoint"
                 );
             }
         }

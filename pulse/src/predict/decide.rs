@@ -14,6 +14,8 @@ use super::model::Score;
 mod follow;
 mod memory;
 
+pub(crate) use memory::FirstRegionRecord;
+
 /// The decision rules.
 #[derive(Debug, Clone, PartialEq)]
 pub struct DecisionPolicy {

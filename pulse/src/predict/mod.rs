@@ -51,6 +51,7 @@ pub use model::{
 };
 pub use retrain::RETRAIN_INTERVAL_SECS;
 pub(crate) use retrain::{HELD_OUT_SHARE, RetrainOutcome, next_generation, retrain};
+use serde::{Deserialize, Serialize};
 
 use crate::heat::{HeatMap, Window};
 use features::{FEATURE_WINDOWS, extract, is_bursting};
@@ -408,6 +409,28 @@ impl Predictor {
         Some(self.calibration.save(model_identity(model)))
     }
 
+    /// What the predictor learnt of its traffic whatever the model, for the checkpoint.
+    pub(crate) fn saved_traffic(&self) -> SavedTraffic {
+        SavedTraffic {
+            paces: self.paces.clone(),
+            first_regions: self.decider.first_region_record().clone(),
+        }
+    }
+
+    /// Puts back what a checkpoint kept of the traffic: the record of first-region
+    /// commands, and the paces if they are paces. Whether the paces were put back.
+    pub(crate) fn restore_traffic(&mut self, saved: SavedTraffic) -> bool {
+        self.decider
+            .restore_first_region_record(saved.first_regions);
+        match Paces::restore(saved.paces) {
+            Some(paces) => {
+                self.paces = paces;
+                true
+            }
+            None => false,
+        }
+    }
+
     /// Puts back counts a checkpoint kept, if they were counted for the model in use
     /// (otherwise they wait for the next model, in case it is theirs): a restarted
     /// partition then need not wait for first-region outcomes again. Whether they were
@@ -582,6 +605,15 @@ fn chances_of(
         .map(|r| t.map_or(0.0, |t| t.region_requests(*r)))
         .collect();
     pace::chances(paces.judge(tenant, measured), ttl_ms, &weights)
+}
+
+/// What a partition's predictor learnt of its traffic, whatever the model: its tenants'
+/// typical paces and its record of first-region commands. A checkpoint keeps it beside
+/// the heat map (the calibration's counts go apart: they hold for one model only).
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub(crate) struct SavedTraffic {
+    paces: Paces,
+    first_regions: decide::FirstRegionRecord,
 }
 
 /// What the online calibration's counts are tied to: the model's name and training time.

@@ -34,6 +34,7 @@
 use std::collections::HashMap;
 
 use models::TenantId;
+use serde::{Deserialize, Serialize};
 
 /// How far and how fast a key spread in its current burst.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -71,13 +72,26 @@ const PACE_ALPHA: f64 = 0.2;
 
 /// The typical time between two regions of a spread, per tenant and for the fleet:
 /// an EWMA of the paces measured when keys that had spread were decided on.
-#[derive(Debug, Default)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub(crate) struct Paces {
     tenants: HashMap<TenantId, f64>,
     fleet: Option<f64>,
 }
 
+/// Tenants whose paces a checkpoint may bring back, at most.
+const MAX_SAVED_TENANTS: usize = 100_000;
+
 impl Paces {
+    /// Paces a checkpoint kept, if they are paces: each a finite positive gap, for at
+    /// most [`MAX_SAVED_TENANTS`] tenants.
+    pub(crate) fn restore(saved: Paces) -> Option<Paces> {
+        let gap = |g: &f64| g.is_finite() && *g > 0.0;
+        (saved.tenants.len() <= MAX_SAVED_TENANTS
+            && saved.tenants.values().all(gap)
+            && saved.fleet.as_ref().is_none_or(gap))
+        .then_some(saved)
+    }
+
     /// The outlook to judge a key by: from `measured` (its own pace, once it spread),
     /// which is also remembered, or else from its tenant's typical pace, or the
     /// fleet's; its silence (in `measured`) weighed against the longer of its own gap

@@ -484,6 +484,7 @@ fn restore(config: &PulseConfig) -> Result<Option<Snapshots>, StartError> {
                 next_offset: p.next_offset,
                 heat: p.heat,
                 calibration: p.calibration,
+                traffic: p.traffic,
             },
         );
     }

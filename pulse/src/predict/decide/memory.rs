@@ -14,6 +14,7 @@
 use std::collections::{HashMap, VecDeque};
 
 use models::{CacheKey, PrewarmCommand, TenantId};
+use serde::{Deserialize, Serialize};
 
 use super::{Decider, Verdict};
 
@@ -71,12 +72,19 @@ const SIGNIFICANCE: f64 = 0.05;
 
 /// The newest outcomes of the fleet's commands sent at a first region: (when known,
 /// useful).
-#[derive(Debug, Default)]
-pub(super) struct FirstRegionRecord {
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub(crate) struct FirstRegionRecord {
     outcomes: VecDeque<(u64, bool)>,
 }
 
 impl FirstRegionRecord {
+    /// A record a checkpoint kept, its newest [`RECORD_LEN`] outcomes.
+    pub(crate) fn restore(mut saved: FirstRegionRecord) -> FirstRegionRecord {
+        let extra = saved.outcomes.len().saturating_sub(RECORD_LEN);
+        saved.outcomes.drain(..extra);
+        saved
+    }
+
     /// Notes a first-region command found useful or wasted at `now_ms`.
     pub(super) fn note(&mut self, now_ms: u64, useful: bool) {
         if self.outcomes.len() == RECORD_LEN {
@@ -120,6 +128,16 @@ fn binomial_cdf(k: usize, n: usize, p: f64) -> f64 {
 }
 
 impl Decider {
+    /// The record of first-region commands, for the checkpoint.
+    pub(crate) fn first_region_record(&self) -> &FirstRegionRecord {
+        &self.first_regions
+    }
+
+    /// Puts back a record a checkpoint kept.
+    pub(crate) fn restore_first_region_record(&mut self, saved: FirstRegionRecord) {
+        self.first_regions = FirstRegionRecord::restore(saved);
+    }
+
     /// Whether the fleet's recent commands at a first region were useful about as
     /// often as the threshold claims ([`FirstRegionRecord`]).
     pub(crate) fn first_regions_hold(&self, now_ms: u64) -> bool {
