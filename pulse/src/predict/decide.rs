@@ -264,8 +264,7 @@ pub(crate) struct Decider {
     streaks: HashMap<(TenantId, CacheKey), (u32, u64)>,
     budgets: HashMap<TenantId, TokenBucket>,
     following: follow::Following,
-    wasted: memory::Wasted,
-    first_regions: memory::FirstRegionRecord,
+    memory: memory::Memory,
     // Newest last; bounded by `policy.history`.
     decisions: VecDeque<Decision>,
     counts: DecisionCounts,
@@ -280,8 +279,7 @@ impl Decider {
             streaks: HashMap::new(),
             budgets: HashMap::new(),
             following: follow::Following::default(),
-            wasted: memory::Wasted::default(),
-            first_regions: memory::FirstRegionRecord::default(),
+            memory: memory::Memory::default(),
             decisions: VecDeque::new(),
             counts: DecisionCounts::default(),
         }
@@ -451,10 +449,7 @@ impl Decider {
                 if decision.verdict == Verdict::Pending {
                     decision.verdict = Verdict::Useful;
                     self.counts.useful += 1;
-                    self.wasted.note(&decision.command, Verdict::Useful, ts_ms);
-                    if decision.first_region {
-                        self.first_regions.note(ts_ms, true);
-                    }
+                    self.memory.note(decision, Verdict::Useful, ts_ms);
                 }
             }
             break; // only the newest command for the key counts
@@ -468,10 +463,7 @@ impl Decider {
                 decision.verdict = Verdict::Wasted;
                 self.counts.wasted += 1;
                 if !self.following.superseded(&decision.command) {
-                    self.wasted.note(&decision.command, Verdict::Wasted, now_ms);
-                    if decision.first_region {
-                        self.first_regions.note(now_ms, false);
-                    }
+                    self.memory.note(decision, Verdict::Wasted, now_ms);
                 }
             }
         }
@@ -482,10 +474,7 @@ impl Decider {
         if old.verdict == Verdict::Pending && old.command.is_expired(now_ms) {
             self.counts.wasted += 1;
             if !self.following.superseded(&old.command) {
-                self.wasted.note(&old.command, Verdict::Wasted, now_ms);
-                if old.first_region {
-                    self.first_regions.note(now_ms, false);
-                }
+                self.memory.note(old, Verdict::Wasted, now_ms);
             }
         }
     }

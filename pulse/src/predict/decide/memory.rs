@@ -16,21 +16,39 @@ use std::collections::{HashMap, VecDeque};
 use models::{CacheKey, PrewarmCommand, TenantId};
 use serde::{Deserialize, Serialize};
 
-use super::{Decider, Verdict};
+use super::{Decider, Decision, Verdict};
+
+/// What the decider remembers of its commands' verdicts.
+#[derive(Debug, Default)]
+pub(super) struct Memory {
+    wasted: Wasted,
+    first_regions: FirstRegionRecord,
+}
+
+impl Memory {
+    /// Notes a decision's verdict, for its key, and for the fleet's first regions if it
+    /// was sent at one.
+    pub(super) fn note(&mut self, decision: &Decision, verdict: Verdict, now_ms: u64) {
+        self.wasted.note(&decision.command, verdict, now_ms);
+        if decision.first_region && verdict != Verdict::Pending {
+            self.first_regions.note(now_ms, verdict == Verdict::Useful);
+        }
+    }
+}
 
 /// How long a wasted command is remembered.
 pub(crate) const MEMORY_MS: u64 = 3_600_000;
 
 /// When each key's last command was found wasted, by tenant then key.
 #[derive(Debug, Default)]
-pub(super) struct Wasted {
+struct Wasted {
     keys: HashMap<TenantId, HashMap<CacheKey, u64>>,
     len: usize,
 }
 
 impl Wasted {
     /// Notes a command's verdict: wasted is remembered (as of `now_ms`), useful clears.
-    pub(super) fn note(&mut self, command: &PrewarmCommand, verdict: Verdict, now_ms: u64) {
+    fn note(&mut self, command: &PrewarmCommand, verdict: Verdict, now_ms: u64) {
         match verdict {
             Verdict::Pending => {}
             Verdict::Useful => {
@@ -86,7 +104,7 @@ impl FirstRegionRecord {
     }
 
     /// Notes a first-region command found useful or wasted at `now_ms`.
-    pub(super) fn note(&mut self, now_ms: u64, useful: bool) {
+    fn note(&mut self, now_ms: u64, useful: bool) {
         if self.outcomes.len() == RECORD_LEN {
             self.outcomes.pop_front();
         }
@@ -130,18 +148,20 @@ fn binomial_cdf(k: usize, n: usize, p: f64) -> f64 {
 impl Decider {
     /// The record of first-region commands, for the checkpoint.
     pub(crate) fn first_region_record(&self) -> &FirstRegionRecord {
-        &self.first_regions
+        &self.memory.first_regions
     }
 
     /// Puts back a record a checkpoint kept.
     pub(crate) fn restore_first_region_record(&mut self, saved: FirstRegionRecord) {
-        self.first_regions = FirstRegionRecord::restore(saved);
+        self.memory.first_regions = FirstRegionRecord::restore(saved);
     }
 
     /// Whether the fleet's recent commands at a first region were useful about as
     /// often as the threshold claims ([`FirstRegionRecord`]).
     pub(crate) fn first_regions_hold(&self, now_ms: u64) -> bool {
-        self.first_regions.holds(now_ms, self.policy.threshold)
+        self.memory
+            .first_regions
+            .holds(now_ms, self.policy.threshold)
     }
 
     /// Whether the key's last command, within [`MEMORY_MS`], was wasted.
@@ -151,7 +171,8 @@ impl Decider {
         key: &CacheKey,
         now_ms: u64,
     ) -> bool {
-        self.wasted
+        self.memory
+            .wasted
             .keys
             .get(tenant)
             .and_then(|keys| keys.get(key))
