@@ -227,7 +227,7 @@ mod tests {
     use super::*;
     use crate::heat::{HeatConfig, Window};
     use crate::partition::PartitionTemplate;
-    use crate::predict::{PredictorConfig, default_model};
+    use crate::predict::{PredictorConfig, ScoringModel, default_model};
 
     /// Each owned partition's heat map comes back with its offset.
     #[test]
@@ -278,6 +278,18 @@ mod tests {
         }
     }
 
+    /// Two partitions of a topic, each with a predictor scoring with `model`.
+    fn predicting(model: &Arc<ScoringModel>) -> Partitions {
+        let template = PartitionTemplate {
+            heat: HeatConfig::default(),
+            allowed_tenants: None,
+            predictor: Some(PredictorConfig::default()),
+        };
+        let mut partitions = Partitions::new(template, Some(model.clone()));
+        partitions.set_partition_count(2);
+        partitions
+    }
+
     /// A partition's online calibration goes into the checkpoint and comes back onto
     /// the predictor of the partition's next state, counted for the same model.
     #[test]
@@ -285,16 +297,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("pulse.ckpt");
         let model = Arc::new(default_model());
-        let with_prediction = || {
-            let template = PartitionTemplate {
-                heat: HeatConfig::default(),
-                allowed_tenants: None,
-                predictor: Some(PredictorConfig::default()),
-            };
-            let mut partitions = Partitions::new(template, Some(model.clone()));
-            partitions.set_partition_count(2);
-            partitions
-        };
+        let with_prediction = || predicting(&model);
         let (mut viral, mut moments) = (vec![0.0; 14], vec![0.0; 14]);
         (viral[11], moments[11]) = (3.0, 30.0);
         let zeros = serde_json::json!({"viral": vec![0.0; 14], "moments": vec![0.0; 14]});
@@ -329,16 +332,8 @@ mod tests {
     fn the_paces_and_first_region_record_come_back_with_their_partition() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("pulse.ckpt");
-        let with_prediction = || {
-            let template = PartitionTemplate {
-                heat: HeatConfig::default(),
-                allowed_tenants: None,
-                predictor: Some(PredictorConfig::default()),
-            };
-            let mut partitions = Partitions::new(template, Some(Arc::new(default_model())));
-            partitions.set_partition_count(2);
-            partitions
-        };
+        let model = Arc::new(default_model());
+        let with_prediction = || predicting(&model);
         let learnt = serde_json::json!({
             "paces": {"tenants": {"acme": 21000.0}, "fleet": 15000.0},
             "first_regions": {"outcomes": [[1000, true], [2000, false], [3000, false]]},

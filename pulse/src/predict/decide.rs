@@ -496,7 +496,7 @@ mod tests {
 
     use super::*;
 
-    fn score(confidence: f64) -> Score {
+    pub(super) fn score(confidence: f64) -> Score {
         Score {
             confidence,
             raw: confidence,
@@ -508,7 +508,7 @@ mod tests {
         }
     }
 
-    fn cand<'a>(
+    pub(super) fn cand<'a>(
         tenant: &'a TenantId,
         key: &'a CacheKey,
         score: &'a Score,

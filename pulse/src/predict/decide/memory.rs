@@ -182,11 +182,11 @@ impl Decider {
 
 #[cfg(test)]
 mod tests {
-    use models::{CacheKey, Outcome, Reason, RegionId, TenantId};
+    use models::{CacheKey, Outcome, RegionId, TenantId};
 
+    use super::super::tests::{cand, score};
     use super::super::{Candidate, Decider, DecisionPolicy};
     use super::{FirstRegionRecord, MEMORY_MS, RECORD_MS, binomial_cdf};
-    use crate::predict::Score;
 
     /// A wasted command is remembered for its key (not for others); a useful one
     /// clears the memory; the memory fades after [`MEMORY_MS`].
@@ -196,25 +196,11 @@ mod tests {
         let (t, k): (TenantId, CacheKey) = ("acme".parse().unwrap(), "/a".parse().unwrap());
         let other: CacheKey = "/b".parse().unwrap();
         let eu: RegionId = "eu".parse().unwrap();
-        let score = Score {
-            confidence: 0.9,
-            raw: 0.9,
-            reason: Reason {
-                model: "m".into(),
-                intercept: 0.0,
-                features: vec![],
-            },
-        };
+        let score = score(0.9);
         let consider = |d: &mut Decider, now_ms: u64| {
             let candidate = Candidate {
-                tenant: &t,
-                key: &k,
-                score: &score,
-                unseen: vec![eu.clone()],
-                chances: vec![1.0],
-                saved_misses: 1.0,
                 burst_start_ms: now_ms,
-                reached: vec![],
+                ..cand(&t, &k, &score, vec![eu.clone()], 1.0)
             };
             d.consider(now_ms, candidate).unwrap();
         };
@@ -256,29 +242,15 @@ mod tests {
     #[test]
     fn only_first_region_commands_count() {
         let (t, eu): (TenantId, RegionId) = ("acme".parse().unwrap(), "eu".parse().unwrap());
-        let score = Score {
-            confidence: 0.9,
-            raw: 0.9,
-            reason: Reason {
-                model: "m".into(),
-                intercept: 0.0,
-                features: vec![],
-            },
-        };
+        let score = score(0.9);
         let ttl = DecisionPolicy::default().command_ttl_ms;
         let wasted_three = |reached: Vec<usize>| {
             let mut d = Decider::new(DecisionPolicy::default());
             for i in 0..3 {
                 let key: CacheKey = format!("/k{i}").parse().unwrap();
                 let candidate = Candidate {
-                    tenant: &t,
-                    key: &key,
-                    score: &score,
-                    unseen: vec![eu.clone()],
-                    chances: vec![1.0],
-                    saved_misses: 1.0,
-                    burst_start_ms: 0,
                     reached: reached.clone(),
+                    ..cand(&t, &key, &score, vec![eu.clone()], 1.0)
                 };
                 d.consider(0, candidate).unwrap();
             }
