@@ -107,7 +107,7 @@ pub use heat::{
 };
 pub use ingest::{BatchObserver, Clock, Ingest, IngestConfig, IngestError};
 pub use lab::{
-    BacktestRow, Burst, BurstKind, EventFile, EventSource, FAMILIES, Family, FamilyRow,
+    BacktestRow, Burst, BurstKind, EventFile, EventOrder, EventSource, FAMILIES, Family, FamilyRow,
     OfflineError, Replay, ReplayOptions, Trace, TraceSpec, TrainingSet, ViralReferrers,
     backtest_commands, backtest_table, family_rows, family_table, generate_trace, load_events,
     percentile, read_topic, replay, train_model, train_on, train_on_families, train_summary,

@@ -235,6 +235,11 @@ struct BacktestArgs {
     /// --no-calibrate-online`).
     #[arg(long)]
     no_calibrate_online: bool,
+    /// Replay `--events` in the order the file or topic holds them, not sorted by event
+    /// time: an event delivered late reaches the predictor late, as it reaches `pulse
+    /// serve` reading a partition (`scripts/reshape-traces late` makes such a file).
+    #[arg(long)]
+    as_delivered: bool,
     #[command(flatten)]
     kafka: KafkaArgs,
 }
@@ -721,7 +726,12 @@ fn backtest(args: BacktestArgs) -> anyhow::Result<()> {
         print!("{}", pulse::family_table(&model, &rows, args.seed));
         return Ok(());
     };
-    let events = pulse::load_events(source, "--events")?;
+    let order = if args.as_delivered {
+        pulse::EventOrder::AsDelivered
+    } else {
+        pulse::EventOrder::ByTime
+    };
+    let events = pulse::load_events(source, "--events", order)?;
     let truth: Option<Vec<pulse::Burst>> = match &args.truth {
         Some(path) => Some(
             serde_json::from_str(&std::fs::read_to_string(path)?)

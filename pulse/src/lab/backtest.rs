@@ -312,7 +312,7 @@ pub(crate) fn backtest(
 /// Events read from a file or a topic, and how many messages were refused.
 #[derive(Default)]
 pub struct EventFile {
-    /// The decoded events, sorted by time.
+    /// The decoded events, in the order they were read.
     pub events: Vec<AccessEvent>,
     /// Lines or messages that did not decode, by reason.
     pub rejected: std::collections::BTreeMap<&'static str, usize>,
@@ -327,15 +327,15 @@ impl EventFile {
         }
     }
 
-    /// Sorts the events by time, as a replay needs them.
-    fn sorted(mut self) -> Self {
+    /// Sorts the events by time, the order they happened in.
+    pub(crate) fn sort(&mut self) {
+        // Stable: events of one millisecond keep the order they were read in.
         self.events.sort_by_key(|e| e.ts_ms);
-        self
     }
 }
 
-/// Reads a JSON-lines event file (the Kafka message format, one per line). Lines that
-/// do not decode are counted and skipped.
+/// Reads a JSON-lines event file (the Kafka message format, one per line), in the
+/// file's order. Lines that do not decode are counted and skipped.
 pub(crate) fn read_events(path: &Path) -> std::io::Result<EventFile> {
     let file = std::io::BufReader::new(std::fs::File::open(path)?);
     let mut events = EventFile::default();
@@ -345,12 +345,13 @@ pub(crate) fn read_events(path: &Path) -> std::io::Result<EventFile> {
             events.push(&line);
         }
     }
-    Ok(events.sorted())
+    Ok(events)
 }
 
 /// Reads every partition of an events topic from its beginning to its end as it is
 /// now (later messages are not waited for), without joining a consumer group or
-/// committing anything. Messages that do not decode are counted and skipped.
+/// committing anything, in the order they were polled. Messages that do not decode are
+/// counted and skipped.
 /// `timeout` bounds each broker request and each wait for the next message.
 pub fn read_topic(
     kafka: &crate::kafka::KafkaClients,
@@ -397,7 +398,7 @@ pub fn read_topic(
             ends.remove(&message.partition());
         }
     }
-    Ok(events.sorted())
+    Ok(events)
 }
 
 /// Writes commands as JSON lines (the `prewarm` topic's wire format).

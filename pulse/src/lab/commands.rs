@@ -89,21 +89,38 @@ pub enum OfflineError {
     Threshold(f64),
 }
 
-/// Reads the events of `source` in time order; messages that do not decode are logged
+/// The order a replay takes events in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EventOrder {
+    /// Sorted by event time: every event arrives when it happened.
+    ByTime,
+    /// As the file or topic holds them: an event delivered late arrives late, as pulse
+    /// serve reads a partition.
+    AsDelivered,
+}
+
+/// Reads the events of `source` in `order`; messages that do not decode are logged
 /// and skipped, and a source without any event is an error. `what` names the argument
 /// in errors.
-pub fn load_events(source: &EventSource, what: &str) -> Result<Vec<AccessEvent>, OfflineError> {
+pub fn load_events(
+    source: &EventSource,
+    what: &str,
+    order: EventOrder,
+) -> Result<Vec<AccessEvent>, OfflineError> {
     let read = match source {
         EventSource::File(path) => read_events(path).map_err(|e| e.to_string()),
         EventSource::Topic { kafka, topic } => {
             read_topic(kafka, topic, Duration::from_secs(10)).map_err(|e| e.to_string())
         }
     };
-    let read = read.map_err(|error| OfflineError::Read {
+    let mut read = read.map_err(|error| OfflineError::Read {
         what: what.to_owned(),
         source_name: source.to_string(),
         error,
     })?;
+    if order == EventOrder::ByTime {
+        read.sort();
+    }
     if !read.rejected.is_empty() {
         tracing::warn!(%source, rejected = ?read.rejected, "skipped messages that do not decode");
     }
@@ -343,7 +360,9 @@ fn halves(
     threshold: f64,
     truth: Option<&[Burst]>,
 ) -> [BacktestRow; 2] {
-    let (first, last) = (events[0].ts_ms, events[events.len() - 1].ts_ms);
+    // The span of event time, whatever order the events were replayed in.
+    let first = events.iter().map(|e| e.ts_ms).min().unwrap_or_default();
+    let last = events.iter().map(|e| e.ts_ms).max().unwrap_or_default();
     let middle = first + (last - first) / 2;
     [false, true].map(|second| {
         let commands: Vec<PrewarmCommand> = run
@@ -441,6 +460,36 @@ mod tests {
         );
         assert!("kafka://127.0.0.1:9092".parse::<EventSource>().is_err());
         assert!("kafka:///t".parse::<EventSource>().is_err());
+    }
+
+    /// A replay takes events by event time unless asked to take them as delivered: then
+    /// a late event stays where the file put it, as a partition delivers it.
+    #[test]
+    fn events_are_sorted_by_time_unless_taken_as_delivered() {
+        use crate::lab::trace::TraceSpec;
+        let trace = generate_trace(&TraceSpec {
+            seed: 5,
+            duration_ms: 10_000,
+            virals: 1,
+            noise: 0,
+            crons: 0,
+            flash_crowds: 0,
+            ..TraceSpec::default()
+        });
+        let mut delivered = trace.events.clone();
+        let late = delivered.remove(0);
+        delivered.push(late.clone());
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("late.jsonl");
+        crate::lab::backtest::write_events(&path, &delivered).unwrap();
+        let source = EventSource::File(path);
+
+        let as_delivered = load_events(&source, "events", EventOrder::AsDelivered).unwrap();
+        assert_eq!(as_delivered, delivered);
+        let by_time = load_events(&source, "events", EventOrder::ByTime).unwrap();
+        assert_eq!(by_time.len(), delivered.len());
+        assert!(by_time.windows(2).all(|w| w[0].ts_ms <= w[1].ts_ms));
+        assert_eq!(by_time[0].ts_ms, late.ts_ms);
     }
 
     /// After the threshold rows, `pulse backtest` prints the reliability of the commands

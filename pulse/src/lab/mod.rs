@@ -28,8 +28,8 @@ pub use backtest::{
     BacktestRow, EventFile, Replay, ReplayOptions, percentile, read_topic, replay, write_commands,
 };
 pub use commands::{
-    EventSource, FamilyRow, OfflineError, backtest_commands, backtest_table, family_rows,
-    family_table, load_events, train_summary, write_trace,
+    EventOrder, EventSource, FamilyRow, OfflineError, backtest_commands, backtest_table,
+    family_rows, family_table, load_events, train_summary, write_trace,
 };
 pub use trace::{
     Burst, BurstKind, FAMILIES, Family, Trace, TraceSpec, ViralReferrers,

@@ -9,7 +9,7 @@
 use models::AccessEvent;
 
 use super::backtest::{ReplayOptions, replay};
-use super::commands::{EventSource, OfflineError, load_events};
+use super::commands::{EventOrder, EventSource, OfflineError, load_events};
 use super::trace::{Family, generate as generate_trace};
 use crate::predict::{Sample, ScoringModel, TrainOptions, split_moments};
 
@@ -53,7 +53,7 @@ pub fn train_on(
         }
     }
     for source in &set.events {
-        let events = load_events(source, "events")?;
+        let events = load_events(source, "events", EventOrder::ByTime)?;
         let until = (set.events_share < 1.0).then(|| {
             let (first, last) = (events[0].ts_ms, events[events.len() - 1].ts_ms);
             first + ((last - first) as f64 * set.events_share.max(0.0)) as u64
@@ -62,7 +62,7 @@ pub fn train_on(
     }
     let (fit, calibrate) = split_moments(&samples);
     let held_out = match held_out {
-        Some(source) => moments(&load_events(source, "held_out")?, None)
+        Some(source) => moments(&load_events(source, "held_out", EventOrder::ByTime)?, None)
             .into_iter()
             .map(|s| (s.features, s.viral))
             .collect(),
