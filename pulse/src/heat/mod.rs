@@ -68,6 +68,8 @@ pub(crate) const FINE_MS: u64 = 200;
 /// Fine buckets kept: 2 s, so the 200 ms and 1 s windows have a previous window to
 /// compare with (acceleration).
 pub(crate) const FINE_BUCKETS: usize = 10;
+/// The time the fine ring spans.
+pub(crate) const FINE_SPAN_MS: u64 = FINE_MS * FINE_BUCKETS as u64;
 /// Width of a coarse bucket, in milliseconds.
 pub(crate) const COARSE_MS: u64 = 1_000;
 /// Coarse buckets kept: the 60 s window.

@@ -41,7 +41,7 @@ impl Window {
     }
 
     /// The window's length in milliseconds.
-    pub fn millis(self) -> u64 {
+    pub const fn millis(self) -> u64 {
         match self {
             Window::Ms200 => 200,
             Window::S1 => 1_000,

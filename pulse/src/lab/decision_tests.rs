@@ -140,6 +140,47 @@ fn a_fast_spread_is_commanded_before_its_second_region_asks() {
     );
 }
 
+/// `events` as an edge agent that batches and retries delivers them: each up to
+/// `max_ms` late (a fixed spread of delays), in the order they arrive.
+fn delivered_late(mut events: Vec<AccessEvent>, max_ms: u64) -> Vec<AccessEvent> {
+    let delay = |i: usize| ((i as u64 + 1).wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 33) % max_ms;
+    let arrival = |i: usize, e: &AccessEvent| e.ts_ms + delay(i);
+    let mut arrivals: Vec<(u64, AccessEvent)> = sorted(std::mem::take(&mut events))
+        .into_iter()
+        .enumerate()
+        .map(|(i, e)| (arrival(i, &e), e))
+        .collect();
+    arrivals.sort_by_key(|(at, _)| *at);
+    arrivals.into_iter().map(|(_, e)| e).collect()
+}
+
+/// A burst of 13 requests/s in r0, r1 asking 3 s later, delivered up to 2 s late. At
+/// the watermark its last second holds only the requests already delivered: it is seen
+/// about 4 s in, after r1 asked. A second behind the watermark, where the partition's
+/// lateness says it is nearly complete, it is seen in time to warm r1.
+#[test]
+fn a_burst_delivered_late_is_commanded_before_its_second_region_asks() {
+    let (r1_asks, until) = (63_000, 75_000);
+    let mut events = background(80_000);
+    let third = |region, from| demand("/late", region, from, until).into_iter().step_by(3);
+    events.extend(third("r0", 60_000));
+    events.extend(third("r1", r1_asks));
+    let warmed_in_time = |events: &[AccessEvent]| {
+        let run = replay(events, Some(always_sure()), &rules_only());
+        let first = run.commands.into_iter().find(|c| c.key.as_str() == "/late");
+        (
+            first
+                .as_ref()
+                .is_some_and(|c| names(c, "r1") && c.issued_at_ms + 100 <= r1_asks),
+            first,
+        )
+    };
+    let (in_order, first) = warmed_in_time(&sorted(events.clone()));
+    assert!(in_order, "in time order: {first:?}");
+    let (late, first) = warmed_in_time(&delivered_late(events, 2_000));
+    assert!(late, "delivered late, r1 was not warmed in time: {first:?}");
+}
+
 /// A slow spread whose demand passes: each region asks for 30 s, then goes quiet. A
 /// follow-up names the regions the burst has not reached yet, never one whose clients
 /// asked in this burst (warming it again after its demand passed is a wasted fill).

@@ -19,6 +19,8 @@
 //! - `decide`: [`Decider`], threshold, cooldown and tenant budgets, and the
 //!   useful/wasted verdict of each command.
 //! - `labels`: labels each scoring moment by whether demand came, for training.
+//! - `lateness`: how late the partition's events arrive, so how far behind the
+//!   watermark a key's last second is complete.
 //! - `pace`: each unreached region's chance of asking while a command is valid, from
 //!   how fast the key spreads and where the tenant's audience lives.
 //! - `retrain`: [`retrain`], fits a candidate model and keeps it only if it is not worse.
@@ -27,6 +29,7 @@ mod calibrate;
 mod decide;
 mod features;
 mod labels;
+mod lateness;
 mod model;
 mod model_file;
 mod online;
@@ -56,6 +59,7 @@ use serde::{Deserialize, Serialize};
 use crate::heat::{HeatMap, Window};
 use features::{FEATURE_WINDOWS, extract, is_bursting};
 use labels::Labeler;
+use lateness::Lateness;
 use online::OnlineCalibration;
 pub(crate) use online::SavedCalibration;
 use pace::{Pace, Paces};
@@ -114,6 +118,7 @@ pub struct Predictor {
     scored: u64,
     /// The oldest event seen: the heat map's minute holds only what came since.
     first_event_ms: Option<u64>,
+    lateness: Lateness,
 }
 
 impl Predictor {
@@ -137,6 +142,7 @@ impl Predictor {
             calibrate_online: config.calibrate_online,
             scored: 0,
             first_event_ms: None,
+            lateness: Lateness::default(),
         }
     }
 
@@ -146,6 +152,7 @@ impl Predictor {
             self.first_event_ms
                 .map_or(event.ts_ms, |f| f.min(event.ts_ms)),
         );
+        self.lateness.observe(event.ts_ms);
         if self.tracker.observe(event) {
             self.decider.observe(
                 event.ts_ms,
@@ -182,6 +189,7 @@ impl Predictor {
             .filter_map(|t| TenantId::new(t).ok())
             .collect();
         tenants.sort_unstable();
+        let grace_ms = self.lateness.grace_ms();
         for tenant in &tenants {
             if let Ok(candidates) = heat.candidates(tenant, now_ms) {
                 self.tracker.track(tenant, &candidates, now_ms);
@@ -209,11 +217,12 @@ impl Predictor {
             for key in touched {
                 // First whether the key bursts, from its last second (and, only when
                 // that is busy, its minute): every touched key needs that, and few
-                // need more.
-                let velocity = |window| heat.key_velocity(tenant, &key, window, now_ms);
-                let Ok(v1) = velocity(Window::S1) else {
+                // need more. Its windows end where that second was measured.
+                let Ok((v1, measured_ms)) = last_second(heat, tenant, &key, now_ms, grace_ms)
+                else {
                     continue;
                 };
+                let velocity = |window| heat.key_velocity(tenant, &key, window, measured_ms);
                 let bursting =
                     is_bursting(v1, || velocity(Window::S60).unwrap_or(0.0) / minute_share);
                 let burst_start = self.tracker.burst_start(tenant, &key, bursting, now_ms);
@@ -230,7 +239,10 @@ impl Predictor {
                             .spread_lately(tenant, &key, now_ms, EARLY_BURST_MS));
                 // Features as of before this tick's burst is noted.
                 let extracted = (decide && early)
-                    .then(|| heat.key_windows(tenant, &key, FEATURE_WINDOWS, now_ms).ok())
+                    .then(|| {
+                        heat.key_windows(tenant, &key, FEATURE_WINDOWS, measured_ms)
+                            .ok()
+                    })
                     .flatten()
                     .and_then(|windows| extract(&windows, &self.tracker, tenant, &key, now_ms));
                 self.tracker.note_burst(tenant, &key, bursting, now_ms);
@@ -497,6 +509,29 @@ impl Predictor {
     pub fn take_samples(&mut self) -> Vec<Sample> {
         self.labeler.take()
     }
+}
+
+/// A key's demand per second over its last second, and where that second ends: at the
+/// watermark `now_ms`, or `grace_ms` behind it when late events make that one busier
+/// (a second at the watermark holds only the requests already delivered).
+fn last_second(
+    heat: &HeatMap,
+    tenant: &TenantId,
+    key: &CacheKey,
+    now_ms: u64,
+    grace_ms: u64,
+) -> Result<(f64, u64), crate::heat::QueryError> {
+    let at_watermark = heat.key_velocity(tenant, key, Window::S1, now_ms)?;
+    if grace_ms == 0 {
+        return Ok((at_watermark, now_ms));
+    }
+    let behind_ms = now_ms.saturating_sub(grace_ms);
+    let behind = heat.key_velocity(tenant, key, Window::S1, behind_ms)?;
+    Ok(if behind > at_watermark {
+        (behind, behind_ms)
+    } else {
+        (at_watermark, now_ms)
+    })
 }
 
 /// A follow-up command for a followed key that spread since its last command
