@@ -124,6 +124,9 @@ pub struct Metrics {
     pub consume_errors: Family<ReasonLabel, Counter>,
     /// Messages behind the partitions' high watermarks, summed.
     pub consumer_lag: Gauge,
+    /// The longest grace of the owned partitions: how far behind its watermark a
+    /// partition also measures a key's last second, from how late its events arrive.
+    pub lateness_grace_ms: Gauge,
     /// Approximate bytes held by the sketches.
     pub sketch_bytes: Gauge,
     /// Tenants tracked.
@@ -199,6 +202,7 @@ impl Metrics {
             dead_lettered: Counter::default(),
             consume_errors: Family::default(),
             consumer_lag: Gauge::default(),
+            lateness_grace_ms: Gauge::default(),
             sketch_bytes: Gauge::default(),
             tenants: Gauge::default(),
             tenants_evicted: Counter::default(),
@@ -279,6 +283,11 @@ impl Metrics {
             "consumer_lag_messages",
             "Messages behind the high watermark, all assigned partitions",
             m.consumer_lag.clone(),
+        );
+        registry.register(
+            "event_lateness_grace_ms",
+            "How far behind its watermark a partition also measures a key's last second, from how late its events arrive (the longest of the owned partitions; 0: in time order)",
+            m.lateness_grace_ms.clone(),
         );
         registry.register(
             "sketch_memory_bytes",

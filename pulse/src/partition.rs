@@ -167,6 +167,9 @@ pub struct PartitionHealth {
     /// Messages on the broker not applied yet (`None` until the partition's end is
     /// known, once a second).
     pub lag: Option<i64>,
+    /// How far behind its watermark the partition also measures a key's last second,
+    /// from how late its events arrive (0 in time order; `None` without prediction).
+    pub lateness_grace_ms: Option<u64>,
 }
 
 impl Partitions {
@@ -451,8 +454,23 @@ impl Partitions {
                 live_from: s.live_from,
                 replaying: s.replaying(),
                 lag: (s.high_watermark >= 0).then(|| (s.high_watermark - s.next_offset).max(0)),
+                lateness_grace_ms: s.predictor.as_ref().map(|p| {
+                    p.lock()
+                        .unwrap_or_else(|e| e.into_inner())
+                        .lateness_grace_ms()
+                }),
             })
             .collect()
+    }
+
+    /// The longest grace of the owned partitions (`pulse_event_lateness_grace_ms`).
+    pub fn longest_lateness_grace_ms(&self) -> u64 {
+        let health = self.health();
+        health
+            .iter()
+            .filter_map(|p| p.lateness_grace_ms)
+            .max()
+            .unwrap_or(0)
     }
 
     /// Records where an owned partition ends on the broker (statistics).
@@ -574,6 +592,44 @@ mod tests {
         assert!(split_heat(&tiny, 1000).validate().is_ok());
     }
 
+    /// `/healthz` gives each partition's grace, how late its own events arrived, and
+    /// the metric the longest.
+    #[test]
+    fn each_partitions_health_tells_how_late_its_events_arrive() {
+        let mut partitions = Partitions::new(template(true), None);
+        partitions.set_partition_count(2);
+        partitions.assign(0, None, 0, 0);
+        partitions.assign(1, None, 0, 0);
+        let late = &partitions.states()[&1];
+        let mut predictor = late.predictor.as_ref().unwrap().lock().unwrap();
+        for i in 0..1_000u64 {
+            // Every other event 600 ms behind the newest.
+            let ts_ms = 1_764_460_740_000 + i * 10 - (i % 2) * 600;
+            let event = models::AccessEvent::new(
+                ts_ms,
+                "acme".parse().unwrap(),
+                "/a".parse().unwrap(),
+                "eu".parse().unwrap(),
+                "n1".parse().unwrap(),
+                models::Outcome::Hit,
+            );
+            predictor.observe(&event.borrowed());
+        }
+        drop(predictor);
+        let grace: Vec<_> = partitions
+            .health()
+            .iter()
+            .map(|h| (h.partition, h.lateness_grace_ms))
+            .collect();
+        assert!(grace.contains(&(0, Some(0))), "{grace:?}");
+        assert!(grace.contains(&(1, Some(550))), "{grace:?}");
+        assert_eq!(partitions.longest_lateness_grace_ms(), 550);
+        let mut without_prediction = Partitions::new(template(false), None);
+        without_prediction.set_partition_count(1);
+        without_prediction.assign(0, None, 0, 0);
+        assert_eq!(without_prediction.health()[0].lateness_grace_ms, None);
+    }
+
     /// Assign creates a fresh state replaying up to the committed offset; revoke
     /// drops it; the model reaches every predictor.
     #[test]
@@ -619,6 +675,7 @@ mod tests {
                 live_from: 0,
                 replaying: false,
                 lag: None,
+                lateness_grace_ms: Some(0),
             }]
         );
         // The lag is the partition's end on the broker less what was applied; a

@@ -86,6 +86,8 @@ impl ClientContext for IngestContext {
         for (partition, high) in ends {
             partitions.set_high_watermark(partition, high);
         }
+        let grace_ms = partitions.longest_lateness_grace_ms();
+        self.metrics.lateness_grace_ms.set(grace_ms as i64);
     }
 }
 

@@ -404,6 +404,12 @@ impl Predictor {
             .max(if wary { 2 } else { 1 })
     }
 
+    /// How far behind its watermark a tick also measures a key's last second: how late
+    /// this partition's events arrive ([`lateness`]; 0 in time order).
+    pub fn lateness_grace_ms(&self) -> u64 {
+        self.lateness.grace_ms()
+    }
+
     /// The decision rules in force.
     pub fn policy(&self) -> &DecisionPolicy {
         self.decider.policy()
