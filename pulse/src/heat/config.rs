@@ -33,7 +33,10 @@ pub struct HeatConfig {
     /// promotion to own sketches, that would pass it is refused (`memory_budget`).
     pub memory_budget_bytes: u64,
     /// How far ahead of the clock an event may be stamped; further is `from_future`,
-    /// and the watermark never passes the clock plus this.
+    /// and the watermark never passes the clock plus this. One edge node whose clock
+    /// runs fast moves the watermark ahead of every other node's events: the default
+    /// accepts no more than the predictor measures behind the watermark (1 s, its
+    /// longest grace), so such a node cannot blind it.
     pub max_clock_skew_ms: u64,
 }
 
@@ -47,7 +50,7 @@ impl Default for HeatConfig {
             shared_sketch_below: 5_000,
             shared_error: 0.0005,
             memory_budget_bytes: 1 << 30,
-            max_clock_skew_ms: 5_000,
+            max_clock_skew_ms: 1_000,
         }
     }
 }

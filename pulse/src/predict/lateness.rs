@@ -130,6 +130,29 @@ mod tests {
         assert_eq!(MAX_GRACE_MS + Window::S1.millis(), FINE_SPAN_MS);
     }
 
+    /// A node whose clock runs fast, as far as the heat map accepts by default, puts
+    /// the watermark that far ahead of the other nodes' events: a grace reaches back
+    /// to them.
+    #[test]
+    fn the_grace_reaches_behind_a_fast_clock_the_heat_map_accepts() {
+        let skew = crate::heat::HeatConfig::default().max_clock_skew_ms;
+        assert!(
+            skew <= MAX_GRACE_MS,
+            "{skew} ms accepted, {MAX_GRACE_MS} ms measured"
+        );
+        let mut lateness = Lateness::default();
+        for i in 1..=1_000 {
+            // Every tenth event from the fast node.
+            let ts = T0 + i * 10 + if i % 10 == 0 { skew } else { 0 };
+            lateness.observe(ts);
+        }
+        assert!(
+            lateness.grace_ms() >= skew - 2 * BIN_MS,
+            "{}",
+            lateness.grace_ms()
+        );
+    }
+
     #[test]
     fn old_lateness_fades_once_events_come_in_time_again() {
         let mut lateness = Lateness::default();
