@@ -296,7 +296,9 @@ struct ServeArgs {
     /// Error of the shared sketch, as a fraction of all small tenants' events.
     #[arg(long, env = "PULSE_SHARED_SKETCH_ERROR", default_value_t = HeatConfig::default().shared_error)]
     shared_sketch_error: f64,
-    /// Events stamped further ahead of the wall clock are rejected (`from_future`).
+    /// Events stamped further ahead of the wall clock are rejected (`from_future`): a
+    /// node whose clock runs further ahead would put the watermark past every other
+    /// node's events, and pulse measures at most 1 s behind it.
     #[arg(long, env = "PULSE_MAX_CLOCK_SKEW_MS", default_value_t = HeatConfig::default().max_clock_skew_ms)]
     max_clock_skew_ms: u64,
     /// Only these tenants (comma-separated); others are rejected (`unknown_tenant`).
