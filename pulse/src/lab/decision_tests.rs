@@ -156,8 +156,8 @@ fn delivered_late(mut events: Vec<AccessEvent>, max_ms: u64) -> Vec<AccessEvent>
 
 /// A burst of 13 requests/s in r0, r1 asking 3 s later, delivered up to 2 s late. At
 /// the watermark its last second holds only the requests already delivered: it is seen
-/// about 4 s in, after r1 asked. A second behind the watermark, where the partition's
-/// lateness says it is nearly complete, it is seen in time to warm r1.
+/// once r1 joins, too late to warm it. A second behind the watermark, where the
+/// partition's lateness says it is nearly complete, it is seen in time.
 #[test]
 fn a_burst_delivered_late_is_commanded_before_its_second_region_asks() {
     let (r1_asks, until) = (63_000, 75_000);
