@@ -209,7 +209,8 @@ async fn read_topic_reads_every_partition_to_its_end_as_delivered() {
     by_time.sort_by_key(|e| e.ts_ms);
     assert_eq!(by_time, expected);
     // ...and a key's events, on one partition, in the order they were produced.
-    for key in sent.iter().map(|e| &e.key) {
+    let keys: std::collections::BTreeSet<_> = sent.iter().map(|e| &e.key).collect();
+    for key in keys {
         let produced: Vec<_> = sent.iter().filter(|e| &e.key == key).collect();
         let polled: Vec<_> = read.events.iter().filter(|e| &e.key == key).collect();
         assert_eq!(polled, produced, "{key}");

@@ -6,8 +6,8 @@ use models::{CacheKey, Outcome, RegionId, TenantId};
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
+use super::FINE_SPAN_MS;
 use super::sketch::OUTCOMES;
-use super::{FINE_BUCKETS, FINE_MS};
 
 /// A query window.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, ToSchema)]
@@ -56,7 +56,7 @@ impl Window {
 
     /// Short windows are answered from the fine ring, long ones from the coarse ring.
     pub(super) fn is_fine(self) -> bool {
-        self.millis() <= FINE_MS * FINE_BUCKETS as u64 / 2
+        self.millis() <= FINE_SPAN_MS / 2
     }
 }
 

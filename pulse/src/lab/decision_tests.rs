@@ -142,13 +142,12 @@ fn a_fast_spread_is_commanded_before_its_second_region_asks() {
 
 /// `events` as an edge agent that batches and retries delivers them: each up to
 /// `max_ms` late (a fixed spread of delays), in the order they arrive.
-fn delivered_late(mut events: Vec<AccessEvent>, max_ms: u64) -> Vec<AccessEvent> {
+fn delivered_late(events: Vec<AccessEvent>, max_ms: u64) -> Vec<AccessEvent> {
     let delay = |i: usize| ((i as u64 + 1).wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 33) % max_ms;
-    let arrival = |i: usize, e: &AccessEvent| e.ts_ms + delay(i);
-    let mut arrivals: Vec<(u64, AccessEvent)> = sorted(std::mem::take(&mut events))
+    let mut arrivals: Vec<(u64, AccessEvent)> = sorted(events)
         .into_iter()
         .enumerate()
-        .map(|(i, e)| (arrival(i, &e), e))
+        .map(|(i, e)| (e.ts_ms + delay(i), e))
         .collect();
     arrivals.sort_by_key(|(at, _)| *at);
     arrivals.into_iter().map(|(_, e)| e).collect()

@@ -34,7 +34,7 @@ pub(crate) const HALVE_EVERY: u32 = 4_096;
 const BINS: usize = (MAX_GRACE_MS / BIN_MS) as usize + 1;
 
 /// One partition's lateness: counts of how far behind the watermark its events came.
-#[derive(Debug, Clone)]
+#[derive(Debug)]
 pub(crate) struct Lateness {
     watermark_ms: Option<u64>,
     bins: [u32; BINS],
