@@ -23,8 +23,15 @@ pub(crate) const HISTORY_S: u64 = 60;
 pub(crate) const MAX_DOMAINS_PER_SECOND: usize = 8;
 /// Distinct nodes counted per key; the rest count as "other".
 pub(crate) const MAX_NODES_PER_KEY: usize = 64;
-/// A region serves a tenant while it asked for any of its keys this recently.
+/// A region serves a tenant while it asked for any of its keys this recently, at most.
 pub(crate) const TENANT_REGION_MS: u64 = 600_000;
+/// A region whose requests for a tenant stopped serves it no more (drained, failed, or
+/// the tenant's traffic steered elsewhere): silent for this long at least, and for as
+/// long as [`QUIET_REQUESTS`] of its requests took before.
+pub(crate) const QUIET_MIN_MS: u64 = 30_000;
+/// Requests a region's silence must have missed, at its rate before, to count as
+/// stopped: a live region that quiet by chance is a Poisson event of `e^-30`.
+pub(crate) const QUIET_REQUESTS: f64 = 30.0;
 /// Bursts remembered per key.
 const BURSTS_KEPT: usize = 8;
 /// Distinct referrer domains a tenant's baseline counts; the rest are "other".
@@ -52,6 +59,9 @@ pub(crate) struct TenantTracker {
     /// Per tracker region id: the tenant's recent client requests there (halved each
     /// minute, with the referrer counts): how much of its audience lives there.
     region_requests: Vec<f64>,
+    /// Per tracker region id: `region_requests` as of its last request, before any
+    /// halving since: its rate while it still asked.
+    region_requests_at_last: Vec<f64>,
     /// EWMA of the tenant's origin fill times, ms, from the misses that report one.
     fill_ms_ewma: Option<f64>,
     /// Per tracker region id: whether the tenant's clients there reach it through
@@ -124,14 +134,26 @@ impl TenantTracker {
         self.region_requests.get(region).copied().unwrap_or(0.0)
     }
 
-    /// Regions (tracker ids) that asked for any of the tenant's keys in the last
-    /// [`TENANT_REGION_MS`]: the tenant's fleet, which may be smaller than pulse's.
+    /// Regions (tracker ids) that serve the tenant: the tenant's fleet, which may be
+    /// smaller than pulse's. A region serves it from its first request for any of the
+    /// tenant's keys until it went quiet: [`TENANT_REGION_MS`] without a request, or
+    /// sooner when that silence is too long for its rate ([`QUIET_MIN_MS`],
+    /// [`QUIET_REQUESTS`]). A pre-warm there would fill a cache nobody reads.
     pub(crate) fn regions(&self, now_ms: u64) -> impl Iterator<Item = usize> + '_ {
-        let since = now_ms.saturating_sub(TENANT_REGION_MS);
         self.region_last_ms
             .iter()
             .enumerate()
-            .filter(move |(_, last)| **last > 0 && **last >= since)
+            .filter(move |(i, last)| {
+                // Requests halve each minute: between one and two minutes' worth.
+                let before = self.region_requests_at_last.get(*i).copied().unwrap_or(0.0);
+                let quiet_ms = if before > 0.0 {
+                    (QUIET_REQUESTS * 120_000.0 / before) as u64
+                } else {
+                    TENANT_REGION_MS
+                };
+                let serves_for = quiet_ms.clamp(QUIET_MIN_MS, TENANT_REGION_MS);
+                **last > 0 && now_ms.saturating_sub(**last) <= serves_for
+            })
             .map(|(i, _)| i)
     }
 
@@ -314,6 +336,10 @@ impl Tracker {
                 tenant.region_requests.resize(r + 1, 0.0);
             }
             tenant.region_requests[r] += 1.0;
+            if tenant.region_requests_at_last.len() <= r {
+                tenant.region_requests_at_last.resize(r + 1, 0.0);
+            }
+            tenant.region_requests_at_last[r] = tenant.region_requests[r];
             if tenant.region_nodes.len() <= r {
                 tenant.region_nodes.resize(r + 1, RegionNodes::default());
             }
@@ -601,6 +627,39 @@ pub(crate) mod tests {
         assert_eq!(t.keys[&key].top_node_share(), 0.75);
         assert_eq!(t.regions(1_200).count(), 2, "eu (via /b) and us");
         assert_eq!(t.regions(1_000 + TENANT_REGION_MS + 200).count(), 0);
+    }
+
+    /// A region whose steady requests for the tenant stopped (drained, failed, steered
+    /// away) leaves its fleet once it missed [`QUIET_REQUESTS`] of them, and after
+    /// [`QUIET_MIN_MS`] at the soonest; a region that asks seldom stays for its silences;
+    /// a request brings a region back.
+    #[test]
+    fn a_region_whose_requests_stopped_serves_the_tenant_no_more() {
+        let mut tracker = Tracker::new(10);
+        let tenant: TenantId = "acme".parse().unwrap();
+        // 10 requests/s from "busy" for 30 s; one every 20 s from "sparse".
+        for ms in (0..30_000).step_by(100) {
+            tracker.observe(&event(ms, "/b", "busy", None).borrowed());
+        }
+        for ms in (0..30_000).step_by(20_000) {
+            tracker.observe(&event(ms, "/b", "sparse", None).borrowed());
+        }
+        let serving = |t: &Tracker, now_ms| {
+            let names: Vec<String> = t.tenants[&tenant]
+                .regions(now_ms)
+                .map(|i| t.regions[i].to_string())
+                .collect();
+            names
+        };
+        assert_eq!(serving(&tracker, 30_000), ["busy", "sparse"]);
+        // "busy" silent 20 s: 200 requests missed, but under the floor.
+        assert_eq!(serving(&tracker, 50_000), ["busy", "sparse"]);
+        // Past the floor: "busy" stopped; "sparse" missed about one request.
+        assert_eq!(serving(&tracker, 60_000), ["sparse"]);
+        tracker.observe(&event(61_000, "/b", "busy", None).borrowed());
+        assert_eq!(serving(&tracker, 61_000), ["busy", "sparse"]);
+        // "sparse" leaves only after missing its 30 requests, here the 10 minutes' cap.
+        assert_eq!(serving(&tracker, 20_000 + TENANT_REGION_MS - 1), ["sparse"]);
     }
 
     /// A domain's reach is every region it referred any tenant's request in, this
