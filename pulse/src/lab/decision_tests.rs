@@ -1,6 +1,7 @@
 //! The online decision rules replayed on small hand-made traces (a model that is always
 //! sure, and no online recalibration, so only the rules decide): a fast spread seen
-//! soon enough to warm its second region, follow-up commands on a slow spread naming
+//! soon enough to warm its second region, a region that stopped asking left unnamed,
+//! follow-up commands on a slow spread naming
 //! the regions it will likely reach in time (timed from when a late-noticed ramp's
 //! demand began, not from a trickle before it), and the
 //! outcome memory on a key that bursts on a schedule in one region, and a burst from
@@ -137,6 +138,25 @@ fn a_fast_spread_is_commanded_before_its_second_region_asks() {
     assert!(
         first.is_some_and(|c| names(c, "r1") && c.issued_at_ms + 100 <= r1_asks),
         "r1 was not warmed in time: {first:?}"
+    );
+}
+
+/// r3 stops sending anything at 40 s (drained, failed, or the tenant steered away); a
+/// viral at 90 s, in r0 then r1, names r2 but not r3: a fill there would wait in a
+/// cache nobody reads.
+#[test]
+fn a_region_that_stopped_asking_is_not_named() {
+    let mut events: Vec<AccessEvent> = background(120_000)
+        .into_iter()
+        .filter(|e| e.region.as_str() != "r3" || e.ts_ms < 40_000)
+        .collect();
+    events.extend(demand("/viral", "r0", 90_000, 100_000));
+    events.extend(demand("/viral", "r1", 90_300, 100_000));
+    let run = replay(&sorted(events), Some(always_sure()), &rules_only());
+    let first = run.commands.iter().find(|c| c.key.as_str() == "/viral");
+    assert!(
+        first.is_some_and(|c| names(c, "r2") && !names(c, "r3")),
+        "{first:?}"
     );
 }
 
