@@ -108,6 +108,16 @@ impl PartitionState {
         self.next_offset < self.live_from
     }
 
+    /// How far behind its watermark the partition's predictor also measures a key's last
+    /// second (`None` without prediction).
+    pub fn lateness_grace_ms(&self) -> Option<u64> {
+        self.predictor.as_ref().map(|p| {
+            p.lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .lateness_grace_ms()
+        })
+    }
+
     /// Whether an event at `offset` is replayed rather than live.
     pub fn is_replay(&self, offset: i64) -> bool {
         offset < self.live_from
@@ -454,21 +464,16 @@ impl Partitions {
                 live_from: s.live_from,
                 replaying: s.replaying(),
                 lag: (s.high_watermark >= 0).then(|| (s.high_watermark - s.next_offset).max(0)),
-                lateness_grace_ms: s.predictor.as_ref().map(|p| {
-                    p.lock()
-                        .unwrap_or_else(|e| e.into_inner())
-                        .lateness_grace_ms()
-                }),
+                lateness_grace_ms: s.lateness_grace_ms(),
             })
             .collect()
     }
 
     /// The longest grace of the owned partitions (`pulse_event_lateness_grace_ms`).
     pub fn longest_lateness_grace_ms(&self) -> u64 {
-        let health = self.health();
-        health
-            .iter()
-            .filter_map(|p| p.lateness_grace_ms)
+        self.states
+            .values()
+            .filter_map(PartitionState::lateness_grace_ms)
             .max()
             .unwrap_or(0)
     }
