@@ -197,18 +197,42 @@ fn judged_commands(
 }
 
 /// A reliability table in Markdown: per tenth of confidence, the judged commands, their
-/// mean confidence and the share that proved useful.
+/// mean confidence, the share that proved useful, and that share's 95 % interval: a
+/// bucket of few commands can lie far from its mean confidence by chance alone, and
+/// shows a miscalibration only when the interval leaves the mean out.
 fn reliability_table(judged: &[(f64, bool)]) -> String {
     let mut out = String::from(
-        "| confidence | commands | mean confidence | useful share |\n|---|---:|---:|---:|\n",
+        "| confidence | commands | mean confidence | useful share | 95 % interval |\n|---|---:|---:|---:|---|\n",
     );
     for bin in reliability(judged) {
+        let useful = (bin.viral_share * bin.samples as f64).round() as usize;
+        let (low, high) = wilson_interval(useful, bin.samples);
         out.push_str(&format!(
-            "| {:.1}–{:.1} | {} | {:.3} | {:.3} |\n",
+            "| {:.1}–{:.1} | {} | {:.3} | {:.3} | {low:.2}–{high:.2} |\n",
             bin.lower, bin.upper, bin.samples, bin.mean_confidence, bin.viral_share
         ));
     }
     out
+}
+
+/// The Wilson score interval, at 95 %, of a share of `successes` in `trials`: unlike
+/// the share ± 1.96 standard errors, it stays within [0, 1] and is not empty at 0 or
+/// at all of them.
+fn wilson_interval(successes: usize, trials: usize) -> (f64, f64) {
+    if trials == 0 {
+        return (0.0, 1.0);
+    }
+    const Z: f64 = 1.96;
+    let n = trials as f64;
+    let share = successes as f64 / n;
+    let spread = 1.0 + Z * Z / n;
+    let centre = (share + Z * Z / (2.0 * n)) / spread;
+    let half = Z * (share * (1.0 - share) / n + Z * Z / (4.0 * n * n)).sqrt() / spread;
+    // It holds the share; rounding could put an end a hair inside it.
+    (
+        (centre - half).clamp(0.0, share),
+        (centre + half).clamp(share, 1.0),
+    )
 }
 
 /// The per-family Markdown table `pulse backtest --families` prints.
@@ -542,6 +566,22 @@ mod tests {
             .sum();
         assert!(judged > 0, "{table}");
         assert_eq!(bucketed, judged, "{table}");
+    }
+
+    /// Three of three useful cannot tell 0.87 from 1.0; thirty of thirty can; none
+    /// of ten puts the share below 0.28; the interval always holds the share.
+    #[test]
+    fn the_useful_shares_interval_is_wide_for_few_commands_and_narrow_for_many() {
+        let (low, high) = wilson_interval(3, 3);
+        assert!((low - 0.438).abs() < 0.001 && high == 1.0, "{low} {high}");
+        assert!(wilson_interval(30, 30).0 > 0.88);
+        let (low, high) = wilson_interval(0, 10);
+        assert!(low == 0.0 && (high - 0.278).abs() < 0.001, "{low} {high}");
+        for (k, n) in [(1, 2), (7, 9), (31, 31), (27, 31)] {
+            let (low, high) = wilson_interval(k, n);
+            let share = k as f64 / n as f64;
+            assert!(low <= share && share <= high, "{k}/{n}: {low}–{high}");
+        }
     }
 
     #[test]
