@@ -5,8 +5,8 @@
 //!
 //! Each partition's predictor's online calibration goes with its heat map, for the
 //! model it was counted for, and so does what the predictor learnt of its traffic
-//! whatever the model (its tenants' paces, its record of first-region commands); each
-//! absent in a file of an earlier build reads as none.
+//! whatever the model (its tenants' paces, its records of first- and second-region
+//! commands); each absent in a file of an earlier build reads as none.
 //!
 //! A checkpoint is written atomically: to a temporary file in the same directory,
 //! flushed to disk, then renamed over the old one, so a crash leaves either the old
@@ -325,11 +325,12 @@ mod tests {
     }
 
     /// What a partition's predictor learnt of its traffic (its tenants' paces, its
-    /// record of first-region commands) goes into the checkpoint and comes back onto
-    /// the partition's next state, whatever its model; paces that are no paces (a
+    /// records of first- and second-region commands) goes into the checkpoint and comes
+    /// back onto the partition's next state, whatever its model (a file of an earlier
+    /// build has no second-region record: none yet); paces that are no paces (a
     /// negative gap) are refused.
     #[test]
-    fn the_paces_and_first_region_record_come_back_with_their_partition() {
+    fn the_paces_and_region_records_come_back_with_their_partition() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("pulse.ckpt");
         let model = Arc::new(default_model());
@@ -337,6 +338,7 @@ mod tests {
         let learnt = serde_json::json!({
             "paces": {"tenants": {"acme": 21000.0}, "fleet": 15000.0},
             "first_regions": {"outcomes": [[1000, true], [2000, false], [3000, false]]},
+            "second_regions": {"outcomes": [[4000, false]]},
         });
         let mut partitions = with_prediction();
         let state = partitions.assign(1, None, 0, 0);
@@ -353,6 +355,16 @@ mod tests {
         assert!(state.restore_traffic(saved));
         let now = serde_json::to_value(state.saved_traffic().unwrap()).unwrap();
         assert_eq!(now, learnt);
+
+        // A checkpoint an older build wrote has no second-region record: none yet.
+        let mut older = learnt.clone();
+        older.as_object_mut().unwrap().remove("second_regions");
+        let mut upgraded = with_prediction();
+        let state = upgraded.assign(1, None, 0, 0);
+        assert!(state.restore_traffic(serde_json::from_value(older).unwrap()));
+        let now = serde_json::to_value(state.saved_traffic().unwrap()).unwrap();
+        assert_eq!(now["second_regions"], serde_json::json!({"outcomes": []}));
+        assert_eq!(now["first_regions"], learnt["first_regions"]);
 
         let mut bad = learnt.clone();
         bad["paces"]["fleet"] = serde_json::json!(-1.0);

@@ -328,7 +328,7 @@ impl IngestContext {
                 tracing::info!(
                     partition = p,
                     paces,
-                    "paces and first-region record from the checkpoint"
+                    "paces and region records from the checkpoint"
                 );
             }
         }

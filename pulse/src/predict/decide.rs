@@ -14,7 +14,7 @@ use super::model::Score;
 mod follow;
 mod memory;
 
-pub(crate) use memory::FirstRegionRecord;
+pub(crate) use memory::RegionRecord;
 
 /// The decision rules.
 #[derive(Debug, Clone, PartialEq)]
@@ -136,9 +136,10 @@ pub struct Decision {
     /// For each warmed region that then asked for the key: the lead time, ms from the
     /// command to that region's first request.
     pub lead_times_ms: Vec<(RegionId, u64)>,
-    /// Whether it was sent when one region only had asked for the key.
+    /// How many regions had asked for the key when it was sent (0 for a follow-up):
+    /// the fleet's record of commands at a first, and at a second, region counts it.
     #[serde(skip)]
-    first_region: bool,
+    sent_at_regions: usize,
 }
 
 /// One scored key, as [`Decider::consider`] weighs it.
@@ -378,7 +379,7 @@ impl Decider {
             RegionTargets::Only(named),
             score.reason.clone(),
         );
-        self.issue(now_ms, &command, reached.len() == 1);
+        self.issue(now_ms, &command, reached.len());
         self.follow(&command, burst_start_ms, reached, saved_misses);
         Ok(command)
     }
@@ -397,7 +398,7 @@ impl Decider {
     }
 
     /// Records a command as sent: its key's cooldown, the totals, the history.
-    fn issue(&mut self, now_ms: u64, command: &PrewarmCommand, first_region: bool) {
+    fn issue(&mut self, now_ms: u64, command: &PrewarmCommand, sent_at_regions: usize) {
         self.last_command_ms
             .insert((command.tenant.clone(), command.key.clone()), now_ms);
         // Cooldowns older than the window can go; keeps the map bounded by the rate.
@@ -411,7 +412,7 @@ impl Decider {
             command: command.clone(),
             verdict: Verdict::Pending,
             lead_times_ms: Vec::new(),
-            first_region,
+            sent_at_regions,
         });
         while self.decisions.len() > self.policy.history {
             if let Some(old) = self.decisions.pop_front() {

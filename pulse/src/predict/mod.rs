@@ -290,7 +290,9 @@ impl Predictor {
                 let Some(model) = &self.model else {
                     continue;
                 };
-                if x.reached.len() < self.regions_needed(tenant, &key, &x.features, now_ms) {
+                if x.reached.len()
+                    < self.regions_needed(tenant, &key, &x.features, x.reached.len(), now_ms)
+                {
                     continue;
                 }
                 self.scored += 1;
@@ -371,12 +373,15 @@ impl Predictor {
     /// [`DecisionPolicy::min_regions_reached`], and at least 2 for a key whose last
     /// command was wasted or that bursts on a schedule (an earlier burst at the same
     /// second of an earlier minute): for those the first region is no evidence; and
-    /// at least 2 while the online calibration has judged too few first-region moments.
+    /// at least 2 while the online calibration has judged too few first-region moments;
+    /// and for a key that `reached` two regions, 3 while the fleet's commands at a second
+    /// region lately failed (spreads stop there).
     fn regions_needed(
         &self,
         tenant: &TenantId,
         key: &CacheKey,
         features: &Features,
+        reached: usize,
         now_ms: u64,
     ) -> usize {
         // Until the fleet's outcomes have judged some first-region moments, the model's
@@ -398,10 +403,16 @@ impl Predictor {
             || one_node
             || features.phase_bursts_before >= 1.0
             || self.decider.last_command_wasted(tenant, key, now_ms);
-        self.decider
+        let needed = self
+            .decider
             .policy()
             .min_regions_reached
-            .max(if wary { 2 } else { 1 })
+            .max(if wary { 2 } else { 1 });
+        if reached == 2 && !self.decider.second_regions_hold(now_ms) {
+            needed.max(3)
+        } else {
+            needed
+        }
     }
 
     /// How far behind its watermark a tick also measures a key's last second: how late
@@ -431,15 +442,16 @@ impl Predictor {
     pub(crate) fn saved_traffic(&self) -> SavedTraffic {
         SavedTraffic {
             paces: self.paces.clone(),
-            first_regions: self.decider.first_region_record().clone(),
+            first_regions: self.decider.region_records().0.clone(),
+            second_regions: self.decider.region_records().1.clone(),
         }
     }
 
-    /// Puts back what a checkpoint kept of the traffic: the record of first-region
-    /// commands, and the paces if they are paces. Whether the paces were put back.
+    /// Puts back what a checkpoint kept of the traffic: the records of first- and
+    /// second-region commands, and the paces if they are paces. Whether the paces were put back.
     pub(crate) fn restore_traffic(&mut self, saved: SavedTraffic) -> bool {
         self.decider
-            .restore_first_region_record(saved.first_regions);
+            .restore_region_records(saved.first_regions, saved.second_regions);
         match Paces::restore(saved.paces) {
             Some(paces) => {
                 self.paces = paces;
@@ -649,12 +661,15 @@ fn chances_of(
 }
 
 /// What a partition's predictor learnt of its traffic, whatever the model: its tenants'
-/// typical paces and its record of first-region commands. A checkpoint keeps it beside
+/// typical paces and its records of first- and second-region commands. A checkpoint keeps it beside
 /// the heat map (the calibration's counts go apart: they hold for one model only).
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub(crate) struct SavedTraffic {
     paces: Paces,
-    first_regions: decide::FirstRegionRecord,
+    first_regions: decide::RegionRecord,
+    /// Absent from a checkpoint an older build wrote: no second-region outcome yet.
+    #[serde(default)]
+    second_regions: decide::RegionRecord,
 }
 
 /// What the online calibration's counts are tied to: the model's name and training time.

@@ -207,6 +207,44 @@ fn after_three_wasted_first_region_commands_in_a_row_crowds_wait_for_a_second_re
 /// another CDN) brings its popular keys at once, two of them asked in two of its four
 /// regions: each key's minute holds only the seconds since the tenant came, so none
 /// seems to burst and none is commanded. A burst of its own 90 s later still is.
+/// Where spreads stop at their second region, commands there are wasted: after three
+/// in a row, a key that reached two regions waits for a third, and one that does reach
+/// a third is commanded there. (Every command here waits for a second region.)
+#[test]
+fn after_three_wasted_second_region_commands_in_a_row_spreads_wait_for_a_third() {
+    let starts = [65_000, 140_000, 215_000, 290_000, 365_000];
+    let mut events = background(440_000);
+    for (i, from) in starts.iter().enumerate() {
+        let key = format!("/pair-{i}");
+        events.extend(demand(&key, "r0", *from, from + 8_000));
+        events.extend(demand(&key, "r1", from + 2_000, from + 8_000));
+        if i == 4 {
+            events.extend(demand(&key, "r2", from + 5_000, from + 8_000));
+        }
+    }
+    let mut options = rules_only();
+    options.predictor.policy.min_regions_reached = 2;
+    let run = replay(&sorted(events), Some(always_sure()), &options);
+    let first_named: Vec<Option<Vec<&str>>> = (0..starts.len())
+        .map(|i| {
+            commands_for(&run.commands, &format!("/pair-{i}"))
+                .first()
+                .map(|c| REGIONS.into_iter().filter(|r| names(c, r)).collect())
+        })
+        .collect();
+    let at_second = Some(vec!["r2", "r3"]);
+    assert_eq!(
+        first_named,
+        [
+            at_second.clone(),
+            at_second.clone(),
+            at_second,
+            None,
+            Some(vec!["r3"])
+        ]
+    );
+}
+
 #[test]
 fn a_tenant_arriving_with_its_popular_keys_is_no_burst() {
     let arrives = 120_000;

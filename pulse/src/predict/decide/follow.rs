@@ -140,7 +140,7 @@ impl Decider {
         );
         f.last = command.clone();
         f.reached = reached;
-        self.issue(now_ms, &command, false);
+        self.issue(now_ms, &command, 0);
         Some(command)
     }
 }

@@ -4,12 +4,16 @@
 //! [`MEMORY_MS`] are forgotten.
 //!
 //! The fleet's commands sent at a first region are remembered too
-//! ([`FirstRegionRecord`]): when lately they were useful far less often than the
+//! ([`RegionRecord`]): when lately they were useful far less often than the
 //! threshold claims, no key is commanded at its first region until those outcomes are
 //! [`RECORD_MS`] old. The model and its calibration were fitted mostly on older
 //! traffic, which each minute's retrain keeps on its samples, and the calibration's
 //! counts start again with each new model; a fleet whose traffic changed (a day of
 //! local crowds after a day of virals) would otherwise pay for each crowd again.
+//!
+//! So are its commands sent at a second region: where spreads stop there (two
+//! neighbouring regions share an interest, and no third follows), the second region is
+//! no evidence of a third either, and commands wait for one.
 
 use std::collections::{HashMap, VecDeque};
 
@@ -22,16 +26,22 @@ use super::{Decider, Decision, Verdict};
 #[derive(Debug, Default)]
 pub(super) struct Memory {
     wasted: Wasted,
-    first_regions: FirstRegionRecord,
+    first_regions: RegionRecord,
+    second_regions: RegionRecord,
 }
 
 impl Memory {
-    /// Notes a decision's verdict, for its key, and for the fleet's first regions if it
-    /// was sent at one.
+    /// Notes a decision's verdict, for its key, and for the fleet's first or second
+    /// regions if it was sent at one.
     pub(super) fn note(&mut self, decision: &Decision, verdict: Verdict, now_ms: u64) {
         self.wasted.note(&decision.command, verdict, now_ms);
-        if decision.first_region && verdict != Verdict::Pending {
-            self.first_regions.note(now_ms, verdict == Verdict::Useful);
+        let record = match decision.sent_at_regions {
+            1 => &mut self.first_regions,
+            2 => &mut self.second_regions,
+            _ => return,
+        };
+        if verdict != Verdict::Pending {
+            record.note(now_ms, verdict == Verdict::Useful);
         }
     }
 }
@@ -77,9 +87,9 @@ impl Wasted {
     }
 }
 
-/// How long a first-region command's outcome counts.
+/// How long a first- or second-region command's outcome counts.
 pub(crate) const RECORD_MS: u64 = 900_000;
-/// Newest first-region outcomes kept.
+/// Newest outcomes kept, per record.
 const RECORD_LEN: usize = 20;
 /// How far below the threshold the useful share may lie before confidence at the first
 /// region is not trusted: the tolerance of the reliability target.
@@ -88,22 +98,22 @@ const TOLERANCE: f64 = 0.10;
 /// chance less the tolerance.
 const SIGNIFICANCE: f64 = 0.05;
 
-/// The newest outcomes of the fleet's commands sent at a first region: (when known,
-/// useful).
+/// The newest outcomes of the fleet's commands sent at one step of their spread (at a
+/// first region, or at a second): (when known, useful).
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
-pub(crate) struct FirstRegionRecord {
+pub(crate) struct RegionRecord {
     outcomes: VecDeque<(u64, bool)>,
 }
 
-impl FirstRegionRecord {
+impl RegionRecord {
     /// A record a checkpoint kept, its newest [`RECORD_LEN`] outcomes.
-    pub(crate) fn restore(mut saved: FirstRegionRecord) -> FirstRegionRecord {
+    pub(crate) fn restore(mut saved: RegionRecord) -> RegionRecord {
         let extra = saved.outcomes.len().saturating_sub(RECORD_LEN);
         saved.outcomes.drain(..extra);
         saved
     }
 
-    /// Notes a first-region command found useful or wasted at `now_ms`.
+    /// Notes a command of this record found useful or wasted at `now_ms`.
     fn note(&mut self, now_ms: u64, useful: bool) {
         if self.outcomes.len() == RECORD_LEN {
             self.outcomes.pop_front();
@@ -111,7 +121,7 @@ impl FirstRegionRecord {
         self.outcomes.push_back((now_ms, useful));
     }
 
-    /// Whether confidence at the first region holds at `now_ms`: no run of the newest
+    /// Whether confidence at this step holds at `now_ms`: no run of the newest
     /// outcomes younger than [`RECORD_MS`] has a useful share significantly below
     /// `threshold` less [`TOLERANCE`] (binomial: so few useful or fewer has a chance
     /// of at least [`SIGNIFICANCE`]). Runs, not the whole record: a change shows in the
@@ -146,21 +156,29 @@ fn binomial_cdf(k: usize, n: usize, p: f64) -> f64 {
 }
 
 impl Decider {
-    /// The record of first-region commands, for the checkpoint.
-    pub(crate) fn first_region_record(&self) -> &FirstRegionRecord {
-        &self.memory.first_regions
+    /// The records of first- and second-region commands, for the checkpoint.
+    pub(crate) fn region_records(&self) -> (&RegionRecord, &RegionRecord) {
+        (&self.memory.first_regions, &self.memory.second_regions)
     }
 
-    /// Puts back a record a checkpoint kept.
-    pub(crate) fn restore_first_region_record(&mut self, saved: FirstRegionRecord) {
-        self.memory.first_regions = FirstRegionRecord::restore(saved);
+    /// Puts back the records a checkpoint kept.
+    pub(crate) fn restore_region_records(&mut self, first: RegionRecord, second: RegionRecord) {
+        self.memory.first_regions = RegionRecord::restore(first);
+        self.memory.second_regions = RegionRecord::restore(second);
     }
 
     /// Whether the fleet's recent commands at a first region were useful about as
-    /// often as the threshold claims ([`FirstRegionRecord`]).
+    /// often as the threshold claims ([`RegionRecord`]).
     pub(crate) fn first_regions_hold(&self, now_ms: u64) -> bool {
         self.memory
             .first_regions
+            .holds(now_ms, self.policy.threshold)
+    }
+
+    /// The same for the fleet's recent commands at a second region.
+    pub(crate) fn second_regions_hold(&self, now_ms: u64) -> bool {
+        self.memory
+            .second_regions
             .holds(now_ms, self.policy.threshold)
     }
 
@@ -186,7 +204,7 @@ mod tests {
 
     use super::super::tests::{cand, score};
     use super::super::{Candidate, Decider, DecisionPolicy};
-    use super::{FirstRegionRecord, MEMORY_MS, RECORD_MS, binomial_cdf};
+    use super::{MEMORY_MS, RECORD_MS, RegionRecord, binomial_cdf};
 
     /// A wasted command is remembered for its key (not for others); a useful one
     /// clears the memory; the memory fades after [`MEMORY_MS`].
@@ -223,7 +241,7 @@ mod tests {
     fn a_run_of_wasted_first_region_commands_stops_the_trust() {
         assert!((binomial_cdf(0, 3, 0.75) - 1.0 / 64.0).abs() < 1e-12);
         assert!((binomial_cdf(3, 3, 0.75) - 1.0).abs() < 1e-12);
-        let mut record = FirstRegionRecord::default();
+        let mut record = RegionRecord::default();
         for at in 0..17 {
             record.note(at, true);
         }
@@ -237,10 +255,11 @@ mod tests {
         assert!(record.holds(24, 0.85), "a useful one ends the run");
     }
 
-    /// Only commands sent at a first region count: three wasted at a second region
-    /// leave the trust in first regions as it was.
+    /// Commands sent at a first region and at a second are counted apart: three wasted
+    /// at a second region stop the trust in second regions and leave the trust in
+    /// first regions as it was, and three wasted at a first region the other way round.
     #[test]
-    fn only_first_region_commands_count() {
+    fn first_and_second_region_commands_count_apart() {
         let (t, eu): (TenantId, RegionId) = ("acme".parse().unwrap(), "eu".parse().unwrap());
         let score = score(0.9);
         let ttl = DecisionPolicy::default().command_ttl_ms;
@@ -255,9 +274,10 @@ mod tests {
                 d.consider(0, candidate).unwrap();
             }
             d.expire(ttl);
-            d.first_regions_hold(ttl)
+            (d.first_regions_hold(ttl), d.second_regions_hold(ttl))
         };
-        assert!(!wasted_three(vec![0]));
-        assert!(wasted_three(vec![0, 1]));
+        assert_eq!(wasted_three(vec![0]), (false, true));
+        assert_eq!(wasted_three(vec![0, 1]), (true, false));
+        assert_eq!(wasted_three(vec![0, 1, 2]), (true, true));
     }
 }
