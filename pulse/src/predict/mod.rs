@@ -440,15 +440,17 @@ impl Predictor {
 
     /// What the predictor learnt of its traffic whatever the model, for the checkpoint.
     pub(crate) fn saved_traffic(&self) -> SavedTraffic {
+        let (first, second) = self.decider.region_records();
         SavedTraffic {
             paces: self.paces.clone(),
-            first_regions: self.decider.region_records().0.clone(),
-            second_regions: self.decider.region_records().1.clone(),
+            first_regions: first.clone(),
+            second_regions: second.clone(),
         }
     }
 
     /// Puts back what a checkpoint kept of the traffic: the records of first- and
-    /// second-region commands, and the paces if they are paces. Whether the paces were put back.
+    /// second-region commands, and the paces if they are paces. Whether the paces were
+    /// put back.
     pub(crate) fn restore_traffic(&mut self, saved: SavedTraffic) -> bool {
         self.decider
             .restore_region_records(saved.first_regions, saved.second_regions);
@@ -661,8 +663,9 @@ fn chances_of(
 }
 
 /// What a partition's predictor learnt of its traffic, whatever the model: its tenants'
-/// typical paces and its records of first- and second-region commands. A checkpoint keeps it beside
-/// the heat map (the calibration's counts go apart: they hold for one model only).
+/// typical paces and its records of first- and second-region commands. A checkpoint
+/// keeps it beside the heat map (the calibration's counts go apart: they hold for one
+/// model only).
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub(crate) struct SavedTraffic {
     paces: Paces,
