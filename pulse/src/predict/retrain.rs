@@ -194,16 +194,31 @@ mod tests {
         }
     }
 
+    /// Enough samples of both labels, but none of the held-out (newest) ones viral: F1
+    /// there says nothing.
     #[test]
     fn held_out_samples_need_a_viral_one() {
         let good = fit(&samples(300, |_| false));
-        let quiet: Vec<_> = samples(100, |_| false)
-            .into_iter()
-            .filter(|s| !s.viral)
-            .collect();
-        assert!(matches!(
-            retrain(&good, &quiet, 0.2, &TrainOptions::default()),
-            RetrainOutcome::NotEnoughData(_)
-        ));
+        let n = 3 * MIN_SAMPLES;
+        let newest = (n as f64 * (1.0 - 0.2)) as usize;
+        let quiet_at_the_end = samples(n, |i| i >= newest && i % 3 == 0);
+        match retrain(&good, &quiet_at_the_end, 0.2, &TrainOptions::default()) {
+            RetrainOutcome::NotEnoughData(why) => assert!(why.contains("held-out"), "{why}"),
+            other => panic!("expected too little data, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn fewer_samples_than_the_minimum_are_not_enough() {
+        let good = fit(&samples(300, |_| false));
+        match retrain(
+            &good,
+            &samples(MIN_SAMPLES - 1, |_| false),
+            0.2,
+            &TrainOptions::default(),
+        ) {
+            RetrainOutcome::NotEnoughData(why) => assert!(why.contains("fewer than"), "{why}"),
+            other => panic!("expected too little data, got {other:?}"),
+        }
     }
 }
