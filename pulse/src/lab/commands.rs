@@ -363,11 +363,20 @@ pub fn backtest_table(
 }
 
 /// One line on a replay's online retrains: how many swapped the model in, how many
-/// kept the one in use.
+/// kept the one in use, and how far into the replay the first swap came (what learning
+/// on the job waited for: a model fits only once enough moments are labelled).
 fn retrain_summary(retrains: &[(u64, &'static str)], every_ms: u64) -> String {
     let count = |outcome| retrains.iter().filter(|(_, o)| *o == outcome).count();
+    // Retrains fall every `every_ms` from the replay's first event.
+    let started_ms = retrains.first().map(|(at, _)| at.saturating_sub(every_ms));
+    let first_swap = retrains
+        .iter()
+        .find(|(_, o)| *o == "replaced")
+        .zip(started_ms)
+        .map(|((at, _), start)| format!(", the first {} s in", (at - start) / 1000))
+        .unwrap_or_default();
     format!(
-        "\nonline retrains every {} s of event time, as pulse serve: {} replaced the model, {} kept it, {} had too little data\n",
+        "\nonline retrains every {} s of event time, as pulse serve: {} replaced the model{first_swap}, {} kept it, {} had too little data\n",
         every_ms / 1000,
         count("replaced"),
         count("kept"),
@@ -582,6 +591,32 @@ mod tests {
             let share = k as f64 / n as f64;
             assert!(low <= share && share <= high, "{k}/{n}: {low}–{high}");
         }
+    }
+
+    /// The summary says when the first retrain swapped a model in, counted from the
+    /// replay's start (a retrain every minute from the first event).
+    #[test]
+    fn the_retrain_summary_says_when_the_first_swap_came() {
+        let start = 1_764_838_020_003;
+        let at = |minute: u64| start + minute * 60_000;
+        let line = retrain_summary(
+            &[
+                (at(1), "not_enough_data"),
+                (at(2), "not_enough_data"),
+                (at(3), "kept"),
+                (at(4), "replaced"),
+                (at(5), "replaced"),
+            ],
+            60_000,
+        );
+        assert!(
+            line.contains(
+                "2 replaced the model, the first 240 s in, 1 kept it, 2 had too little data"
+            ),
+            "{line}"
+        );
+        let none = retrain_summary(&[(at(1), "not_enough_data")], 60_000);
+        assert!(!none.contains("the first"), "{none}");
     }
 
     #[test]
