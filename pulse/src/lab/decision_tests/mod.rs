@@ -203,10 +203,6 @@ fn after_three_wasted_first_region_commands_in_a_row_crowds_wait_for_a_second_re
     assert_eq!(commanded, [true, true, true, false]);
 }
 
-/// A tenant whose traffic arrives on a running pulse (a new tenant, a switch from
-/// another CDN) brings its popular keys at once, two of them asked in two of its four
-/// regions: each key's minute holds only the seconds since the tenant came, so none
-/// seems to burst and none is commanded. A burst of its own 90 s later still is.
 /// Where spreads stop at their second region, commands there are wasted: after three
 /// in a row, a key that reached two regions waits for a third, and one that does reach
 /// a third is commanded there. (Every command here waits for a second region.)
@@ -245,6 +241,10 @@ fn after_three_wasted_second_region_commands_in_a_row_spreads_wait_for_a_third()
     );
 }
 
+/// A tenant whose traffic arrives on a running pulse (a new tenant, a switch from
+/// another CDN) brings its popular keys at once, two of them asked in two of its four
+/// regions: each key's minute holds only the seconds since the tenant came, so none
+/// seems to burst and none is commanded. A burst of its own 90 s later still is.
 #[test]
 fn a_tenant_arriving_with_its_popular_keys_is_no_burst() {
     let arrives = 120_000;

@@ -91,8 +91,8 @@ impl Wasted {
 pub(crate) const RECORD_MS: u64 = 900_000;
 /// Newest outcomes kept, per record.
 const RECORD_LEN: usize = 20;
-/// How far below the threshold the useful share may lie before confidence at the first
-/// region is not trusted: the tolerance of the reliability target.
+/// How far below the threshold the useful share may lie before confidence at a first
+/// (or second) region is not trusted: the tolerance of the reliability target.
 const TOLERANCE: f64 = 0.10;
 /// How unlikely the outcomes must be, were each command useful with the threshold's
 /// chance less the tolerance.
