@@ -140,6 +140,10 @@ pub struct Decision {
     /// the fleet's record of commands at a first, and at a second, region counts it.
     #[serde(skip)]
     sent_at_regions: usize,
+    /// For a command sent at a first region: by when one of its named regions would
+    /// most likely have asked, were it a viral's ([`memory::Answers`]).
+    #[serde(skip)]
+    quiet_by_ms: Option<u64>,
 }
 
 /// One scored key, as [`Decider::consider`] weighs it.
@@ -413,6 +417,7 @@ impl Decider {
             verdict: Verdict::Pending,
             lead_times_ms: Vec::new(),
             sent_at_regions,
+            quiet_by_ms: self.memory.quiet_by(command, sent_at_regions),
         });
         while self.decisions.len() > self.policy.history {
             if let Some(old) = self.decisions.pop_front() {
@@ -457,9 +462,16 @@ impl Decider {
         }
     }
 
-    /// Marks commands past their expiry with no demand as wasted.
+    /// Marks commands past their expiry with no demand as wasted, and notes the
+    /// first-region commands still unanswered well past their tenant's pace.
     pub(crate) fn expire(&mut self, now_ms: u64) {
         for decision in self.decisions.iter_mut() {
+            if decision.verdict == Verdict::Pending
+                && decision.quiet_by_ms.is_some_and(|by| by <= now_ms)
+            {
+                decision.quiet_by_ms = None;
+                self.memory.quiet(&decision.command);
+            }
             if decision.verdict == Verdict::Pending && decision.command.is_expired(now_ms) {
                 decision.verdict = Verdict::Wasted;
                 self.counts.wasted += 1;

@@ -402,7 +402,8 @@ impl Predictor {
             || not_holding
             || one_node
             || features.phase_bursts_before >= 1.0
-            || self.decider.last_command_wasted(tenant, key, now_ms);
+            || self.decider.last_command_wasted(tenant, key, now_ms)
+            || self.decider.tenant_quiet(tenant, now_ms);
         let needed = self
             .decider
             .policy()

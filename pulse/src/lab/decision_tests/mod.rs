@@ -203,6 +203,41 @@ fn after_three_wasted_first_region_commands_in_a_row_crowds_wait_for_a_second_re
     assert_eq!(commanded, [true, true, true, false]);
 }
 
+/// Five virals answered a second after their first-region commands; then a crowd's
+/// first-region command no region answers: 2 s (twice the fleet's longest answer)
+/// later the tenant's first regions are no evidence until its verdict is in, so a
+/// second crowd waits for a second region that never asks, and a viral meanwhile is
+/// commanded at its second region. Once the first crowd's command expired, first
+/// regions are trusted again.
+#[test]
+fn a_first_region_command_unanswered_long_after_the_fleets_virals_makes_its_tenant_wait() {
+    let mut events = background(260_000);
+    for i in 0..5u64 {
+        let (key, from) = (format!("/viral-{i}"), 60_000 + i * 10_000);
+        events.extend(demand(&key, "r0", from, from + 5_000));
+        events.extend(demand(&key, "r1", from + 1_000, from + 5_000));
+    }
+    events.extend(demand("/crowd-0", "r0", 120_000, 125_000));
+    events.extend(demand("/crowd-1", "r0", 130_000, 135_000));
+    events.extend(demand("/viral-late", "r0", 140_000, 145_000));
+    events.extend(demand("/viral-late", "r1", 141_000, 145_000));
+    events.extend(demand("/crowd-2", "r0", 200_000, 205_000));
+    let run = replay(&sorted(events), Some(always_sure()), &rules_only());
+    let commanded = |key: &str| !commands_for(&run.commands, key).is_empty();
+    assert!(commanded("/crowd-0"));
+    assert!(
+        !commanded("/crowd-1"),
+        "the tenant's first regions were no evidence"
+    );
+    let late = commands_for(&run.commands, "/viral-late");
+    assert!(
+        late.first()
+            .is_some_and(|c| !names(c, "r1") && c.issued_at_ms >= 141_000),
+        "the viral is commanded at its second region: {late:?}"
+    );
+    assert!(commanded("/crowd-2"), "the first crowd's verdict is in");
+}
+
 /// Where spreads stop at their second region, commands there are wasted: after three
 /// in a row, a key that reached two regions waits for a third, and one that does reach
 /// a third is commanded there. (Every command here waits for a second region.)

@@ -14,6 +14,13 @@
 //! So are its commands sent at a second region: where spreads stop there (two
 //! neighbouring regions share an interest, and no third follows), the second region is
 //! no evidence of a third either, and commands wait for one.
+//!
+//! A verdict comes only when a command expires, a TTL after it was sent, but a viral's
+//! command is answered much sooner: where the fleet's virals answer within seconds, a
+//! first-region command still unanswered at twice the longest of their answers is most
+//! likely a crowd's ([`Answers`]). Until its verdict is in, its tenant's first regions
+//! are no evidence either: a crowd of a kind the model scores among virals comes again,
+//! from the same tenant, before the first one's verdict could teach the calibration.
 
 use std::collections::{HashMap, VecDeque};
 
@@ -28,6 +35,8 @@ pub(super) struct Memory {
     wasted: Wasted,
     first_regions: RegionRecord,
     second_regions: RegionRecord,
+    quiet: Quiet,
+    answers: Answers,
 }
 
 impl Memory {
@@ -35,6 +44,13 @@ impl Memory {
     /// regions if it was sent at one.
     pub(super) fn note(&mut self, decision: &Decision, verdict: Verdict, now_ms: u64) {
         self.wasted.note(&decision.command, verdict, now_ms);
+        if verdict == Verdict::Useful {
+            self.quiet.answered(&decision.command);
+            if decision.sent_at_regions >= 1 {
+                self.answers
+                    .note(now_ms.saturating_sub(decision.command.issued_at_ms));
+            }
+        }
         let record = match decision.sent_at_regions {
             1 => &mut self.first_regions,
             2 => &mut self.second_regions,
@@ -43,6 +59,76 @@ impl Memory {
         if verdict != Verdict::Pending {
             record.note(now_ms, verdict == Verdict::Useful);
         }
+    }
+}
+
+/// How long the fleet's viral commands took to be answered: of the newest
+/// [`ANSWERS_LEN`] commands sent at a first or second region that a named region then
+/// asked for, the delay from the command to that first request. A command sent at a
+/// first region and still unanswered [`QUIET_FACTOR`] times the longest of them later is
+/// most likely no viral's: the fleet's virals answer sooner.
+#[derive(Debug, Default)]
+struct Answers {
+    delays_ms: VecDeque<u64>,
+}
+
+/// Delays kept.
+const ANSWERS_LEN: usize = 20;
+/// Delays needed before an unanswered command says anything.
+const ANSWERS_NEEDED: usize = 5;
+/// How much longer than the longest answer a command must wait unanswered.
+const QUIET_FACTOR: u64 = 2;
+
+impl Answers {
+    fn note(&mut self, delay_ms: u64) {
+        if self.delays_ms.len() == ANSWERS_LEN {
+            self.delays_ms.pop_front();
+        }
+        self.delays_ms.push_back(delay_ms);
+    }
+
+    /// How long a command may go unanswered before it is most likely no viral's.
+    fn patience_ms(&self) -> Option<u64> {
+        (self.delays_ms.len() >= ANSWERS_NEEDED)
+            .then(|| QUIET_FACTOR * self.delays_ms.iter().max().copied().unwrap_or(0))
+    }
+}
+
+/// Tenants with a first-region command unanswered well past their pace, until it
+/// expires or is answered: until its verdict reaches the calibration, the tenant's
+/// first regions are no evidence (a crowd of a kind the model scores among virals
+/// comes again before the first one's verdict is in).
+#[derive(Debug, Default)]
+struct Quiet {
+    tenants: HashMap<TenantId, (u64, String)>,
+}
+
+impl Quiet {
+    fn note(&mut self, command: &PrewarmCommand) {
+        if self.tenants.len() > 100_000 {
+            let now = command.issued_at_ms;
+            self.tenants.retain(|_, (until, _)| *until > now);
+        }
+        self.tenants.insert(
+            command.tenant.clone(),
+            (command.expires_at_ms, command.id.clone()),
+        );
+    }
+
+    fn answered(&mut self, command: &PrewarmCommand) {
+        if self
+            .tenants
+            .get(&command.tenant)
+            .is_some_and(|(_, id)| *id == command.id)
+        {
+            self.tenants.remove(&command.tenant);
+        }
+    }
+
+    fn holds(&self, tenant: &TenantId, now_ms: u64) -> bool {
+        self.tenants
+            .get(tenant)
+            .is_some_and(|(until, _)| *until > now_ms)
     }
 }
 
@@ -155,7 +241,28 @@ fn binomial_cdf(k: usize, n: usize, p: f64) -> f64 {
     sum.min(1.0)
 }
 
+impl Memory {
+    /// Notes a first-region command unanswered well past the fleet's answers.
+    pub(super) fn quiet(&mut self, command: &PrewarmCommand) {
+        self.quiet.note(command);
+    }
+
+    /// By when a command sent at `sent_at_regions` regions would most likely have been
+    /// answered were it a viral's ([`Answers`]); `None` for a command not sent at a first
+    /// region, before enough answers, or past its expiry.
+    pub(super) fn quiet_by(&self, command: &PrewarmCommand, sent_at_regions: usize) -> Option<u64> {
+        let by = command.issued_at_ms + self.answers.patience_ms()?;
+        (sent_at_regions == 1 && by < command.expires_at_ms).then_some(by)
+    }
+}
+
 impl Decider {
+    /// Whether one of the tenant's first-region commands went unanswered well past the
+    /// fleet's answers and has no verdict yet ([`Answers`]).
+    pub(crate) fn tenant_quiet(&self, tenant: &TenantId, now_ms: u64) -> bool {
+        self.memory.quiet.holds(tenant, now_ms)
+    }
+
     /// The records of first- and second-region commands, for the checkpoint.
     pub(crate) fn region_records(&self) -> (&RegionRecord, &RegionRecord) {
         (&self.memory.first_regions, &self.memory.second_regions)
@@ -204,7 +311,7 @@ mod tests {
 
     use super::super::tests::{cand, score};
     use super::super::{Candidate, Decider, DecisionPolicy};
-    use super::{MEMORY_MS, RECORD_MS, RegionRecord, binomial_cdf};
+    use super::{ANSWERS_NEEDED, MEMORY_MS, QUIET_FACTOR, RECORD_MS, RegionRecord, binomial_cdf};
 
     /// A wasted command is remembered for its key (not for others); a useful one
     /// clears the memory; the memory fades after [`MEMORY_MS`].
@@ -279,5 +386,81 @@ mod tests {
         assert_eq!(wasted_three(vec![0]), (false, true));
         assert_eq!(wasted_three(vec![0, 1]), (true, false));
         assert_eq!(wasted_three(vec![0, 1, 2]), (true, true));
+    }
+
+    /// A command sent at a first region that no named region answered within twice the
+    /// longest answer of the fleet's viral commands makes its tenant's first regions
+    /// wait (not another tenant's), until it is answered or expires; before enough
+    /// answers, and for a command sent at a second region, nothing does.
+    #[test]
+    fn a_first_region_command_unanswered_long_after_the_fleets_make_its_tenant_wait() {
+        let (t, other, eu): (TenantId, TenantId, RegionId) = (
+            "acme".parse().unwrap(),
+            "initech".parse().unwrap(),
+            "eu".parse().unwrap(),
+        );
+        let score = score(0.9);
+        let ttl = DecisionPolicy::default().command_ttl_ms;
+        let send = |d: &mut Decider, key: &str, at: u64, reached: Vec<usize>| {
+            let key: CacheKey = key.parse().unwrap();
+            let candidate = Candidate {
+                reached,
+                burst_start_ms: at,
+                ..cand(&t, &key, &score, vec![eu.clone()], 1.0)
+            };
+            d.consider(at, candidate).unwrap();
+        };
+        let mut d = Decider::new(DecisionPolicy::default());
+        // The fleet's virals: answered 1 to 2 s after their commands.
+        for i in 0..ANSWERS_NEEDED as u64 {
+            let at = i * 10_000;
+            send(&mut d, &format!("/viral{i}"), at, vec![0]);
+            let key = format!("/viral{i}");
+            d.observe(
+                at + 1_000 + i * 250,
+                "acme",
+                &key,
+                &eu.borrowed(),
+                Outcome::Miss,
+            );
+        }
+        let patience = QUIET_FACTOR * 2_000;
+        let at = 100_000;
+        send(&mut d, "/crowd", at, vec![0]);
+        d.expire(at + patience - 1);
+        assert!(!d.tenant_quiet(&t, at + patience - 1));
+        d.expire(at + patience);
+        assert!(d.tenant_quiet(&t, at + patience));
+        assert!(!d.tenant_quiet(&other, at + patience));
+        d.observe(
+            at + patience + 500,
+            "acme",
+            "/crowd",
+            &eu.borrowed(),
+            Outcome::Miss,
+        );
+        assert!(!d.tenant_quiet(&t, at + patience + 500), "answered late");
+
+        // That answer was a viral's too: the patience grows to twice it.
+        let patience = QUIET_FACTOR * (patience + 500);
+        let at = 200_000;
+        send(&mut d, "/crowd2", at, vec![0]);
+        d.expire(at + patience - 1);
+        assert!(!d.tenant_quiet(&t, at + patience - 1));
+        d.expire(at + patience);
+        assert!(d.tenant_quiet(&t, at + patience));
+        assert!(!d.tenant_quiet(&t, at + ttl), "expired: its verdict is in");
+
+        send(&mut d, "/second", 300_000, vec![0, 1]);
+        d.expire(300_000 + patience);
+        assert!(!d.tenant_quiet(&t, 300_000 + patience));
+
+        let mut fresh = Decider::new(DecisionPolicy::default());
+        send(&mut fresh, "/crowd", 0, vec![0]);
+        fresh.expire(ttl - 1);
+        assert!(
+            !fresh.tenant_quiet(&t, ttl - 1),
+            "no answers to judge by yet"
+        );
     }
 }
