@@ -466,12 +466,7 @@ impl Decider {
     /// first-region commands still unanswered well past their tenant's pace.
     pub(crate) fn expire(&mut self, now_ms: u64) {
         for decision in self.decisions.iter_mut() {
-            if decision.verdict == Verdict::Pending
-                && decision.quiet_by_ms.is_some_and(|by| by <= now_ms)
-            {
-                decision.quiet_by_ms = None;
-                self.memory.quiet(&decision.command);
-            }
+            self.memory.note_silence(decision, now_ms);
             if decision.verdict == Verdict::Pending && decision.command.is_expired(now_ms) {
                 decision.verdict = Verdict::Wasted;
                 self.counts.wasted += 1;

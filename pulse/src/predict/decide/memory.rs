@@ -242,9 +242,15 @@ fn binomial_cdf(k: usize, n: usize, p: f64) -> f64 {
 }
 
 impl Memory {
-    /// Notes a first-region command unanswered well past the fleet's answers.
-    pub(super) fn quiet(&mut self, command: &PrewarmCommand) {
-        self.quiet.note(command);
+    /// Notes a pending first-region command unanswered well past the fleet's answers
+    /// (once: its deadline is then spent).
+    pub(super) fn note_silence(&mut self, decision: &mut Decision, now_ms: u64) {
+        if decision.verdict == Verdict::Pending
+            && decision.quiet_by_ms.is_some_and(|by| by <= now_ms)
+        {
+            decision.quiet_by_ms = None;
+            self.quiet.note(&decision.command);
+        }
     }
 
     /// By when a command sent at `sent_at_regions` regions would most likely have been
