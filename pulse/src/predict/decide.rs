@@ -463,7 +463,7 @@ impl Decider {
     }
 
     /// Marks commands past their expiry with no demand as wasted, and notes the
-    /// first-region commands still unanswered well past their tenant's pace.
+    /// first-region commands still unanswered well past the fleet's answers.
     pub(crate) fn expire(&mut self, now_ms: u64) {
         for decision in self.decisions.iter_mut() {
             self.memory.note_silence(decision, now_ms);

@@ -60,6 +60,25 @@ impl Memory {
             record.note(now_ms, verdict == Verdict::Useful);
         }
     }
+
+    /// Notes a pending first-region command unanswered well past the fleet's answers
+    /// (once: its deadline is then spent).
+    pub(super) fn note_silence(&mut self, decision: &mut Decision, now_ms: u64) {
+        if decision.verdict == Verdict::Pending
+            && decision.quiet_by_ms.is_some_and(|by| by <= now_ms)
+        {
+            decision.quiet_by_ms = None;
+            self.quiet.note(&decision.command);
+        }
+    }
+
+    /// By when a command sent at `sent_at_regions` regions would most likely have been
+    /// answered were it a viral's ([`Answers`]); `None` for a command not sent at a first
+    /// region, before enough answers, or past its expiry.
+    pub(super) fn quiet_by(&self, command: &PrewarmCommand, sent_at_regions: usize) -> Option<u64> {
+        let by = command.issued_at_ms + self.answers.patience_ms()?;
+        (sent_at_regions == 1 && by < command.expires_at_ms).then_some(by)
+    }
 }
 
 /// How long the fleet's viral commands took to be answered: of the newest
@@ -94,8 +113,8 @@ impl Answers {
     }
 }
 
-/// Tenants with a first-region command unanswered well past their pace, until it
-/// expires or is answered: until its verdict reaches the calibration, the tenant's
+/// Tenants with a first-region command unanswered well past the fleet's answers, until
+/// it expires or is answered: until its verdict reaches the calibration, the tenant's
 /// first regions are no evidence (a crowd of a kind the model scores among virals
 /// comes again before the first one's verdict is in).
 #[derive(Debug, Default)]
@@ -239,27 +258,6 @@ fn binomial_cdf(k: usize, n: usize, p: f64) -> f64 {
         sum += term;
     }
     sum.min(1.0)
-}
-
-impl Memory {
-    /// Notes a pending first-region command unanswered well past the fleet's answers
-    /// (once: its deadline is then spent).
-    pub(super) fn note_silence(&mut self, decision: &mut Decision, now_ms: u64) {
-        if decision.verdict == Verdict::Pending
-            && decision.quiet_by_ms.is_some_and(|by| by <= now_ms)
-        {
-            decision.quiet_by_ms = None;
-            self.quiet.note(&decision.command);
-        }
-    }
-
-    /// By when a command sent at `sent_at_regions` regions would most likely have been
-    /// answered were it a viral's ([`Answers`]); `None` for a command not sent at a first
-    /// region, before enough answers, or past its expiry.
-    pub(super) fn quiet_by(&self, command: &PrewarmCommand, sent_at_regions: usize) -> Option<u64> {
-        let by = command.issued_at_ms + self.answers.patience_ms()?;
-        (sent_at_regions == 1 && by < command.expires_at_ms).then_some(by)
-    }
 }
 
 impl Decider {
@@ -420,8 +418,8 @@ mod tests {
         // The fleet's virals: answered 1 to 2 s after their commands.
         for i in 0..ANSWERS_NEEDED as u64 {
             let at = i * 10_000;
-            send(&mut d, &format!("/viral{i}"), at, vec![0]);
             let key = format!("/viral{i}");
+            send(&mut d, &key, at, vec![0]);
             d.observe(
                 at + 1_000 + i * 250,
                 "acme",
