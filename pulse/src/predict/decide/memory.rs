@@ -68,7 +68,7 @@ impl Memory {
             && decision.quiet_by_ms.is_some_and(|by| by <= now_ms)
         {
             decision.quiet_by_ms = None;
-            self.quiet.note(&decision.command);
+            self.quiet.note(&decision.command, now_ms);
         }
     }
 
@@ -123,10 +123,9 @@ struct Quiet {
 }
 
 impl Quiet {
-    fn note(&mut self, command: &PrewarmCommand) {
+    fn note(&mut self, command: &PrewarmCommand, now_ms: u64) {
         if self.tenants.len() > 100_000 {
-            let now = command.issued_at_ms;
-            self.tenants.retain(|_, (until, _)| *until > now);
+            self.tenants.retain(|_, (until, _)| *until > now_ms);
         }
         self.tenants.insert(
             command.tenant.clone(),
@@ -414,45 +413,37 @@ mod tests {
             };
             d.consider(at, candidate).unwrap();
         };
+        let ask = |d: &mut Decider, key: &str, at: u64| {
+            d.observe(at, "acme", key, &eu.borrowed(), Outcome::Miss);
+        };
+        // Quiet from exactly `patience` after `at` on, not a millisecond before.
+        let quiet_from = |d: &mut Decider, at: u64, patience: u64| {
+            d.expire(at + patience - 1);
+            assert!(!d.tenant_quiet(&t, at + patience - 1));
+            d.expire(at + patience);
+            assert!(d.tenant_quiet(&t, at + patience));
+        };
         let mut d = Decider::new(DecisionPolicy::default());
         // The fleet's virals: answered 1 to 2 s after their commands.
         for i in 0..ANSWERS_NEEDED as u64 {
             let at = i * 10_000;
             let key = format!("/viral{i}");
             send(&mut d, &key, at, vec![0]);
-            d.observe(
-                at + 1_000 + i * 250,
-                "acme",
-                &key,
-                &eu.borrowed(),
-                Outcome::Miss,
-            );
+            ask(&mut d, &key, at + 1_000 + i * 250);
         }
         let patience = QUIET_FACTOR * 2_000;
         let at = 100_000;
         send(&mut d, "/crowd", at, vec![0]);
-        d.expire(at + patience - 1);
-        assert!(!d.tenant_quiet(&t, at + patience - 1));
-        d.expire(at + patience);
-        assert!(d.tenant_quiet(&t, at + patience));
+        quiet_from(&mut d, at, patience);
         assert!(!d.tenant_quiet(&other, at + patience));
-        d.observe(
-            at + patience + 500,
-            "acme",
-            "/crowd",
-            &eu.borrowed(),
-            Outcome::Miss,
-        );
+        ask(&mut d, "/crowd", at + patience + 500);
         assert!(!d.tenant_quiet(&t, at + patience + 500), "answered late");
 
         // That answer was a viral's too: the patience grows to twice it.
         let patience = QUIET_FACTOR * (patience + 500);
         let at = 200_000;
         send(&mut d, "/crowd2", at, vec![0]);
-        d.expire(at + patience - 1);
-        assert!(!d.tenant_quiet(&t, at + patience - 1));
-        d.expire(at + patience);
-        assert!(d.tenant_quiet(&t, at + patience));
+        quiet_from(&mut d, at, patience);
         assert!(!d.tenant_quiet(&t, at + ttl), "expired: its verdict is in");
 
         send(&mut d, "/second", 300_000, vec![0, 1]);
