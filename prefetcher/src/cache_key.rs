@@ -25,8 +25,10 @@ pub enum TargetError {
 }
 
 /// The normalised cache key of a request URI: the path, plus the query with its
-/// parameters sorted and empty ones dropped, so `?b=2&a=1` and `?a=1&b=2&` share. The
-/// path passes [`check_target`] first.
+/// parameters sorted by name and empty ones dropped, so `?b=2&a=1` and `?a=1&b=2&`
+/// share. The sort is stable: the values of a repeated name keep their order
+/// (`?sort=price&sort=date` is not `?sort=date&sort=price` to an origin), and the
+/// key is also the target a fill sends. The path passes [`check_target`] first.
 pub fn normalise_key(uri: &Uri) -> Result<CacheKey, TargetError> {
     let path = match uri.path() {
         "" => "/",
@@ -42,8 +44,13 @@ pub fn normalise_key(uri: &Uri) -> Result<CacheKey, TargetError> {
     if params.is_empty() {
         return Ok(CacheKey::new(path)?);
     }
-    params.sort_unstable();
+    params.sort_by_key(|p| param_name(p));
     Ok(CacheKey::new(format!("{path}?{}", params.join("&")))?)
+}
+
+/// The name of a query parameter (`a` of `a=1`, all of `a`): what keys sort by.
+pub(crate) fn param_name(param: &str) -> &str {
+    param.split_once('=').map_or(param, |(name, _)| name)
 }
 
 /// The one check of every request target the node forwards (its path, without the
@@ -132,6 +139,11 @@ mod tests {
         assert_eq!(k("/a?b=2&a=1").unwrap(), "/a?a=1&b=2");
         assert_eq!(k("/a?a=1&&b=2&").unwrap(), "/a?a=1&b=2");
         assert_eq!(k("/a?").unwrap(), "/a");
+        assert_eq!(
+            k("/a?sort=price&b=1&sort=date").unwrap(),
+            "/a?b=1&sort=price&sort=date"
+        );
+        assert_ne!(k("/a?s=2&s=1").unwrap(), k("/a?s=1&s=2").unwrap());
         assert_eq!(k("http://h.example/x").unwrap(), "/x");
         assert!(k("/a/../b").is_err());
         assert_eq!(k("/..%2fb"), Err(TargetError::DotSegment));

@@ -248,9 +248,57 @@ impl OriginClient {
                 }
                 None => Err(FillError::Connect(error_chain(&e))),
             },
-            Ok(Ok(response)) => Ok(response),
+            Ok(Ok(response)) => checked_framing(response),
         }
     }
+}
+
+/// The origin's response if its framing is unambiguous (RFC 9112 §6), as nginx
+/// judges it: `Transfer-Encoding` other than a lone `chunked`, or beside
+/// `Content-Length`, differing lengths and an unsolicited `101` (no request asks
+/// for an upgrade: `Upgrade` is hop-by-hop) are refused, a list of one length
+/// repeated (`5, 5`) becomes that length.
+fn checked_framing(mut response: Response<Incoming>) -> Result<Response<Incoming>, FillError> {
+    if response.status() == http::StatusCode::SWITCHING_PROTOCOLS {
+        return Err(FillError::Malformed("unsolicited 101 Switching Protocols"));
+    }
+    let headers = response.headers_mut();
+    if headers.contains_key(header::TRANSFER_ENCODING) {
+        let mut codings = headers
+            .get_all(header::TRANSFER_ENCODING)
+            .iter()
+            .flat_map(|v| v.as_bytes().split(|b| *b == b','))
+            .map(<[u8]>::trim_ascii)
+            .filter(|c| !c.is_empty());
+        let chunked_only = codings
+            .next()
+            .is_some_and(|c| c.eq_ignore_ascii_case(b"chunked"))
+            && codings.next().is_none();
+        if !chunked_only {
+            return Err(FillError::Malformed("transfer coding other than chunked"));
+        }
+        if headers.contains_key(header::CONTENT_LENGTH) {
+            return Err(FillError::Malformed(
+                "Content-Length beside Transfer-Encoding",
+            ));
+        }
+        return Ok(response);
+    }
+    let lengths: Vec<&[u8]> = headers
+        .get_all(header::CONTENT_LENGTH)
+        .iter()
+        .flat_map(|v| v.as_bytes().split(|b| *b == b','))
+        .map(<[u8]>::trim_ascii)
+        .collect();
+    if lengths.len() > 1 {
+        if lengths.iter().any(|l| *l != lengths[0]) {
+            return Err(FillError::Malformed("differing Content-Length values"));
+        }
+        let one = HeaderValue::from_bytes(lengths[0])
+            .map_err(|_| FillError::Malformed("invalid Content-Length"))?;
+        headers.insert(header::CONTENT_LENGTH, one);
+    }
+    Ok(response)
 }
 
 fn error_chain(e: &dyn std::error::Error) -> String {

@@ -69,11 +69,14 @@ impl ResponseDirectives {
                             "no-cache" => d.no_cache = true,
                             "must-revalidate" => d.must_revalidate = true,
                             "proxy-revalidate" => d.proxy_revalidate = true,
-                            // An invalid max-age means stale (RFC 9111 §4.2.1).
-                            "max-age" => d.max_age = Some(secs().unwrap_or(0)),
-                            "s-maxage" => d.s_maxage = Some(secs().unwrap_or(0)),
-                            "stale-while-revalidate" => d.stale_while_revalidate = secs(),
-                            "stale-if-error" => d.stale_if_error = secs(),
+                            // An invalid max-age means stale (RFC 9111 §4.2.1); of
+                            // duplicates, the shortest lifetime holds (conservative).
+                            "max-age" => shortest(&mut d.max_age, secs().or(Some(0))),
+                            "s-maxage" => shortest(&mut d.s_maxage, secs().or(Some(0))),
+                            "stale-while-revalidate" => {
+                                shortest(&mut d.stale_while_revalidate, secs())
+                            }
+                            "stale-if-error" => shortest(&mut d.stale_if_error, secs()),
                             _ => {}
                         },
                     }
@@ -171,6 +174,16 @@ fn directives<'a>(
         };
         parts
     })
+}
+
+/// A lifetime directive met again, read conservatively (RFC 9111 §4.2.1: a cache
+/// treats duplicate, conflicting directives so): the shortest lifetime wins, never
+/// the last line an origin appended.
+fn shortest(current: &mut Option<u64>, next: Option<u64>) {
+    *current = match (*current, next) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
+    };
 }
 
 /// delta-seconds (RFC 9111 §1.2.2): digits only, saturating at 2^31.

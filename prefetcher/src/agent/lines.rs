@@ -8,7 +8,7 @@ use std::collections::HashMap;
 use http::Uri;
 use models::{CacheKeyRef, DomainRef, Outcome, TenantId};
 
-use crate::cache_key::normalise_key;
+use crate::cache_key::{normalise_key, param_name};
 use crate::events::{OutcomeRecord, OutcomeRef};
 
 use super::formats::{outcome, parse_line};
@@ -85,7 +85,7 @@ fn uri_safe(text: &str) -> bool {
 }
 
 /// The cache key of a logged request target, normalised as the prefetcher's
-/// [`normalise_key`] does (path plus sorted, non-empty query parameters); `None` for
+/// [`normalise_key`] does (path plus non-empty query parameters sorted by name); `None` for
 /// an absolute or invalid target. It borrows the line when the target is already
 /// normal, else writes into `scratch`.
 fn request_key<'a>(uri: &'a str, scratch: &'a mut String) -> Option<CacheKeyRef<'a>> {
@@ -107,7 +107,7 @@ fn request_key<'a>(uri: &'a str, scratch: &'a mut String) -> Option<CacheKeyRef<
     let mut count = 0;
     let mut previous = "";
     for param in params.by_ref() {
-        sorted &= count == 0 || previous <= param;
+        sorted &= count == 0 || param_name(previous) <= param_name(param);
         previous = param;
         count += 1;
     }
@@ -119,7 +119,7 @@ fn request_key<'a>(uri: &'a str, scratch: &'a mut String) -> Option<CacheKeyRef<
         return CacheKeyRef::new(uri).ok();
     }
     let mut params: Vec<&str> = query.split('&').filter(|p| !p.is_empty()).collect();
-    params.sort_unstable();
+    params.sort_by_key(|p| param_name(p));
     scratch.clear();
     scratch.push_str(path);
     scratch.push('?');

@@ -75,6 +75,11 @@ pub enum FillError {
     /// A body without a length grew past the largest object the node collapses.
     #[error("object larger than {0} bytes")]
     TooLarge(u64),
+    /// The origin's response head breaks HTTP/1.1 framing or was not asked for
+    /// (RFC 9112 §6: a transfer coding other than `chunked`, `Content-Length` beside
+    /// `Transfer-Encoding`, differing lengths; an unsolicited `101`): never passed on.
+    #[error("origin response refused: {0}")]
+    Malformed(&'static str),
     /// The fill task ended without finishing (panic or shutdown).
     #[error("fill aborted")]
     Aborted,
@@ -113,6 +118,7 @@ impl FillError {
             FillError::Body(_) => "body",
             FillError::Truncated { .. } => "truncated",
             FillError::TooLarge(_) => "too_large",
+            FillError::Malformed(_) => "malformed",
             FillError::Aborted => "aborted",
             FillError::NoCapacity => "no_capacity",
             FillError::Overloaded { .. } => "overloaded",

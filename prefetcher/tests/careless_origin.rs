@@ -1,0 +1,207 @@
+//! What a careless origin sends, as raw bytes on a real socket: ambiguous framing
+//! (RFC 9112 §6), an unsolicited `101`, conflicting freshness, and what the origin
+//! is sent for a repeated query parameter. Each row: what the client gets, and
+//! whether anything of it was stored (a second request reaches the origin again).
+
+mod common;
+
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+
+use http::StatusCode;
+use prefetcher::testing::{TestClient, TestNode};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpListener;
+
+use common::{HOST, config};
+
+/// An origin on a raw socket: one request per connection, answered with the bytes
+/// `answer` gives for its head, then closed. It keeps every request head it read.
+struct RawOrigin {
+    addr: SocketAddr,
+    heads: Arc<Mutex<Vec<String>>>,
+}
+
+impl RawOrigin {
+    async fn start(answer: impl Fn(&str) -> Vec<u8> + Send + Sync + 'static) -> RawOrigin {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let heads = Arc::new(Mutex::new(Vec::new()));
+        let (seen, answer) = (Arc::clone(&heads), Arc::new(answer));
+        tokio::spawn(async move {
+            loop {
+                let Ok((mut stream, _)) = listener.accept().await else {
+                    return;
+                };
+                let (seen, answer) = (Arc::clone(&seen), Arc::clone(&answer));
+                tokio::spawn(async move {
+                    let mut head = Vec::new();
+                    let mut buf = [0u8; 4096];
+                    while !head.windows(4).any(|w| w == b"\r\n\r\n") {
+                        match stream.read(&mut buf).await {
+                            Ok(0) | Err(_) => return,
+                            Ok(n) => head.extend_from_slice(&buf[..n]),
+                        }
+                    }
+                    let head = String::from_utf8_lossy(&head).into_owned();
+                    let reply = answer(&head);
+                    seen.lock().unwrap().push(head);
+                    let _ = stream.write_all(&reply).await;
+                    let _ = stream.shutdown().await;
+                });
+            }
+        });
+        RawOrigin { addr, heads }
+    }
+
+    fn requests(&self) -> usize {
+        self.heads.lock().unwrap().len()
+    }
+
+    /// The request line of the `i`th request.
+    fn request_line(&self, i: usize) -> String {
+        let heads = self.heads.lock().unwrap();
+        heads[i].lines().next().unwrap_or("").to_string()
+    }
+}
+
+/// A node in front of an origin that answers every request with `reply`.
+async fn node_before(reply: &'static str) -> (RawOrigin, TestNode) {
+    let origin = RawOrigin::start(move |_| reply.as_bytes().to_vec()).await;
+    let node = TestNode::start(config(&format!("http://{}", origin.addr))).await;
+    (origin, node)
+}
+
+/// Two `GET path`s: both must be `502`, both reach the origin (nothing stored), and
+/// both fills are counted as failed for `reason`.
+async fn refused_twice(reply: &'static str, reason: &str) {
+    let (origin, node) = node_before(reply).await;
+    let client = TestClient::new();
+    for n in 1..=2 {
+        let r = client.get(node.addr, HOST, "/x").await.unwrap();
+        assert_eq!(r.status, StatusCode::BAD_GATEWAY, "{reply:?}: {r:?}");
+        assert_eq!(
+            origin.requests(),
+            n,
+            "{reply:?}: the second request refills"
+        );
+    }
+    let failures = node.node.metrics().encode();
+    assert!(
+        failures.contains(&format!("reason=\"{reason}\"}} 2")),
+        "{reply:?}: counted as {reason}"
+    );
+}
+
+#[tokio::test]
+async fn content_length_beside_chunked_is_refused_not_truncated() {
+    refused_twice(
+        "HTTP/1.1 200 OK\r\nCache-Control: max-age=600\r\nContent-Length: 5\r\n\
+         Transfer-Encoding: chunked\r\n\r\n1a\r\nabcdefghijklmnopqrstuvwxyz\r\n0\r\n\r\n",
+        "malformed",
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn a_transfer_coding_other_than_chunked_is_refused() {
+    refused_twice(
+        "HTTP/1.1 200 OK\r\nCache-Control: max-age=600\r\n\
+         Transfer-Encoding: gzip, chunked\r\n\r\n5\r\nxxxxx\r\n0\r\n\r\n",
+        "malformed",
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn an_unsolicited_switching_protocols_is_refused() {
+    refused_twice(
+        "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\r\n",
+        "malformed",
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn differing_content_lengths_are_refused() {
+    refused_twice(
+        "HTTP/1.1 200 OK\r\nCache-Control: max-age=600\r\nContent-Length: 5, 6\r\n\r\nhello!",
+        // hyper refuses these itself.
+        "connect",
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn a_list_of_one_content_length_becomes_that_length() {
+    let (origin, node) = node_before(
+        "HTTP/1.1 200 OK\r\nCache-Control: max-age=600\r\nContent-Length: 5, 5\r\n\r\nhello",
+    )
+    .await;
+    let client = TestClient::new();
+    for cache in ["MISS", "HIT"] {
+        let r = client.get(node.addr, HOST, "/x").await.unwrap();
+        assert_eq!(r.status, StatusCode::OK);
+        assert_eq!(r.body.as_deref().unwrap(), b"hello", "{cache}");
+        assert_eq!(r.headers["content-length"], "5", "{cache}");
+        assert_eq!(r.headers["x-cache"], cache);
+    }
+    assert_eq!(origin.requests(), 1);
+}
+
+/// `max-age=0` then `max-age=31536000`: the shortest holds (RFC 9111 §4.2.1), so
+/// the second request is not a year-long hit.
+#[tokio::test]
+async fn conflicting_lifetimes_are_read_conservatively() {
+    for reply in [
+        "HTTP/1.1 200 OK\r\nCache-Control: max-age=0\r\nCache-Control: max-age=31536000\r\n\
+         Content-Length: 2\r\n\r\nok",
+        "HTTP/1.1 200 OK\r\nCache-Control: s-maxage=0, s-maxage=31536000\r\n\
+         Content-Length: 2\r\n\r\nok",
+    ] {
+        let (origin, node) = node_before(reply).await;
+        let client = TestClient::new();
+        for n in 1..=2 {
+            let r = client.get(node.addr, HOST, "/x").await.unwrap();
+            assert_eq!(r.status, StatusCode::OK);
+            assert_eq!(origin.requests(), n, "{reply:?}: not served from the cache");
+        }
+    }
+}
+
+/// The values of a repeated parameter reach the origin in the client's order; the
+/// names are sorted (one key for `?b&a` and `?a&b`), and two orders of the values
+/// are two keys.
+#[tokio::test]
+async fn repeated_query_parameters_keep_their_order() {
+    let (origin, node) =
+        node_before("HTTP/1.1 200 OK\r\nCache-Control: max-age=600\r\nContent-Length: 2\r\n\r\nok")
+            .await;
+    let client = TestClient::new();
+    client
+        .get(node.addr, HOST, "/q?sort=price&b=1&sort=date")
+        .await
+        .unwrap();
+    assert_eq!(
+        origin.request_line(0),
+        "GET /q?b=1&sort=price&sort=date HTTP/1.1"
+    );
+    let hit = client
+        .get(node.addr, HOST, "/q?b=1&sort=price&sort=date")
+        .await
+        .unwrap();
+    assert_eq!(hit.headers["x-cache"], "HIT");
+    client
+        .get(node.addr, HOST, "/q?sort=date&sort=price&b=1")
+        .await
+        .unwrap();
+    assert_eq!(
+        origin.requests(),
+        2,
+        "another order of values is another key"
+    );
+    assert_eq!(
+        origin.request_line(1),
+        "GET /q?b=1&sort=date&sort=price HTTP/1.1"
+    );
+}
