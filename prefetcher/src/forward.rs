@@ -2,15 +2,15 @@
 //! forwards ([`ForwardFields`]), which client hops it vouches for and by which scheme
 //! the request came ([`TrustedProxies`], [`Peer`]).
 //!
-//! - **Fills** (a response stored for everyone) forward an allowlist: the request
-//!   fields RFC 9110 and RFC 9111 define that a `GET` without credentials carries
-//!   ([`FILL_FIELDS`]), plus the operator's `origin.forward_headers`. Anything else
-//!   could shape the stored answer without being in its key.
-//! - **Pass-through** requests (other methods, credentials, uploads: answered for
-//!   their client only) forward every end-to-end field but the rewrite fields
-//!   ([`UNKEYED_REWRITES`], unless named), the client-IP fields ([`CLIENT_HOPS`]) and
-//!   names with an underscore: those re-route a request at the origin or spoof who
-//!   sent it, which matters for a request nobody else sees too.
+//! - **Every request** keeps the client's end-to-end fields but the rewrite fields
+//!   ([`UNKEYED_REWRITES`], unless named in `origin.forward_headers`), the client-IP
+//!   fields ([`CLIENT_HOPS`]) and names with an underscore: those re-route a request
+//!   at the origin or spoof who sent it, which matters for a request nobody else
+//!   sees too.
+//! - **Fills** (a response stored for everyone) also leave out what the node sends
+//!   on its own account ([`NOT_ON_FILLS`]: validators, `Range`, body fields,
+//!   credentials). With `origin.fill_fields = "allowlist"` (the hardened mode) a
+//!   fill forwards only [`FILL_FIELDS`] and the named fields.
 //! - **Hops**: `X-Forwarded-For`, `X-Real-IP` and `True-Client-IP` name the peer the
 //!   node saw, and a client's `Forwarded` is dropped, unless the peer is one of
 //!   `server.trusted_proxies`: then its `X-Forwarded-For` and `Forwarded` are appended
@@ -18,15 +18,17 @@
 //!   believed. `X-Forwarded-Proto` is always the request's [`Scheme`], the one in its
 //!   cache key.
 //! - **Variants** of a fill's response are selected by what the fill sent
-//!   ([`ForwardFields::variant`]), so a response that varies on a field the node
-//!   drops or rewrites is stored and looked up under one secondary key.
+//!   ([`ForwardFields::variant`]): the client's own value for every field it
+//!   forwards (by default every end-to-end one, RFC 9111 §4.1), the node's for one it
+//!   sets, absent for one it drops. So a value the origin never saw cannot name the
+//!   variant its answer is stored under.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
 
 use http::{HeaderMap, HeaderName, HeaderValue, Version, header};
 
-use crate::config::IpNetwork;
+use crate::config::{FillFields, IpNetwork};
 use crate::flight::Scheme;
 use crate::semantics::{HOP_BY_HOP, UNKEYED_REWRITES, add_via, connection_listed, variant_of};
 
@@ -49,6 +51,23 @@ pub const FILL_FIELDS: [HeaderName; 12] = [
     header::ORIGIN,
     header::REFERER,
     header::USER_AGENT,
+];
+
+/// Fields a fill never takes from its client: the node validates with its stored
+/// validators and fetches the whole object (the client's conditionals and `Range`
+/// are answered by the node), a fill has no body, and a request with credentials
+/// never fills (it passes through).
+pub const NOT_ON_FILLS: [HeaderName; 10] = [
+    header::IF_NONE_MATCH,
+    header::IF_MODIFIED_SINCE,
+    header::IF_MATCH,
+    header::IF_UNMODIFIED_SINCE,
+    header::IF_RANGE,
+    header::RANGE,
+    header::CONTENT_LENGTH,
+    header::EXPECT,
+    header::AUTHORIZATION,
+    header::COOKIE,
 ];
 
 /// Fields that name the client's address: never forwarded as a client sent them. The
@@ -143,23 +162,26 @@ impl TrustedProxies {
     }
 }
 
-/// Which request fields go to the origin: [`FILL_FIELDS`] and the operator's
-/// `origin.forward_headers` on fills; on pass-through every end-to-end field but the
-/// rewrite and client-IP fields and underscore names (those the operator names go).
+/// Which request fields go to the origin ([module docs](self)): every end-to-end
+/// field but the rewrite and client-IP fields and underscore names (those the
+/// operator names go), less [`NOT_ON_FILLS`] on a fill; in the allowlist mode a fill
+/// sends [`FILL_FIELDS`] and the named fields only.
 #[derive(Debug, Clone, Default)]
 pub struct ForwardFields {
     named: Box<[HeaderName]>,
+    fill: FillFields,
 }
 
 impl ForwardFields {
     /// The validated `origin.forward_headers` (a name that does not parse is left
-    /// out; `validate()` refuses it).
-    pub fn new(names: &[String]) -> ForwardFields {
+    /// out; `validate()` refuses it), with fills forwarding as `fill` says.
+    pub fn new(names: &[String], fill: FillFields) -> ForwardFields {
         ForwardFields {
             named: names
                 .iter()
                 .filter_map(|n| HeaderName::from_bytes(n.as_bytes()).ok())
                 .collect(),
+            fill,
         }
     }
 
@@ -169,7 +191,14 @@ impl ForwardFields {
 
     /// Whether a fill forwards the client's `name` as it came.
     fn fill_keeps(&self, name: &HeaderName) -> bool {
-        FILL_FIELDS.contains(name) || self.named(name)
+        if NOT_ON_FILLS.contains(name) {
+            return false;
+        }
+        match self.fill {
+            // The standard fields first: the usual `Vary` is decided in one short scan.
+            FillFields::EndToEnd => FILL_FIELDS.contains(name) || self.pass_through_keeps(name),
+            FillFields::Allowlist => FILL_FIELDS.contains(name) || self.named(name),
+        }
     }
 
     /// Whether a pass-through request forwards the client's `name` as it came.
@@ -187,7 +216,7 @@ impl ForwardFields {
     }
 
     /// The headers of a fill for a client request with `client` headers: the fields
-    /// a fill keeps ([`FILL_FIELDS`], the named ones) less any the client's
+    /// a fill keeps ([module docs](self)) less any the client's
     /// `Connection` names, then `Via` and the hops ([module docs](self)). `Host` is
     /// set per tenant when sent.
     pub fn fill_headers(&self, client: &HeaderMap, version: Version, peer: &Peer) -> HeaderMap {
@@ -337,6 +366,36 @@ mod tests {
     }
 
     #[test]
+    fn a_fill_forwards_every_end_to_end_field_but_rewrites_hops_and_its_own() {
+        let client = headers(&[
+            ("accept-encoding", "gzip"),
+            ("x-api-version", "2"),
+            ("x-device", "phone"),
+            ("x_forwarded_host", "evil.example"),
+            ("x-original-uri", "/admin"),
+            ("x-client-ip", "10.6.6.6"),
+            ("if-none-match", "\"v1\""),
+            ("range", "bytes=0-1"),
+            ("connection", "x-device"),
+        ]);
+        let p = peer(&[], "203.0.113.7", false, &client);
+        let sent = ForwardFields::default().fill_headers(&client, Version::HTTP_11, &p);
+        let names: Vec<&str> = sent.keys().map(|n| n.as_str()).collect();
+        assert_eq!(
+            names,
+            [
+                "accept-encoding",
+                "x-api-version",
+                "via",
+                "x-forwarded-for",
+                "x-real-ip",
+                "true-client-ip",
+                "x-forwarded-proto"
+            ]
+        );
+    }
+
+    #[test]
     fn a_fill_forwards_the_standard_fields_and_the_named_ones_only() {
         let client = headers(&[
             ("accept-encoding", "gzip"),
@@ -349,7 +408,7 @@ mod tests {
             ("connection", "user-agent"),
         ]);
         let p = peer(&[], "203.0.113.7", false, &client);
-        let fields = ForwardFields::new(&["x-api-version".into()]);
+        let fields = ForwardFields::new(&["x-api-version".into()], FillFields::Allowlist);
         let sent = fields.fill_headers(&client, Version::HTTP_11, &p);
         let names: Vec<&str> = sent.keys().map(|n| n.as_str()).collect();
         assert_eq!(
@@ -364,7 +423,8 @@ mod tests {
                 "x-forwarded-proto"
             ]
         );
-        let plain = ForwardFields::default().fill_headers(&client, Version::HTTP_11, &p);
+        let plain = ForwardFields::new(&[], FillFields::Allowlist);
+        let plain = plain.fill_headers(&client, Version::HTTP_11, &p);
         assert!(plain.get("x-api-version").is_none());
     }
 
@@ -399,7 +459,7 @@ mod tests {
         for hop in ["x-forwarded-for", "x-real-ip", "true-client-ip"] {
             assert_eq!(sent.get(hop).unwrap(), "203.0.113.7", "{hop}");
         }
-        let named = ForwardFields::new(&["x-forwarded-host".into()]);
+        let named = ForwardFields::new(&["x-forwarded-host".into()], FillFields::EndToEnd);
         let sent = named.pass_through_headers(&client, Version::HTTP_11, &p);
         assert_eq!(sent.get("x-forwarded-host").unwrap(), "evil.example");
     }
@@ -442,8 +502,13 @@ mod tests {
 
     #[test]
     fn the_variant_is_the_one_of_what_the_fill_sends() {
-        let fields = ForwardFields::new(&["x-device".into()]);
-        let cases: [&[(&str, &str)]; 4] = [
+        for mode in [FillFields::EndToEnd, FillFields::Allowlist] {
+            variants_follow_what_is_sent(ForwardFields::new(&["x-device".into()], mode));
+        }
+    }
+
+    fn variants_follow_what_is_sent(fields: ForwardFields) {
+        let cases: [&[(&str, &str)]; 5] = [
             &[
                 ("accept-encoding", "br, gzip"),
                 ("x-forwarded-proto", "https"),
@@ -454,6 +519,7 @@ mod tests {
                 ("accept-encoding", "gzip"),
             ],
             &[("x-forwarded-for", "1.2.3.4"), ("via", "1.1 other")],
+            &[("x-original-url", "/admin"), ("if-none-match", "\"a\"")],
         ];
         let names: Vec<HeaderName> = [
             "accept-encoding",
@@ -463,6 +529,8 @@ mod tests {
             "x-theme",
             "via",
             "host",
+            "x-original-url",
+            "if-none-match",
         ]
         .iter()
         .map(|n| HeaderName::from_static(n))

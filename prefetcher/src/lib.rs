@@ -122,6 +122,7 @@ pub use agent::{
 pub use cache::{Entry, Freshness, L1Cache, Lookup, Storability, classify, origin_age, xfetch_due};
 pub use cache_key::{TargetError, check_target, normalise_key};
 pub use changes::Reloaded;
+pub use config::FillFields;
 pub use config::{
     CacheConfig, Config, ConfigError, ConnectionLimits, FlightConfig, Http2Config, KafkaConfig,
     OffsetReset, OriginConfig, PrefetchConfig, RequestLimits, TenantConfig, TlsListenConfig,

@@ -135,7 +135,7 @@ impl OriginClient {
         Ok(OriginClient {
             client,
             limiter: FillLimiter::new(flight, prefetch),
-            fields: ForwardFields::new(&config.forward_headers),
+            fields: ForwardFields::new(&config.forward_headers, config.fill_fields),
             header_timeout: Duration::from_millis(config.header_timeout_ms),
             body_idle_timeout: Duration::from_millis(config.body_idle_timeout_ms),
             tls_failures: Counter::default(),
@@ -183,7 +183,7 @@ impl OriginClient {
         &self.limiter
     }
 
-    /// Which request fields are forwarded (`origin.forward_headers`).
+    /// Which request fields are forwarded (`origin.forward_headers`, `fill_fields`).
     pub fn fields(&self) -> &ForwardFields {
         &self.fields
     }

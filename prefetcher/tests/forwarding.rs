@@ -1,8 +1,9 @@
 //! What the node forwards to an origin, tried as an attacker would, with a recording
 //! origin that shows what it received: every target checked once (no climbing out of
-//! the tenant's origin prefix, whatever the method, credentials or body), fills
-//! forwarding only the fields RFC 9110 defines plus the operator's, pass-through
-//! requests without rewrite fields, underscore names or spoofed client hops, and no
+//! the tenant's origin prefix, whatever the method, credentials or body), fills and
+//! pass-through requests without rewrite fields, underscore names or spoofed client
+//! hops (fills in the hardened mode with only the fields RFC 9110 defines plus the
+//! operator's), and no
 //! body on a forwarded `GET` (a CL.0 desync on a pooled origin connection).
 
 mod common;
@@ -85,15 +86,9 @@ const HOPS: [(&str, &str); 3] = [
     ("true-client-ip", "10.6.6.6"),
 ];
 
-/// Item 4: a fill (stored for everyone) forwards the fields RFC 9110 defines and the
-/// operator's `origin.forward_headers`, nothing else: an origin that reflects the
-/// rewrite fields, an underscore spelling or a spoofed hop cannot poison the entry
-/// the next visitor hits.
-#[tokio::test]
-async fn a_fill_forwards_only_the_standard_fields_and_the_named_ones() {
-    let rig = Rig::start_with(|c| c.origin.forward_headers = vec!["x-api-version".into()]).await;
-    rig.origin.script("/home", |req, _| {
-        // An origin that reflects them, as vulnerable applications do.
+/// An origin that reflects the attack's fields, as vulnerable applications do.
+fn reflecting(rig: &Rig, path: &str) {
+    rig.origin.script(path, |req, _| {
         let reflected: Vec<String> = REWRITES
             .iter()
             .chain(&HOPS)
@@ -102,6 +97,48 @@ async fn a_fill_forwards_only_the_standard_fields_and_the_named_ones() {
             .collect();
         Scripted::new(200, &[("cache-control", "max-age=600")]).with_body(reflected.join(";"))
     });
+}
+
+/// With the default settings a fill forwards the client's end-to-end fields (an
+/// API version, a device class, a test harness's request id), but never a rewrite
+/// field, an underscore spelling or a spoofed hop: an origin that reflects those
+/// cannot poison the entry the next visitor hits.
+#[tokio::test]
+async fn a_fill_forwards_custom_fields_but_no_rewrite_field_nor_spoofed_hop() {
+    let rig = Rig::start().await;
+    reflecting(&rig, "/home");
+    let mut attack: Vec<(&str, &str)> = REWRITES.iter().chain(&HOPS).copied().collect();
+    attack.push(("x-api-version", "2"));
+    attack.push(("if-none-match", "\"mine\""));
+    let poisoned = rig.get("/home", &attack).await;
+    assert_eq!(poisoned.body.as_deref().unwrap(), b"x-custom=unkeyed");
+    let sent = &rig.origin.received("/home")[0].headers;
+    for (name, _) in REWRITES.iter().filter(|(n, _)| *n != "x-custom") {
+        assert!(sent.get(*name).is_none(), "{name} reached the origin");
+    }
+    for (name, _) in HOPS {
+        assert_eq!(sent.get(name).unwrap(), "127.0.0.1", "{name}");
+    }
+    assert_eq!(sent.get("x-api-version").unwrap(), "2");
+    assert_eq!(sent.get("x-custom").unwrap(), "unkeyed");
+    assert!(
+        sent.get("if-none-match").is_none(),
+        "the client's validator"
+    );
+}
+
+/// Item 4, hardened (`origin.fill_fields = "allowlist"`): a fill (stored for
+/// everyone) forwards the fields RFC 9110 defines and the operator's
+/// `origin.forward_headers`, nothing else, so not even an unknown field an origin
+/// reflects without `Vary` shapes the entry the next visitor hits.
+#[tokio::test]
+async fn a_fill_forwards_only_the_standard_fields_and_the_named_ones() {
+    let rig = Rig::start_with(|c| {
+        c.origin.forward_headers = vec!["x-api-version".into()];
+        c.origin.fill_fields = prefetcher::FillFields::Allowlist;
+    })
+    .await;
+    reflecting(&rig, "/home");
     let mut attack: Vec<(&str, &str)> = REWRITES.iter().chain(&HOPS).copied().collect();
     attack.push(("x-api-version", "2"));
     attack.push(("accept-language", "de"));

@@ -172,3 +172,99 @@ async fn a_prewarm_fills_the_plain_variant() {
     assert_eq!(plain.body.as_deref().unwrap(), b"encoded for []");
     assert_eq!(rig.fills("/p"), 2);
 }
+
+/// The origin answers `Vary: {vary}` with `ETag: "<foo>"`, and the values of the
+/// custom fields it varies on in the body: fields no standard names, which a fill
+/// forwards by default as the client sent them.
+fn varying_on(rig: &Rig, path: &str, vary: &'static str) {
+    rig.origin.script(path, move |req, _| {
+        let value = |n: &str| req.get(n).map_or("-", |v| v.to_str().unwrap()).to_string();
+        let body = ["foo", "bar", "baz"].map(value).join(",");
+        let etag = format!("\"{}\"", value("foo"));
+        Scripted::new(
+            200,
+            &[
+                ("cache-control", "max-age=600"),
+                ("vary", vary),
+                ("etag", &etag),
+            ],
+        )
+        .with_body(body)
+    });
+}
+
+/// §4.1 with a field of the origin's own: omitted on both requests (a hit), omitted
+/// on one (a miss each way), not matching (a miss), and each answer is the one the
+/// origin gave for that value.
+#[tokio::test]
+async fn s4_1_a_custom_field_selects_omitted_or_not() {
+    let rig = Rig::start().await;
+    varying_on(&rig, "/omit", "Foo");
+    rig.get("/omit", &[]).await;
+    let both = rig.get("/omit", &[]).await;
+    assert_eq!(x_cache(&both), "HIT", "omitted on both");
+    let one = rig.get("/omit", &[("foo", "1")]).await;
+    assert_eq!(x_cache(&one), "MISS", "omitted on the stored one only");
+    assert_eq!(one.body.as_deref().unwrap(), b"1,-,-");
+    let other = rig.get("/omit", &[("foo", "2")]).await;
+    assert_eq!(x_cache(&other), "MISS", "not matching");
+    assert_eq!(other.body.as_deref().unwrap(), b"2,-,-");
+    let none = rig.get("/omit", &[]).await;
+    assert_eq!(none.body.as_deref().unwrap(), b"-,-,-");
+    assert_eq!(x_cache(&none), "HIT");
+    assert_eq!(rig.fills("/omit"), 3);
+    let sent = &rig.origin.received("/omit")[1].headers;
+    assert_eq!(sent.get("foo").unwrap(), "1", "the fill forwards it");
+}
+
+/// §4.1: two and three selecting fields, the request sending them in another order
+/// than `Vary` lists them: a hit; one differing or omitted: a miss.
+#[tokio::test]
+async fn s4_1_several_custom_fields_match_in_any_order() {
+    let rig = Rig::start().await;
+    varying_on(&rig, "/two", "Foo, Bar");
+    rig.get("/two", &[("foo", "1"), ("bar", "a")]).await;
+    let swapped = rig.get("/two", &[("bar", "a"), ("foo", "1")]).await;
+    assert_eq!(x_cache(&swapped), "HIT");
+    let differs = rig.get("/two", &[("bar", "b"), ("foo", "1")]).await;
+    assert_eq!(x_cache(&differs), "MISS");
+    assert_eq!(differs.body.as_deref().unwrap(), b"1,b,-");
+    assert_eq!(rig.fills("/two"), 2);
+
+    varying_on(&rig, "/three", "Foo, Bar, Baz");
+    rig.get("/three", &[("foo", "1"), ("bar", "a"), ("baz", "x")])
+        .await;
+    let order = rig
+        .get("/three", &[("baz", "x"), ("foo", "1"), ("bar", "a")])
+        .await;
+    assert_eq!(x_cache(&order), "HIT");
+    let differs = rig
+        .get("/three", &[("baz", "y"), ("foo", "1"), ("bar", "a")])
+        .await;
+    assert_eq!(x_cache(&differs), "MISS");
+    assert_eq!(differs.body.as_deref().unwrap(), b"1,a,y");
+    let omitted = rig.get("/three", &[("foo", "1"), ("bar", "a")]).await;
+    assert_eq!(x_cache(&omitted), "MISS");
+    assert_eq!(omitted.body.as_deref().unwrap(), b"1,a,-");
+    assert_eq!(rig.fills("/three"), 3);
+}
+
+/// §4.1 with §4.3.2: a conditional request is answered `304` from the variant it
+/// selects only; one of another variant is not validated against the stored one.
+#[tokio::test]
+async fn s4_1_a_conditional_request_is_validated_against_its_own_variant() {
+    let rig = Rig::start().await;
+    varying_on(&rig, "/cond", "Foo");
+    rig.get("/cond", &[("foo", "1")]).await;
+    let same = rig
+        .get("/cond", &[("foo", "1"), ("if-none-match", "\"1\"")])
+        .await;
+    assert_eq!(same.status, 304);
+    assert_eq!(x_cache(&same), "HIT");
+    let other = rig
+        .get("/cond", &[("foo", "2"), ("if-none-match", "\"1\"")])
+        .await;
+    assert_eq!(other.status, 200, "the foo=2 variant's ETag is \"2\"");
+    assert_eq!(other.body.as_deref().unwrap(), b"2,-,-");
+    assert_eq!(rig.fills("/cond"), 2);
+}

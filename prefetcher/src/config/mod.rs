@@ -38,7 +38,7 @@ pub use caching::{CacheConfig, FlightConfig, PrefetchConfig, WaitTimeoutPolicy};
 pub(crate) use client::IpNetwork;
 pub use client::{ConnectionLimits, Http2Config, RequestLimits, TlsListenConfig};
 pub use kafka::{KafkaConfig, OffsetReset};
-pub use origin::{OriginConfig, TenantConfig};
+pub use origin::{FillFields, OriginConfig, TenantConfig};
 pub(crate) use origin::{check_forward_headers, check_tenant_hosts, parse_origin, tls_server_name};
 
 /// Why a configuration was refused.
@@ -514,11 +514,15 @@ mod tests {
             "http://127.0.0.1:1",
         );
         let parsed: Config = toml::from_str(
-            "[origin]\nforward_headers = [\"x-api-version\"]\n[server]\n\
-             trusted_proxies = [\"10.0.0.0/8\"]\nbody_deadline_ms = 60000\n",
+            "[origin]\nforward_headers = [\"x-api-version\"]\nfill_fields = \"allowlist\"\n\
+             [server]\ntrusted_proxies = [\"10.0.0.0/8\"]\nbody_deadline_ms = 60000\n",
         )
         .unwrap();
         assert_eq!(parsed.origin.forward_headers, ["x-api-version"]);
+        assert_eq!(parsed.origin.fill_fields, FillFields::Allowlist);
+        assert_eq!(base.origin.fill_fields, FillFields::EndToEnd);
+        let typo = toml::from_str::<Config>("[origin]\nfill_fields = \"all\"\n");
+        assert!(typo.is_err_and(|e| e.to_string().contains("fill_fields")));
         assert_eq!(parsed.server.body_deadline_ms, 60_000);
         for (name, why) in [
             ("x_forwarded_host", "underscore"),

@@ -25,13 +25,30 @@ pub struct OriginConfig {
     /// PEM file of the CAs that `https://` origins are verified against, instead of
     /// the system's roots (a private PKI); read when the node starts.
     pub ca_file: Option<PathBuf>,
-    /// Request fields forwarded to every tenant's origin beside those RFC 9110
-    /// defines: on fills (stored for everyone) only these and the standard ones are
-    /// sent, and a rewrite field (`X-Forwarded-Host`, `X-Original-URL` …) named here
-    /// reaches the origin on pass-through requests too. Name only fields the origin
+    /// Request fields forwarded to every tenant's origin though the node would
+    /// drop them: a rewrite field (`X-Forwarded-Host`, `X-Original-URL` …) named here
+    /// reaches the origin, and with `fill_fields = "allowlist"` these are the only
+    /// fields beside the standard ones a fill sends. Name only fields the origin
     /// varies on (`Vary`) or that cannot change its answer. Lower-case names; no
     /// underscore, hop-by-hop, framing or node-set field (checked at start).
     pub forward_headers: Vec<String>,
+    /// Which of the client's fields a fill (stored for everyone) forwards.
+    pub fill_fields: FillFields,
+}
+
+/// Which of the client's request fields a fill forwards (`origin.fill_fields`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum FillFields {
+    /// Every end-to-end field but those that rewrite the request or claim a client
+    /// identity, as nginx, Varnish and Pingora forward: the origin sees what the
+    /// client sent, and `Vary` on any such field selects by it.
+    #[default]
+    EndToEnd,
+    /// The hardened mode (CloudFront's origin request policy): only the fields RFC
+    /// 9110 defines for a `GET` and `forward_headers`, so a field the origin reflects
+    /// without `Vary` cannot shape what others get.
+    Allowlist,
 }
 
 impl Default for OriginConfig {
@@ -43,6 +60,7 @@ impl Default for OriginConfig {
             pool_max_idle: 64,
             ca_file: None,
             forward_headers: Vec::new(),
+            fill_fields: FillFields::default(),
         }
     }
 }
