@@ -134,7 +134,8 @@ pub use flight::{
     Scheme, VaryMatch,
 };
 pub use forward::{
-    CLIENT_HOPS, ClientAddr, FILL_FIELDS, ForwardFields, Peer, TrustedProxies, prewarm_headers,
+    CLIENT_HOPS, ClientAddr, FILL_FIELDS, ForwardFields, NOT_ON_FILLS, Peer, TrustedProxies,
+    prewarm_headers,
 };
 pub use limits::{FillClass, FillLimiter, FillSlot, retry_after_secs};
 pub use listener::{ConnectionLimiter, ServeOptions, serve, shutdown_signal};

@@ -75,6 +75,8 @@ pub(crate) use crate::forward::ClientAddr;
 #[derive(Clone)]
 pub struct OriginClient {
     client: Client<HttpsConnector<HttpConnector>, Body>,
+    /// For the one retry of a request whose pooled connection failed.
+    fresh: Client<HttpsConnector<HttpConnector>, Body>,
     limiter: FillLimiter,
     fields: ForwardFields,
     header_timeout: Duration,
@@ -131,9 +133,14 @@ impl OriginClient {
         let client = Client::builder(TokioExecutor::new())
             .pool_idle_timeout(Duration::from_secs(60))
             .pool_max_idle_per_host(config.pool_max_idle)
+            .build(connector.clone());
+        // Keeps no connection: each request on it connects afresh.
+        let fresh = Client::builder(TokioExecutor::new())
+            .pool_max_idle_per_host(0)
             .build(connector);
         Ok(OriginClient {
             client,
+            fresh,
             limiter: FillLimiter::new(flight, prefetch),
             fields: ForwardFields::new(&config.forward_headers, config.fill_fields),
             header_timeout: Duration::from_millis(config.header_timeout_ms),
@@ -238,8 +245,33 @@ impl OriginClient {
         self.send(Request::from_parts(parts, body)).await
     }
 
+    /// Sends `request` within the header timeout. A body-less `GET` or `HEAD` (every
+    /// fill, and pass-through reads) whose connection closed or reset before any
+    /// response byte is sent once more on a fresh connection, within the same
+    /// timeout: a pooled connection the origin has just closed is a race of the
+    /// keep-alive, not an answer (nginx and Varnish retry such requests too).
     async fn send(&self, request: Request<Body>) -> Result<Response<Incoming>, FillError> {
-        match tokio::time::timeout(self.header_timeout, self.client.request(request)).await {
+        let deadline = tokio::time::Instant::now() + self.header_timeout;
+        let again = matches!(*request.method(), Method::GET | Method::HEAD)
+            && http_body::Body::is_end_stream(request.body())
+            && !request.headers().contains_key(header::CONTENT_LENGTH);
+        let again = again.then(|| {
+            let mut copy = Request::new(Body::empty());
+            *copy.method_mut() = request.method().clone();
+            *copy.uri_mut() = request.uri().clone();
+            *copy.version_mut() = request.version();
+            *copy.headers_mut() = request.headers().clone();
+            copy
+        });
+        let first = tokio::time::timeout_at(deadline, self.client.request(request)).await;
+        let sent = match (first, again) {
+            (Ok(Err(e)), Some(copy)) if closed_before_answer(&e) => {
+                tracing::debug!(error = %error_chain(&e), "origin connection closed before answering; sent again on a fresh one");
+                tokio::time::timeout_at(deadline, self.fresh.request(copy)).await
+            }
+            (first, _) => first,
+        };
+        match sent {
             Err(_) => Err(FillError::Timeout),
             Ok(Err(e)) => match tls_failure(&e) {
                 Some(reason) => {
@@ -299,6 +331,30 @@ fn checked_framing(mut response: Response<Incoming>) -> Result<Response<Incoming
         headers.insert(header::CONTENT_LENGTH, one);
     }
     Ok(response)
+}
+
+/// Whether the origin closed or reset the connection before any byte of its
+/// answer: not a connect failure (that reached no origin), and no response head.
+fn closed_before_answer(e: &hyper_util::client::legacy::Error) -> bool {
+    if e.is_connect() {
+        return false;
+    }
+    let mut source = std::error::Error::source(e);
+    while let Some(s) = source {
+        if let Some(h) = s.downcast_ref::<hyper::Error>() {
+            if h.is_incomplete_message() || h.is_canceled() {
+                return true;
+            }
+        } else if let Some(io) = s.downcast_ref::<std::io::Error>() {
+            use std::io::ErrorKind::*;
+            return matches!(
+                io.kind(),
+                ConnectionReset | ConnectionAborted | BrokenPipe | UnexpectedEof
+            );
+        }
+        source = s.source();
+    }
+    false
 }
 
 fn error_chain(e: &dyn std::error::Error) -> String {

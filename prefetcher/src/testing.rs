@@ -386,13 +386,18 @@ async fn origin_handler(State(state): State<Arc<OriginState>>, request: Request)
         async move {
             match step {
                 0 => Some((Ok::<Bytes, std::io::Error>(first), 1)),
-                1 if truncate => Some((
-                    Err(std::io::Error::new(
-                        std::io::ErrorKind::ConnectionReset,
-                        "synthetic truncation",
-                    )),
-                    2,
-                )),
+                1 if truncate => {
+                    // Pending once, so the head and the first half are flushed
+                    // before the reset (else the client sees no byte at all).
+                    tokio::time::sleep(Duration::from_millis(5)).await;
+                    Some((
+                        Err(std::io::Error::new(
+                            std::io::ErrorKind::ConnectionReset,
+                            "synthetic truncation",
+                        )),
+                        2,
+                    ))
+                }
                 1 => {
                     if mid_body {
                         released(held).await;

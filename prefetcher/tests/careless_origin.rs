@@ -15,39 +15,60 @@ use tokio::net::TcpListener;
 
 use common::{HOST, config};
 
-/// An origin on a raw socket: one request per connection, answered with the bytes
-/// `answer` gives for its head, then closed. It keeps every request head it read.
+/// An origin on a raw socket. `answer` gets the connection's number (from 0), the
+/// request's number on it (from 0) and its head, and gives the bytes to answer, or
+/// `None` to close the connection without a byte. After an answer the connection is
+/// closed unless `keep_alive`. It keeps every request head it read.
 struct RawOrigin {
     addr: SocketAddr,
     heads: Arc<Mutex<Vec<String>>>,
 }
 
+type Answer = dyn Fn(usize, usize, &str) -> Option<Vec<u8>> + Send + Sync;
+
 impl RawOrigin {
     async fn start(answer: impl Fn(&str) -> Vec<u8> + Send + Sync + 'static) -> RawOrigin {
+        RawOrigin::start_with(false, move |_, _, head| Some(answer(head))).await
+    }
+
+    async fn start_with(
+        keep_alive: bool,
+        answer: impl Fn(usize, usize, &str) -> Option<Vec<u8>> + Send + Sync + 'static,
+    ) -> RawOrigin {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
         let heads = Arc::new(Mutex::new(Vec::new()));
-        let (seen, answer) = (Arc::clone(&heads), Arc::new(answer));
+        let seen = Arc::clone(&heads);
+        let answer: Arc<Answer> = Arc::new(answer);
         tokio::spawn(async move {
-            loop {
+            for conn in 0.. {
                 let Ok((mut stream, _)) = listener.accept().await else {
                     return;
                 };
                 let (seen, answer) = (Arc::clone(&seen), Arc::clone(&answer));
                 tokio::spawn(async move {
-                    let mut head = Vec::new();
-                    let mut buf = [0u8; 4096];
-                    while !head.windows(4).any(|w| w == b"\r\n\r\n") {
-                        match stream.read(&mut buf).await {
-                            Ok(0) | Err(_) => return,
-                            Ok(n) => head.extend_from_slice(&buf[..n]),
+                    let mut buf = Vec::new();
+                    let mut chunk = [0u8; 4096];
+                    for n in 0.. {
+                        let end = loop {
+                            if let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+                                break end;
+                            }
+                            match stream.read(&mut chunk).await {
+                                Ok(0) | Err(_) => return,
+                                Ok(read) => buf.extend_from_slice(&chunk[..read]),
+                            }
+                        };
+                        let head = String::from_utf8_lossy(&buf[..end]).into_owned();
+                        buf.clear();
+                        let reply = answer(conn, n, &head);
+                        seen.lock().unwrap().push(head);
+                        let Some(reply) = reply else { return };
+                        if stream.write_all(&reply).await.is_err() || !keep_alive {
+                            let _ = stream.shutdown().await;
+                            return;
                         }
                     }
-                    let head = String::from_utf8_lossy(&head).into_owned();
-                    let reply = answer(&head);
-                    seen.lock().unwrap().push(head);
-                    let _ = stream.write_all(&reply).await;
-                    let _ = stream.shutdown().await;
                 });
             }
         });
@@ -204,4 +225,43 @@ async fn repeated_query_parameters_keep_their_order() {
         origin.request_line(1),
         "GET /q?b=1&sort=date&sort=price HTTP/1.1"
     );
+}
+
+/// A pooled connection the origin closes when the next request arrives, before any
+/// byte of an answer (the keep-alive race): a `GET` fill is sent once more on a
+/// fresh connection and served; a `POST` is not sent again (its client gets `502`).
+#[tokio::test]
+async fn a_fill_on_a_connection_the_origin_just_closed_is_sent_again() {
+    // Every connection answers its first request and closes on its second.
+    let origin = RawOrigin::start_with(true, |_, n, _| {
+        (n == 0).then(|| {
+            b"HTTP/1.1 200 OK\r\nCache-Control: max-age=600\r\nContent-Length: 2\r\n\r\nok".to_vec()
+        })
+    })
+    .await;
+    let node = TestNode::start(config(&format!("http://{}", origin.addr))).await;
+    let client = TestClient::new();
+    let first = client.get(node.addr, HOST, "/a").await.unwrap();
+    assert_eq!(first.status, StatusCode::OK);
+    let retried = client.get(node.addr, HOST, "/b").await.unwrap();
+    assert_eq!(retried.status, StatusCode::OK, "{retried:?}");
+    assert_eq!(retried.body.as_deref().unwrap(), b"ok");
+    assert_eq!(
+        origin.requests(),
+        3,
+        "sent twice, answered on the fresh connection"
+    );
+    assert_eq!(origin.request_line(2), "GET /b HTTP/1.1");
+
+    client.get(node.addr, HOST, "/c").await.unwrap();
+    let posted = client
+        .send(http::Method::POST, node.addr, HOST, "/p", &[], "x")
+        .await
+        .unwrap();
+    assert_eq!(
+        posted.status,
+        StatusCode::BAD_GATEWAY,
+        "a POST is not sent twice"
+    );
+    assert_eq!(origin.requests(), 5);
 }
