@@ -85,6 +85,30 @@ struct VarySpec {
     variants: Mutex<VecDeque<Arc<str>>>,
 }
 
+impl VarySpec {
+    fn new(names: Arc<[HeaderName]>) -> VarySpec {
+        VarySpec {
+            names,
+            variants: Mutex::new(VecDeque::new()),
+        }
+    }
+
+    fn variants(&self) -> std::sync::MutexGuard<'_, VecDeque<Arc<str>>> {
+        self.variants.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The bytes this record holds for the URL `primary`: its key, the names and
+    /// every variant string (a client chooses their length, up to the header limit,
+    /// and a variant outlives the entry it named until the record drops it).
+    fn weight(&self, primary: &FlightKey) -> u32 {
+        const OVERHEAD: usize = 128;
+        let names: usize = self.names.iter().map(|n| n.as_str().len() + 16).sum();
+        let variants: usize = self.variants().iter().map(|v| v.len() + 24).sum();
+        let key = primary.key().as_str().len() + primary.tenant().as_str().len();
+        (OVERHEAD + key + names + variants).min(u32::MAX as usize) as u32
+    }
+}
+
 /// The node's L1 cache, bounded in bytes.
 #[derive(Clone)]
 pub struct L1Cache {
@@ -95,8 +119,18 @@ pub struct L1Cache {
     max_variants: usize,
 }
 
-/// Most URLs whose `Vary` is remembered (each entry is small: names and variant keys).
-const MAX_VARY_SPECS: u64 = 1 << 20;
+/// The share of `cache.max_bytes` the `Vary` records may hold (by their bytes,
+/// [`VarySpec::weight`]); the entries get the rest, so the two stay within the
+/// configured size together. A record evicted takes its variants' entries along.
+const VARY_SHARE: u64 = 16;
+/// The least the `Vary` records get (never more than half the cache).
+const MIN_VARY_BYTES: u64 = 256 * 1024;
+
+/// `(entries, vary records)`: how `max_bytes` is split.
+fn budgets(max_bytes: u64) -> (u64, u64) {
+    let vary = (max_bytes / VARY_SHARE).max(MIN_VARY_BYTES.min(max_bytes / 2));
+    (max_bytes - vary, vary)
+}
 
 impl L1Cache {
     /// A cache holding at most `config.max_bytes`.
@@ -111,8 +145,9 @@ impl L1Cache {
     }
 
     fn build(config: &CacheConfig, wasted: Option<Counter>) -> L1Cache {
+        let (entry_bytes, vary_bytes) = budgets(config.max_bytes);
         let mut builder = moka::sync::Cache::builder()
-            .max_capacity(config.max_bytes)
+            .max_capacity(entry_bytes)
             .weigher(|k: &FlightKey, v: &Arc<Entry>| {
                 v.weight.saturating_add(
                     (k.key().as_str().len()
@@ -129,10 +164,23 @@ impl L1Cache {
                 }
             });
         }
-        let entries = builder.build();
+        let entries: moka::sync::Cache<FlightKey, Arc<Entry>> = builder.build();
+        let variants_of = entries.clone();
         let vary = moka::sync::Cache::builder()
-            .max_capacity(MAX_VARY_SPECS)
+            .max_capacity(vary_bytes)
+            .weigher(|primary: &FlightKey, spec: &Arc<VarySpec>| spec.weight(primary))
             .time_to_idle(Duration::from_secs(24 * 3600))
+            .eviction_listener(move |primary: Arc<FlightKey>, spec: Arc<VarySpec>, cause| {
+                // Evicted for room or idleness: its entries could no longer be found
+                // nor invalidated through it. (A replaced record is the same one
+                // reweighed; an explicit removal invalidates its entries itself.)
+                if matches!(cause, RemovalCause::Size | RemovalCause::Expired) {
+                    let variants = std::mem::take(&mut *spec.variants());
+                    for variant in variants {
+                        variants_of.invalidate(&primary.with_variant(variant));
+                    }
+                }
+            })
             .build();
         L1Cache {
             entries,
@@ -218,13 +266,8 @@ impl L1Cache {
             return;
         }
         self.invalidate_variants(primary);
-        self.vary.insert(
-            primary.clone(),
-            Arc::new(VarySpec {
-                names,
-                variants: Mutex::new(VecDeque::new()),
-            }),
-        );
+        self.vary
+            .insert(primary.clone(), Arc::new(VarySpec::new(names)));
     }
 
     /// Stores the variant `variant` of the URL `primary`, whose responses vary on
@@ -243,17 +286,12 @@ impl L1Cache {
                 // First variant, or the origin now varies on other fields: the old
                 // variants were selected by the wrong fields.
                 self.invalidate_variants(primary);
-                let spec = Arc::new(VarySpec {
-                    names,
-                    variants: Mutex::new(VecDeque::new()),
-                });
-                self.vary.insert(primary.clone(), Arc::clone(&spec));
-                spec
+                Arc::new(VarySpec::new(names))
             }
         };
         self.entries.invalidate(primary);
         let evicted = {
-            let mut variants = spec.variants.lock().unwrap_or_else(|p| p.into_inner());
+            let mut variants = spec.variants();
             if !variants.contains(&variant) {
                 variants.push_back(Arc::clone(&variant));
             }
@@ -263,6 +301,8 @@ impl L1Cache {
             }
             evicted
         };
+        // (Re)inserted so that its weight counts the variant it now holds.
+        self.vary.insert(primary.clone(), spec);
         for old in evicted {
             self.entries.invalidate(&primary.with_variant(old));
         }
@@ -287,12 +327,29 @@ impl L1Cache {
 
     fn invalidate_variants(&self, primary: &FlightKey) {
         if let Some(spec) = self.vary.remove(primary) {
-            let variants =
-                std::mem::take(&mut *spec.variants.lock().unwrap_or_else(|p| p.into_inner()));
+            let variants = std::mem::take(&mut *spec.variants());
             for variant in variants {
                 self.entries.invalidate(&primary.with_variant(variant));
             }
         }
+    }
+
+    /// The bytes the cache holds by its own accounting: entries, and the `Vary`
+    /// records (pending evictions run first). Within `cache.max_bytes`.
+    pub fn weighted_bytes(&self) -> u64 {
+        self.entries.run_pending_tasks();
+        self.vary.run_pending_tasks();
+        self.entries.weighted_size() + self.vary.weighted_size()
+    }
+
+    /// The bytes of every variant string the `Vary` records hold, counted one by
+    /// one (not by the weigher): what a client can make them keep.
+    pub fn vary_variant_bytes(&self) -> u64 {
+        self.vary.run_pending_tasks();
+        self.vary
+            .iter()
+            .map(|(_, spec)| spec.variants().iter().map(|v| v.len() as u64).sum::<u64>())
+            .sum()
     }
 
     /// Approximate number of entries.
@@ -667,5 +724,47 @@ mod tests {
             url,
             "the Vary is forgotten"
         );
+    }
+
+    /// Item 1 of the second round: a client that lists 24 KiB of made-up codings on
+    /// each request to a `Vary: Accept-Encoding` URL, a new query string each time.
+    /// The variant strings stay within the records' share of `max_bytes`, counted
+    /// string by string, and the cache's accounting within `max_bytes`.
+    #[test]
+    fn vary_records_are_bounded_by_bytes_within_the_cache_size() {
+        let c = CacheConfig {
+            max_bytes: 4 << 20,
+            ..cfg()
+        };
+        let cache = L1Cache::new(&c);
+        let names: Arc<[HeaderName]> = vec![header::ACCEPT_ENCODING].into();
+        let codings: Vec<String> = (0..2_000).map(|i| format!("x-{i:08}")).collect();
+        let request = headers(&[("accept-encoding", &codings.join(","))]);
+        for i in 0..400 {
+            let url = FlightKey::new(
+                TenantId::new("t").unwrap(),
+                CacheKey::new(format!("/v?n={i}")).unwrap(),
+            );
+            cache.note_vary(&url, Arc::clone(&names));
+            let key = cache.key_for(&url, &request);
+            let variant: Arc<str> = key.variant().map(Arc::from).unwrap();
+            assert!(variant.len() > 20_000);
+            let entry = Entry::new(
+                StatusCode::OK,
+                HeaderMap::new(),
+                Bytes::from_static(b"x"),
+                Duration::from_secs(600),
+                Duration::ZERO,
+                Duration::from_millis(1),
+                false,
+            );
+            cache.insert_variant(&url, Arc::clone(&names), variant, entry);
+        }
+        let (_, vary_budget) = budgets(c.max_bytes);
+        let held = cache.vary_variant_bytes();
+        assert!(held <= vary_budget, "{held} variant bytes held");
+        let accounted = cache.weighted_bytes();
+        assert!(accounted <= c.max_bytes, "{accounted} bytes accounted");
+        assert!(held > 0, "variants are still kept");
     }
 }
