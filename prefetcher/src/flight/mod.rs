@@ -29,12 +29,17 @@
 //!   ([`FillPermit::bypass_failing`]).
 //! - A response that `Vary`s is shared only with a waiter whose selecting fields
 //!   match the leader's ([`VaryMatch::selects`]), however the waiter's key was made.
+//! - A body that will not be stored after all ([`FillPermit::stop_sharing`]: an
+//!   unsized body past the largest stored object) leaves the registry, so no one
+//!   joins a stream whose start is gone, and keeps only its last `window` bytes for
+//!   its subscribers: one that falls further behind gets [`FillError::TooLarge`],
+//!   never a body with a gap.
 //! - A fill led for a client is *abandoned* ([`FillPermit::abandoned`]) once every
 //!   subscriber is gone; a fill no client led (a refresh, a pre-warm) never is. A
 //!   request that joins an abandoned fill the fill task then drops sees
 //!   [`FillError::Aborted`] before any byte, and may lead afresh.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicU8, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
@@ -291,8 +296,27 @@ enum End {
 #[derive(Debug, Default)]
 struct Progress {
     head: Option<Arc<Head>>,
-    chunks: Vec<Bytes>,
+    /// The body's chunks from the `first`th on (all of them unless a `window`).
+    chunks: VecDeque<Bytes>,
+    first: usize,
+    /// Bytes in `chunks`.
+    held: u64,
+    /// Set by [`FillPermit::stop_sharing`]: the most bytes `chunks` keep.
+    window: Option<u64>,
     end: Option<End>,
+}
+
+impl Progress {
+    /// Drops the oldest chunks past the window (the newest is always kept).
+    fn trim(&mut self) {
+        let Some(window) = self.window else { return };
+        while self.held > window && self.chunks.len() > 1 {
+            if let Some(old) = self.chunks.pop_front() {
+                self.held -= old.len() as u64;
+                self.first += 1;
+            }
+        }
+    }
 }
 
 const BACKGROUND: u8 = 0;
@@ -538,7 +562,23 @@ impl FillPermit {
         if chunk.is_empty() {
             return;
         }
-        self.flight.progress.send_modify(|p| p.chunks.push(chunk));
+        self.flight.progress.send_modify(|p| {
+            p.held += chunk.len() as u64;
+            p.chunks.push_back(chunk);
+            p.trim();
+        });
+    }
+
+    /// The body will not be stored: no one joins from now on (the flight entry goes,
+    /// the next request leads its own), and subscribers are kept only the last
+    /// `window` bytes of it.
+    pub fn stop_sharing(&self, window: u64) {
+        self.registry
+            .remove_if_owner(&self.flight.key, self.flight.id);
+        self.flight.progress.send_modify(|p| {
+            p.window = Some(window);
+            p.trim();
+        });
     }
 
     /// The body is complete: publish the end, run `store` (the cache write), then
@@ -681,7 +721,12 @@ impl FlightSubscriber {
         loop {
             {
                 let progress = self.progress.borrow_and_update();
-                if let Some(chunk) = progress.chunks.get(self.next) {
+                if self.next < progress.first {
+                    // Fell behind a stream that is not kept whole.
+                    let window = progress.window.unwrap_or(0);
+                    return Some(Err(FillError::TooLarge(window)));
+                }
+                if let Some(chunk) = progress.chunks.get(self.next - progress.first) {
                     self.next += 1;
                     return Some(Ok(chunk.clone()));
                 }

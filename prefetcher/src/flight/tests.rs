@@ -406,3 +406,45 @@ async fn a_fill_led_for_a_client_is_abandoned_once_every_subscriber_left() {
     let abandoned = refresh.abandoned();
     assert!(tokio::time::timeout(wait, abandoned).await.is_err());
 }
+
+#[tokio::test]
+async fn a_stream_that_stops_sharing_keeps_a_window_and_admits_no_one() {
+    let registry = FlightRegistry::new(16);
+    let k = key("/big");
+    let permit = match registry.acquire(&k, Priority::User) {
+        Acquire::Lead(p) => p,
+        _ => panic!("leads"),
+    };
+    let mut keeping_up = permit.subscribe();
+    let mut behind = match registry.acquire(&k, Priority::User) {
+        Acquire::Join(s) => s,
+        _ => panic!("joins"),
+    };
+    permit.publish_head(head());
+    permit.push_chunk(Bytes::from_static(b"0123"));
+    assert!(matches!(keeping_up.head().await, HeadOutcome::Head(_)));
+    assert_eq!(
+        keeping_up.next_chunk().await,
+        Some(Ok(Bytes::from_static(b"0123")))
+    );
+    permit.stop_sharing(8);
+    assert!(
+        matches!(registry.acquire(&k, Priority::User), Acquire::Lead(_)),
+        "no one joins a stream whose start may be gone"
+    );
+    for chunk in [&b"4567"[..], b"89ab", b"cdef"] {
+        permit.push_chunk(Bytes::from_static(chunk));
+        assert_eq!(
+            keeping_up.next_chunk().await,
+            Some(Ok(Bytes::from_static(chunk)))
+        );
+    }
+    permit.complete(|| {});
+    assert_eq!(keeping_up.next_chunk().await, None);
+    let _ = behind.head().await;
+    assert_eq!(
+        behind.next_chunk().await,
+        Some(Err(FillError::TooLarge(8))),
+        "fell behind the window: an error, never a gap"
+    );
+}

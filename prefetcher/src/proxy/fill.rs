@@ -15,13 +15,14 @@ use std::sync::Arc;
 use std::time::SystemTime;
 
 use axum::body::Body;
-use bytes::{Bytes, BytesMut};
+use futures::FutureExt;
 use http_body_util::BodyExt;
 use models::{Outcome, Priority};
 use tokio::time::Instant;
 
 use http::{HeaderMap, StatusCode, header};
 
+use super::fill_body::FillBody;
 use super::response::{content_length, origin_head};
 use super::{Node, millis};
 use crate::cache::{Entry, Storability, classify, origin_age};
@@ -228,14 +229,28 @@ impl Node {
         permit.publish_head(head);
         // A body that will be stored is worth finishing for the next request; one
         // that will not be is worth nothing once no one reads it.
-        let stored = matches!(storability, Storability::Store(_));
-        let mut chunks: Vec<Bytes> = Vec::new();
+        let mut held = FillBody::new(matches!(storability, Storability::Store(_)));
         let mut received = 0u64;
         loop {
-            let next = tokio::select! {
-                biased;
-                next = tokio::time::timeout(inner.origin.body_idle_timeout(), body.frame()) => next,
-                () = &mut abandoned, if !stored => return self.abandon(permit),
+            // More of the body ready at once is coalesced; when the origin has
+            // nothing ready, what is pending goes out before the wait.
+            let ready = if held.has_pending() {
+                body.frame().now_or_never()
+            } else {
+                None
+            };
+            let next = match ready {
+                Some(frame) => Ok(frame),
+                None => {
+                    if let Some(chunk) = held.flush() {
+                        permit.push_chunk(chunk);
+                    }
+                    tokio::select! {
+                        biased;
+                        next = tokio::time::timeout(inner.origin.body_idle_timeout(), body.frame()) => next,
+                        () = &mut abandoned, if !held.storing() => return self.abandon(permit),
+                    }
+                }
             };
             let frame = match next {
                 Err(_) => return self.fail(permit, FillError::Timeout),
@@ -254,33 +269,36 @@ impl Node {
             if let Ok(data) = frame.into_data() {
                 #[cfg(feature = "testing")]
                 inner.faults.check(&key, crate::faults::PanicPoint::MidBody);
+                let before = received;
                 received += data.len() as u64;
-                if received > max {
-                    return self.fail(permit, FillError::TooLarge(max));
+                if before <= max && received > max {
+                    // An unsized body past the largest stored object: not stored,
+                    // still streamed whole to every subscriber that keeps up.
+                    held.stop_storing();
+                    permit.stop_sharing(max);
                 }
-                chunks.push(data.clone());
-                permit.push_chunk(data);
+                if let Some(chunk) = held.push(data) {
+                    permit.push_chunk(chunk);
+                }
             }
+        }
+        if let Some(chunk) = held.flush() {
+            permit.push_chunk(chunk);
         }
         if let Some(expected) = declared
             && expected != received
         {
             return self.fail(permit, FillError::Truncated { expected, received });
         }
+        let stored = held.storing();
         let fill_time = started.elapsed();
         inner.metrics.fill_seconds.observe(fill_time.as_secs_f64());
         // Only an entry no user has waited for is "prefetched"; a promoted fill served
         // its user already.
         let background = permit.priority() == Priority::Background;
         permit.complete(|| {
-            if let Storability::Store(freshness) = storability {
-                let body = if chunks.len() == 1 {
-                    chunks.pop().unwrap_or_default()
-                } else {
-                    let mut all = BytesMut::with_capacity(received as usize);
-                    chunks.iter().for_each(|c| all.extend_from_slice(c));
-                    all.freeze()
-                };
+            if let (Storability::Store(freshness), true) = (storability, stored) {
+                let body = held.into_stored();
                 let entry = Entry::stored(
                     parts.status,
                     stored_headers,

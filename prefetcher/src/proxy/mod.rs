@@ -20,6 +20,7 @@
 //!   consumer that calls it is `crate::prewarm`).
 
 mod fill;
+mod fill_body;
 mod pass_through;
 mod prewarm;
 mod range;
