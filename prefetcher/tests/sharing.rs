@@ -232,3 +232,44 @@ async fn store_errors_honours_the_origins_freshness_on_a_5xx() {
     assert_eq!(x_cache(&second), "HIT");
     assert_eq!(rig.fills("/err"), 1);
 }
+
+/// A URL just answered per-user: the next burst goes straight to the origin, each
+/// request on its own at once (none waits on a leader whose answer it could not
+/// share); once the URL answers shareably again, the next burst collapses.
+#[tokio::test]
+async fn a_burst_on_a_url_just_answered_per_user_goes_straight_to_the_origin() {
+    let rig = Rig::start().await;
+    rig.origin.script("/me", |_, n| {
+        if n < 5 {
+            Scripted::new(200, &[("cache-control", "private")]).with_body("mine")
+        } else {
+            Scripted::new(200, &[("cache-control", "max-age=0")]).with_body("ours")
+        }
+    });
+    assert_eq!(rig.get("/me", &[]).await.body.as_deref().unwrap(), b"mine");
+    let joined = || rig.node.node.metrics().waiters_joined.get();
+    assert_eq!(joined(), 0);
+    rig.origin.hold();
+    let handles = rig.spawn_gets("/me", &[], 4);
+    rig.origin.wait_in_flight(4).await;
+    rig.origin.release();
+    for h in handles {
+        assert_eq!(h.await.unwrap().body.as_deref().unwrap(), b"mine");
+    }
+    assert_eq!(joined(), 0, "no request waited on a leader");
+    assert_eq!(rig.fills("/me"), 5);
+
+    assert_eq!(rig.get("/me", &[]).await.body.as_deref().unwrap(), b"ours");
+    rig.origin.hold();
+    let handles = rig.spawn_gets("/me", &[], 4);
+    rig.wait_waiters(3).await;
+    rig.origin.release();
+    for h in handles {
+        assert_eq!(h.await.unwrap().body.as_deref().unwrap(), b"ours");
+    }
+    assert_eq!(
+        rig.fills("/me"),
+        7,
+        "shareable again: one fill for the burst"
+    );
+}

@@ -24,6 +24,7 @@ mod fill_body;
 mod pass_through;
 mod prewarm;
 mod range;
+mod recent;
 mod request;
 mod response;
 mod serve;
@@ -73,7 +74,9 @@ struct NodeInner {
     connections: ConnectionLimiter,
     sink: Arc<dyn EventSink>,
     /// Keys too large to fill for a range request (`range`).
-    too_large: range::TooLarge,
+    too_large: recent::RecentKeys,
+    /// Keys whose last response was per-user: each request fetches on its own.
+    unshared: recent::RecentKeys,
     /// `server.trusted_proxies`: whose forwarding fields are believed.
     trusted: crate::forward::TrustedProxies,
     /// Slots of pass-through uploads (`upload`).
@@ -190,7 +193,9 @@ impl Node {
                 origin,
                 metrics,
                 sink,
-                too_large: range::TooLarge::new(),
+                too_large: recent::RecentKeys::new(std::time::Duration::from_secs(600)),
+                // As long as Varnish remembers a hit-for-miss object by default.
+                unshared: recent::RecentKeys::new(std::time::Duration::from_secs(120)),
                 live,
                 trusted: crate::forward::TrustedProxies::new(&config.server.trusted_proxies),
                 uploads: upload::UploadLimiter::new(&config.server),

@@ -15,7 +15,7 @@
 //! `cache.max_object_bytes` (its `Content-Length` says so). A larger object, one
 //! without a `Content-Length`, or one not shareable, is fetched for the range
 //! request by passing it to the origin unchanged (not collapsed, not stored); a key
-//! once seen too large is remembered for a while ([`TooLarge`]), so later range
+//! once seen too large is remembered for a while (a [`RecentKeys`](super::recent::RecentKeys)), so later range
 //! requests for it go straight to the origin.
 //!
 //! A `multipart/byteranges` answer is never a copy of the object: it is a body of
@@ -39,7 +39,7 @@ use tokio::time::Instant;
 
 use super::response::{entry_response, with_head};
 use crate::cache::Entry;
-use crate::flight::{FillError, FlightKey, FlightSubscriber, Head};
+use crate::flight::{FillError, FlightSubscriber, Head};
 use crate::status::CacheStatus;
 
 /// Most ranges one request may ask for; past it the `Range` is ignored (full 200).
@@ -499,33 +499,6 @@ pub(super) fn advertise(status: StatusCode, headers: &mut HeaderMap) {
     }
 }
 
-/// Keys recently seen beyond `cache.max_object_bytes`: range requests for them go
-/// straight to the origin instead of starting a whole-object fill that would be
-/// abandoned. Bounded in entries and time (an object may shrink).
-#[derive(Clone)]
-pub(super) struct TooLarge {
-    keys: moka::sync::Cache<FlightKey, ()>,
-}
-
-impl TooLarge {
-    pub(super) fn new() -> TooLarge {
-        TooLarge {
-            keys: moka::sync::Cache::builder()
-                .max_capacity(10_000)
-                .time_to_live(Duration::from_secs(600))
-                .build(),
-        }
-    }
-
-    pub(super) fn remember(&self, key: &FlightKey) {
-        self.keys.insert(key.clone(), ());
-    }
-
-    pub(super) fn contains(&self, key: &FlightKey) -> bool {
-        self.keys.contains_key(key)
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -644,7 +617,7 @@ mod tests {
         use futures::StreamExt;
         use models::{CacheKey, Priority, TenantId};
 
-        use crate::flight::{Acquire, FlightRegistry};
+        use crate::flight::{Acquire, FlightKey, FlightRegistry};
 
         let registry = FlightRegistry::new(8);
         let key = FlightKey::new(TenantId::new("t").unwrap(), CacheKey::new("/a").unwrap());

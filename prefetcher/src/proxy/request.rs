@@ -458,13 +458,6 @@ impl Node {
         {
             return self.range_to_origin(&ctx, range).await;
         }
-        if !self.inner.config.flight.collapse {
-            let permit = self.inner.registry.lead_alone(&ctx.key, Priority::User);
-            let subscriber = permit.subscribe();
-            let request = ctx.fill_request(self.inner.origin.fields(), stored);
-            self.spawn_fill(permit, Arc::clone(&ctx.tenant), request, force);
-            return self.lead(subscriber, &ctx).await;
-        }
         for attempt in 0..3 {
             if attempt > 0 {
                 // A response seen meanwhile may have taught the URL's `Vary`.
@@ -473,6 +466,16 @@ impl Node {
                     .inner
                     .cache
                     .key_for_with(&ctx.key.primary(), |names| ctx.variant(fields, names));
+            }
+            if !self.inner.config.flight.collapse || self.inner.unshared.contains(&ctx.key) {
+                // Nothing to share (the baseline without collapsing, or a key whose
+                // last response was per-user): a fill of its own, bounded by the
+                // fill slots, stored if it turns out shareable.
+                let permit = self.inner.registry.lead_alone(&ctx.key, Priority::User);
+                let subscriber = permit.subscribe();
+                let request = ctx.fill_request(self.inner.origin.fields(), stored);
+                self.spawn_fill(permit, Arc::clone(&ctx.tenant), request, force);
+                return self.lead(subscriber, &ctx).await;
             }
             match self.inner.registry.acquire(&ctx.key, Priority::User) {
                 Acquire::Full => {
@@ -523,6 +526,10 @@ impl Node {
         let started = Instant::now();
         match subscriber.head().await {
             HeadOutcome::Head(head) => {
+                if self.inner.unshared.contains(&ctx.key) {
+                    // Shareable again: the next burst collapses.
+                    self.inner.unshared.forget(&ctx.key);
+                }
                 let fill_ms = millis(started.elapsed());
                 let subscriber =
                     match self.range_of_flight(ctx, &head, subscriber, CacheStatus::Miss) {
@@ -546,6 +553,10 @@ impl Node {
                 let bytes = content_length(&head.headers).unwrap_or(0);
                 if bytes > self.inner.config.cache.max_object_bytes {
                     self.inner.too_large.remember(&ctx.key);
+                } else if !head.status.is_server_error() {
+                    // Per-user (an error is transient): the next burst fetches one
+                    // by one at once instead of waiting on a leader to learn it.
+                    self.inner.unshared.remember(&ctx.key);
                 }
                 if ctx.range.is_some() {
                     // The whole object, too large to share: the range goes to the
