@@ -367,3 +367,37 @@ async fn an_unsized_body_past_the_storage_limit_streams_whole_to_every_client() 
     assert_eq!(next.body.as_deref().unwrap(), &body[..]);
     assert_eq!(origin.requests(), 2);
 }
+
+/// An object above `cache.max_object_bytes` with a `Content-Length`: a burst of
+/// clients on it makes one origin fetch, every client gets the whole body (the
+/// fill paces itself by the slowest), and nothing is stored.
+#[tokio::test]
+async fn a_burst_on_an_object_above_the_storage_limit_makes_one_origin_fetch() {
+    const CLIENTS: usize = 100;
+    let body = pattern(256 * 1024);
+    let mut reply = format!(
+        "HTTP/1.1 200 OK\r\nCache-Control: max-age=600\r\nContent-Length: {}\r\n\r\n",
+        body.len()
+    )
+    .into_bytes();
+    reply.extend_from_slice(&body);
+    let origin = RawOrigin::start_delayed(false, Duration::from_millis(1000), move |_, _, _| {
+        Some(reply.clone())
+    })
+    .await;
+    let mut c = config(&format!("http://{}", origin.addr));
+    c.cache.max_object_bytes = 64 * 1024;
+    let node = TestNode::start(c).await;
+    let responses = burst(&node, "/download", CLIENTS).await;
+    assert_eq!(origin.requests(), 1, "one origin fetch for the burst");
+    for r in responses {
+        assert_eq!(r.status, StatusCode::OK);
+        assert_eq!(r.body.as_deref().unwrap(), &body[..]);
+    }
+    let next = TestClient::new()
+        .get(node.addr, HOST, "/download")
+        .await
+        .unwrap();
+    assert_eq!(next.headers["x-cache"], "MISS", "not stored");
+    assert_eq!(origin.requests(), 2);
+}

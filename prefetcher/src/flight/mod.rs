@@ -29,17 +29,18 @@
 //!   ([`FillPermit::bypass_failing`]).
 //! - A response that `Vary`s is shared only with a waiter whose selecting fields
 //!   match the leader's ([`VaryMatch::selects`]), however the waiter's key was made.
-//! - A body that will not be stored after all ([`FillPermit::stop_sharing`]: an
-//!   unsized body past the largest stored object) leaves the registry, so no one
-//!   joins a stream whose start is gone, and keeps only its last `window` bytes for
-//!   its subscribers: one that falls further behind gets [`FillError::TooLarge`],
-//!   never a body with a gap.
+//! - A body too large to keep whole ([`FillPermit::share_window`]: past the largest
+//!   stored object) keeps only its last `window` bytes for its subscribers, and the
+//!   fill waits for the slowest of them ([`FillPermit::send_chunk`], bounded): one
+//!   that still falls further behind gets [`FillError::TooLarge`], never a body with
+//!   a gap. Once its first chunk is dropped the flight leaves the registry, so no
+//!   one joins a stream whose start is gone.
 //! - A fill led for a client is *abandoned* ([`FillPermit::abandoned`]) once every
 //!   subscriber is gone; a fill no client led (a refresh, a pre-warm) never is. A
 //!   request that joins an abandoned fill the fill task then drops sees
 //!   [`FillError::Aborted`] before any byte, and may lead afresh.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicU8, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
@@ -48,6 +49,9 @@ use bytes::Bytes;
 use http::{HeaderMap, StatusCode};
 use models::{CacheKey, Priority, TenantId};
 use tokio::sync::{Notify, watch};
+
+mod progress;
+use progress::{Progress, Readers};
 
 /// Why a fill produced no (complete) response. Cloned to every waiter.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -293,32 +297,6 @@ enum End {
     Bypass(Option<FillError>),
 }
 
-#[derive(Debug, Default)]
-struct Progress {
-    head: Option<Arc<Head>>,
-    /// The body's chunks from the `first`th on (all of them unless a `window`).
-    chunks: VecDeque<Bytes>,
-    first: usize,
-    /// Bytes in `chunks`.
-    held: u64,
-    /// Set by [`FillPermit::stop_sharing`]: the most bytes `chunks` keep.
-    window: Option<u64>,
-    end: Option<End>,
-}
-
-impl Progress {
-    /// Drops the oldest chunks past the window (the newest is always kept).
-    fn trim(&mut self) {
-        let Some(window) = self.window else { return };
-        while self.held > window && self.chunks.len() > 1 {
-            if let Some(old) = self.chunks.pop_front() {
-                self.held -= old.len() as u64;
-                self.first += 1;
-            }
-        }
-    }
-}
-
 const BACKGROUND: u8 = 0;
 const USER: u8 = 1;
 
@@ -341,6 +319,7 @@ struct Flight {
     /// A client leads this fill (its leader subscribed): once every subscriber is
     /// gone, the fill is abandoned.
     for_client: std::sync::atomic::AtomicBool,
+    readers: Readers,
 }
 
 impl Flight {
@@ -453,6 +432,7 @@ impl FlightRegistry {
             waiters: AtomicUsize::new(0),
             leader_body: Mutex::new(None),
             for_client: std::sync::atomic::AtomicBool::new(false),
+            readers: Readers::default(),
         })
     }
 
@@ -557,28 +537,60 @@ impl FillPermit {
         self.flight.progress.send_modify(|p| p.head = Some(head));
     }
 
-    /// Appends one body chunk for every subscriber.
+    /// Appends one body chunk for every subscriber. Once a windowed body drops its
+    /// first chunk, the flight leaves the registry: no one joins a stream whose
+    /// start is gone (the next request leads its own).
     pub fn push_chunk(&self, chunk: Bytes) {
         if chunk.is_empty() {
             return;
         }
+        let mut started_dropping = false;
         self.flight.progress.send_modify(|p| {
+            let first = p.first;
             p.held += chunk.len() as u64;
             p.chunks.push_back(chunk);
             p.trim();
+            started_dropping = first == 0 && p.first > 0;
         });
+        if started_dropping {
+            self.registry
+                .remove_if_owner(&self.flight.key, self.flight.id);
+        }
     }
 
-    /// The body will not be stored: no one joins from now on (the flight entry goes,
-    /// the next request leads its own), and subscribers are kept only the last
-    /// `window` bytes of it.
-    pub fn stop_sharing(&self, window: u64) {
-        self.registry
-            .remove_if_owner(&self.flight.key, self.flight.id);
-        self.flight.progress.send_modify(|p| {
-            p.window = Some(window);
-            p.trim();
-        });
+    /// The body will not be kept whole (too large to store): subscribers are kept
+    /// only its last `window` bytes, and the fill paces itself by the slowest
+    /// ([`send_chunk`](Self::send_chunk)).
+    pub fn share_window(&self, window: u64) {
+        self.flight
+            .progress
+            .send_modify(|p| p.window = Some(window));
+    }
+
+    /// [`push_chunk`](Self::push_chunk), once the slowest subscriber of a windowed
+    /// body has room for it, or after `patience` without room (then the slowest
+    /// falls behind and gets [`FillError::TooLarge`]).
+    pub async fn send_chunk(&self, chunk: Bytes, patience: std::time::Duration) {
+        let deadline = tokio::time::Instant::now() + patience;
+        loop {
+            let notified = self.flight.readers.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            let room = {
+                let p = self.flight.progress.borrow();
+                let Some(window) = p.window else { break };
+                let Some(slowest) = self.flight.readers.slowest(p.first) else {
+                    break;
+                };
+                // A chunk larger than the window goes once all before it is read.
+                let unread = p.unread(slowest);
+                unread == 0 || unread + chunk.len() as u64 <= window
+            };
+            if room || tokio::time::timeout_at(deadline, notified).await.is_err() {
+                break;
+            }
+        }
+        self.push_chunk(chunk);
     }
 
     /// The body is complete: publish the end, run `store` (the cache write), then
@@ -662,16 +674,27 @@ pub struct FlightSubscriber {
     flight: Arc<Flight>,
     progress: watch::Receiver<Progress>,
     next: usize,
+    /// `next`, for a fill that waits for its slowest reader.
+    position: Arc<AtomicUsize>,
     is_leader: bool,
+}
+
+impl Drop for FlightSubscriber {
+    fn drop(&mut self) {
+        // A fill waiting for its slowest reader may go on without this one.
+        self.flight.readers.advanced();
+    }
 }
 
 impl FlightSubscriber {
     fn new(flight: Arc<Flight>, is_leader: bool) -> FlightSubscriber {
         let progress = flight.progress.subscribe();
+        let position = flight.readers.join();
         FlightSubscriber {
             flight,
             progress,
             next: 0,
+            position,
             is_leader,
         }
     }
@@ -728,6 +751,10 @@ impl FlightSubscriber {
                 }
                 if let Some(chunk) = progress.chunks.get(self.next - progress.first) {
                     self.next += 1;
+                    self.position.store(self.next, Ordering::Release);
+                    if progress.window.is_some() {
+                        self.flight.readers.advanced();
+                    }
                     return Some(Ok(chunk.clone()));
                 }
                 match &progress.end {

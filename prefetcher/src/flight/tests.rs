@@ -407,43 +407,75 @@ async fn a_fill_led_for_a_client_is_abandoned_once_every_subscriber_left() {
     assert!(tokio::time::timeout(wait, abandoned).await.is_err());
 }
 
-#[tokio::test]
-async fn a_stream_that_stops_sharing_keeps_a_window_and_admits_no_one() {
+#[tokio::test(start_paused = true)]
+async fn a_windowed_stream_waits_for_its_slowest_reader_and_admits_no_one_once_it_drops() {
     let registry = FlightRegistry::new(16);
     let k = key("/big");
-    let permit = match registry.acquire(&k, Priority::User) {
+    let permit = Arc::new(match registry.acquire(&k, Priority::User) {
         Acquire::Lead(p) => p,
         _ => panic!("leads"),
-    };
-    let mut keeping_up = permit.subscribe();
-    let mut behind = match registry.acquire(&k, Priority::User) {
+    });
+    let mut fast = permit.subscribe();
+    let mut slow = match registry.acquire(&k, Priority::User) {
         Acquire::Join(s) => s,
         _ => panic!("joins"),
     };
     permit.publish_head(head());
-    permit.push_chunk(Bytes::from_static(b"0123"));
-    assert!(matches!(keeping_up.head().await, HeadOutcome::Head(_)));
+    permit.share_window(8);
+    let patience = Duration::from_secs(1);
+    for chunk in [&b"0123"[..], b"4567"] {
+        permit.send_chunk(Bytes::from_static(chunk), patience).await;
+        assert_eq!(fast.next_chunk().await, Some(Ok(Bytes::from_static(chunk))));
+    }
+    assert!(
+        matches!(registry.acquire(&k, Priority::User), Acquire::Join(_)),
+        "nothing dropped yet: still joinable"
+    );
+    // No room until `slow` reads: the fill waits for it, and goes on when it does.
+    let sending = tokio::spawn({
+        let permit = Arc::clone(&permit);
+        async move {
+            permit
+                .send_chunk(Bytes::from_static(b"89ab"), patience)
+                .await
+        }
+    });
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert!(!sending.is_finished(), "waits for the slowest reader");
+    assert!(matches!(slow.head().await, HeadOutcome::Head(_)));
     assert_eq!(
-        keeping_up.next_chunk().await,
+        slow.next_chunk().await,
         Some(Ok(Bytes::from_static(b"0123")))
     );
-    permit.stop_sharing(8);
+    sending.await.unwrap();
     assert!(
         matches!(registry.acquire(&k, Priority::User), Acquire::Lead(_)),
-        "no one joins a stream whose start may be gone"
+        "its start is gone: no one joins"
     );
-    for chunk in [&b"4567"[..], b"89ab", b"cdef"] {
-        permit.push_chunk(Bytes::from_static(chunk));
-        assert_eq!(
-            keeping_up.next_chunk().await,
-            Some(Ok(Bytes::from_static(chunk)))
-        );
+    // `slow` stops reading: after the patience it is left behind (with an error
+    // when it reads on), and no longer waited for.
+    let started = tokio::time::Instant::now();
+    permit
+        .send_chunk(Bytes::from_static(b"cdef"), patience)
+        .await;
+    assert!(started.elapsed() >= patience);
+    for chunk in [&b"89ab"[..], b"cdef"] {
+        assert_eq!(fast.next_chunk().await, Some(Ok(Bytes::from_static(chunk))));
     }
-    permit.complete(|| {});
-    assert_eq!(keeping_up.next_chunk().await, None);
-    let _ = behind.head().await;
+    let started = tokio::time::Instant::now();
+    permit
+        .send_chunk(Bytes::from_static(b"ghij"), patience)
+        .await;
+    assert!(started.elapsed() < patience, "only `fast` is waited for");
     assert_eq!(
-        behind.next_chunk().await,
+        fast.next_chunk().await,
+        Some(Ok(Bytes::from_static(b"ghij")))
+    );
+    let permit = Arc::into_inner(permit).unwrap();
+    permit.complete(|| {});
+    assert_eq!(fast.next_chunk().await, None);
+    assert_eq!(
+        slow.next_chunk().await,
         Some(Err(FillError::TooLarge(8))),
         "fell behind the window: an error, never a gap"
     );

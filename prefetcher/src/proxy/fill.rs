@@ -9,7 +9,9 @@
 //! each waiter gets the error without it (a failing origin is not asked once more per
 //! waiter). A fill led for a client that every subscriber has left is dropped while
 //! nothing of it is worth keeping: before its response head, or while streaming one
-//! that will not be stored (`abandon`).
+//! that will not be stored (`abandon`). A response too large to store is still one
+//! origin stream for every subscriber, paced by the slowest
+//! ([`FillPermit::share_window`](crate::flight::FillPermit::share_window)).
 
 use std::sync::Arc;
 use std::time::SystemTime;
@@ -214,10 +216,12 @@ impl Node {
             permit.bypass_failing(head, Body::new(body), error);
             return;
         }
-        if storability == Storability::Private || declared.is_some_and(|l| l > max) {
+        if storability == Storability::Private {
             permit.bypass(head, Body::new(body));
             return;
         }
+        // Too large to store: streamed to every subscriber, paced by the slowest.
+        let too_large = declared.is_some_and(|l| l > max);
         let mut stored_headers = head.headers.clone();
         super::range::advertise(parts.status, &mut stored_headers);
         let vary = head.vary.clone();
@@ -229,7 +233,11 @@ impl Node {
         permit.publish_head(head);
         // A body that will be stored is worth finishing for the next request; one
         // that will not be is worth nothing once no one reads it.
-        let mut held = FillBody::new(matches!(storability, Storability::Store(_)));
+        let mut held = FillBody::new(matches!(storability, Storability::Store(_)) && !too_large);
+        if too_large {
+            permit.share_window(max);
+        }
+        let patience = inner.origin.body_idle_timeout();
         let mut received = 0u64;
         loop {
             // More of the body ready at once is coalesced; when the origin has
@@ -243,7 +251,7 @@ impl Node {
                 Some(frame) => Ok(frame),
                 None => {
                     if let Some(chunk) = held.flush() {
-                        permit.push_chunk(chunk);
+                        permit.send_chunk(chunk, patience).await;
                     }
                     tokio::select! {
                         biased;
@@ -271,19 +279,19 @@ impl Node {
                 inner.faults.check(&key, crate::faults::PanicPoint::MidBody);
                 let before = received;
                 received += data.len() as u64;
-                if before <= max && received > max {
+                if before <= max && received > max && declared.is_none() {
                     // An unsized body past the largest stored object: not stored,
-                    // still streamed whole to every subscriber that keeps up.
+                    // still streamed whole to every subscriber.
                     held.stop_storing();
-                    permit.stop_sharing(max);
+                    permit.share_window(max);
                 }
                 if let Some(chunk) = held.push(data) {
-                    permit.push_chunk(chunk);
+                    permit.send_chunk(chunk, patience).await;
                 }
             }
         }
         if let Some(chunk) = held.flush() {
-            permit.push_chunk(chunk);
+            permit.send_chunk(chunk, patience).await;
         }
         if let Some(expected) = declared
             && expected != received

@@ -410,7 +410,12 @@ impl Node {
         match range.flight_response(head, subscriber, status, max) {
             Some(Ok(response)) => FromFlight::Answer(response),
             Some(Err(subscriber)) => FromFlight::Full(subscriber),
-            None => FromFlight::Origin,
+            None => {
+                if content_length(&head.headers).is_some_and(|l| l > max) {
+                    self.inner.too_large.remember(&ctx.key);
+                }
+                FromFlight::Origin
+            }
         }
     }
 
