@@ -57,8 +57,9 @@ impl Readers {
     /// A new reader, at the first chunk.
     pub(super) fn join(&self) -> Arc<AtomicUsize> {
         let position = Arc::new(AtomicUsize::new(0));
+        // Readers that left stay as dead entries until the flight ends: joining is
+        // one push, whatever the size of the burst.
         let mut positions = self.positions.lock().unwrap_or_else(|p| p.into_inner());
-        positions.retain(|p| p.strong_count() > 0);
         positions.push(Arc::downgrade(&position));
         position
     }

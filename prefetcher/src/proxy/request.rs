@@ -603,6 +603,9 @@ impl Node {
                 match self.inner.config.flight.on_wait_timeout {
                     WaitTimeoutPolicy::Hedge => {
                         self.inner.metrics.hedges.inc();
+                        // Not read from now on: a fill paced by its readers must not
+                        // wait for this one.
+                        drop(subscriber);
                         Some(self.direct(ctx).await)
                     }
                     WaitTimeoutPolicy::Fail => {
@@ -630,6 +633,7 @@ impl Node {
                         .inner
                         .cache
                         .key_for_with(&ctx.key.primary(), |names| ctx.variant(fields, names));
+                    drop(subscriber);
                     return if key.variant().is_some() && key != ctx.key {
                         None
                     } else {
