@@ -1,7 +1,9 @@
 //! What a careless origin sends, as raw bytes on a real socket: ambiguous framing
-//! (RFC 9112 §6), an unsolicited `101`, conflicting freshness, and what the origin
-//! is sent for a repeated query parameter. Each row: what the client gets, and
-//! whether anything of it was stored (a second request reaches the origin again).
+//! (RFC 9112 §6), an unsolicited `101`, conflicting freshness, a pooled connection
+//! closed under a request, finely chunked and oversized bodies; and what a patient
+//! client can make the cache keep (`Vary` variants) or the origin see (a repeated
+//! query parameter). Each row: what the client gets, and whether anything of it was
+//! stored (a second request reaches the origin again).
 
 mod common;
 
@@ -400,4 +402,47 @@ async fn a_burst_on_an_object_above_the_storage_limit_makes_one_origin_fetch() {
         .unwrap();
     assert_eq!(next.headers["x-cache"], "MISS", "not stored");
     assert_eq!(origin.requests(), 2);
+}
+
+/// A client listing 24 KiB of made-up codings on each request to a
+/// `Vary: Accept-Encoding` URL, a new query string each time: what the cache keeps
+/// of the variant strings stays within its share of `cache.max_bytes` (counted
+/// string by string), and its accounting within `cache.max_bytes`.
+#[tokio::test]
+async fn a_vary_flood_stays_within_the_cache_size() {
+    let origin = RawOrigin::start_with(true, |_, _, _| {
+        Some(
+            b"HTTP/1.1 200 OK\r\nCache-Control: max-age=600\r\nVary: Accept-Encoding\r\n\
+              Content-Length: 2\r\n\r\nok"
+                .to_vec(),
+        )
+    })
+    .await;
+    let mut c = config(&format!("http://{}", origin.addr));
+    c.cache.max_bytes = 2 << 20;
+    c.cache.max_object_bytes = 1 << 20;
+    let node = TestNode::start(c).await;
+    let codings: Vec<String> = (0..2_300).map(|i| format!("x-{i:08}")).collect();
+    let codings = codings.join(",");
+    let client = TestClient::new();
+    // ~30 ms a request in a debug build: 60 are 1.4 MB of variant strings.
+    for i in 0..60 {
+        let r = client
+            .request(
+                http::Method::GET,
+                node.addr,
+                HOST,
+                &format!("/v?n={i}"),
+                &[("accept-encoding", &codings[..24 * 1024])],
+            )
+            .await
+            .unwrap();
+        assert_eq!(r.status, StatusCode::OK);
+    }
+    let cache = node.node.cache();
+    let held = cache.vary_variant_bytes();
+    // 1/16 of the cache, at least 256 KiB: 256 KiB here.
+    assert!(held <= 256 * 1024, "{held} bytes of variant strings held");
+    let accounted = cache.weighted_bytes();
+    assert!(accounted <= 2 << 20, "{accounted} bytes accounted");
 }
