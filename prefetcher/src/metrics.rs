@@ -148,6 +148,8 @@ pub struct Metrics {
     pub fill_seconds: Histogram,
     /// Fills in flight.
     pub flights: Gauge,
+    /// Body bytes fills in flight hold: kept for the store, and being coalesced.
+    pub fill_bytes_held: Gauge,
     /// Access events dropped: the buffer was full, or Kafka did not take them in time.
     pub events_dropped: Counter,
     /// Access events Kafka acknowledged.
@@ -307,6 +309,7 @@ impl Metrics {
                 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
             ]),
             flights: Gauge::default(),
+            fill_bytes_held: Gauge::default(),
             events_dropped: Counter::default(),
             events_published: Counter::default(),
             prefetches_rejected: Family::default(),
@@ -372,6 +375,11 @@ impl Metrics {
             m.fill_seconds.clone(),
         );
         registry.register("flights", "Fills in flight", m.flights.clone());
+        registry.register(
+            "fill_bytes_held",
+            "Body bytes fills in flight hold (kept for the store, and being coalesced)",
+            m.fill_bytes_held.clone(),
+        );
         registry.register(
             "events_dropped",
             "Access events dropped: buffer full, or not delivered to Kafka in time",

@@ -338,6 +338,12 @@ async fn a_body_in_one_byte_chunks_is_served_whole_and_stored() {
         .unwrap();
     assert_eq!(hit.headers["x-cache"], "HIT");
     assert_eq!(hit.body.as_deref().unwrap(), &body[..]);
+    let held = &node.node.metrics().fill_bytes_held;
+    assert_eq!(
+        held.get(),
+        0,
+        "the stored body is the cache's to account for"
+    );
 }
 
 /// An unsized body past `cache.max_object_bytes` is not stored, and streams whole

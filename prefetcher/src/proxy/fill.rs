@@ -233,7 +233,10 @@ impl Node {
         permit.publish_head(head);
         // A body that will be stored is worth finishing for the next request; one
         // that will not be is worth nothing once no one reads it.
-        let mut held = FillBody::new(matches!(storability, Storability::Store(_)) && !too_large);
+        let mut held = FillBody::new(
+            matches!(storability, Storability::Store(_)) && !too_large,
+            inner.metrics.fill_bytes_held.clone(),
+        );
         if too_large {
             permit.share_window(max);
         }
