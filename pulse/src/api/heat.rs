@@ -276,20 +276,16 @@ pub(super) async fn key_stats(
     answer.map(|mut out| {
         if let (true, Some(route)) = (asked_owners, &route) {
             // Only the owners were asked: whole when each of the key's partitions
-            // answered exactly once, none replaying, every owner asked answering.
-            let c = &mut out.coverage;
-            c.complete = out.ownership.partitions == *route
-                && !route.iter().any(|p| c.replaying.contains(p))
-                && c.missing_peers.is_empty();
+            // was covered once, none replaying, every owner asked answering.
+            out.coverage.complete =
+                merge::key_complete(route, &out.ownership.partitions, &out.coverage);
         }
-        out.ownership.partitioner = match q.partitions {
-            None => partitioner.map(|p| p.as_str().to_string()),
-            Some(_) => out.ownership.partitioner,
-        };
-        if route.is_none() {
-            out.ownership.partitions = (0..partition_count).collect();
-        } else if let Some(route) = &route {
-            out.ownership.partitions = route.clone();
+        // A peer's answer (the asker named the partitions) says which it counted, so
+        // the asker's merge sees each partition once; this instance's own answer names
+        // the key's partitions.
+        if q.partitions.is_none() {
+            out.ownership.partitioner = partitioner.map(|p| p.as_str().to_string());
+            out.ownership.partitions = route.unwrap_or_else(|| (0..partition_count).collect());
         }
         Json(out)
     })
