@@ -9,7 +9,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer, ConsumerContext, RebalanceProtocol};
-use rdkafka::error::KafkaResult;
+use rdkafka::error::{KafkaError, KafkaResult, RDKafkaErrorCode};
 use rdkafka::types::RDKafkaRespErr;
 use rdkafka::{ClientContext, Offset, TopicPartitionList};
 
@@ -113,8 +113,30 @@ impl ConsumerContext for IngestContext {
     fn commit_callback(&self, result: KafkaResult<()>, offsets: &TopicPartitionList) {
         match result {
             Ok(()) => tracing::debug!(offsets = %describe(offsets), "offsets committed"),
-            Err(e) => tracing::warn!(error = %e, offsets = %describe(offsets), "commit failed"),
+            Err(e) => commit_failed(&e, offsets),
         }
+    }
+}
+
+/// Whether a commit was refused because the group is rebalancing: the member's
+/// generation is over (`IllegalGeneration`) or a new one is being formed
+/// (`RebalanceInProgress`). Expected in every rebalance of a healthy group; the
+/// offsets are committed again by the next commit, or on revoke by this member of the
+/// new generation.
+fn refused_by_a_rebalance(error: &KafkaError) -> bool {
+    matches!(
+        error.rdkafka_error_code(),
+        Some(RDKafkaErrorCode::IllegalGeneration | RDKafkaErrorCode::RebalanceInProgress)
+    )
+}
+
+/// Logs a failed commit: at INFO when a rebalance refused it (nothing is wrong), else
+/// at WARN.
+pub(super) fn commit_failed(error: &KafkaError, offsets: &TopicPartitionList) {
+    if refused_by_a_rebalance(error) {
+        tracing::info!(error = %error, offsets = %describe(offsets), "commit refused during a rebalance; committed again later");
+    } else {
+        tracing::warn!(error = %error, offsets = %describe(offsets), "commit failed");
     }
 }
 
@@ -249,9 +271,12 @@ impl IngestContext {
             query.add_partition(&self.topic, p);
         }
         let mut watermarks = HashMap::new();
-        let committed: HashMap<i32, i64> = match consumer
-            .committed_offsets(query.clone(), Duration::from_secs(10))
-        {
+        let asked = if ours.is_empty() {
+            Ok(TopicPartitionList::new())
+        } else {
+            consumer.committed_offsets(query, Duration::from_secs(10))
+        };
+        let committed: HashMap<i32, i64> = match asked {
             Ok(list) => list
                 .elements()
                 .iter()
@@ -387,6 +412,11 @@ impl IngestContext {
         consumer: &BaseConsumer<Self>,
         since: &HashMap<i32, i64>,
     ) -> HashMap<i32, i64> {
+        // A member that gains no partition in a cooperative rebalance asks for none:
+        // the broker would refuse an empty list.
+        if since.is_empty() {
+            return HashMap::new();
+        }
         let mut query = TopicPartitionList::new();
         for (&p, &ms) in since {
             let _ = query.add_partition_offset(&self.topic, p, Offset::Offset(ms));
@@ -431,9 +461,7 @@ impl IngestContext {
                 Ok(()) => {
                     tracing::info!(offsets = %describe(&commit), "rebalance: committed on revoke")
                 }
-                Err(e) => {
-                    tracing::warn!(error = %e, offsets = %describe(&commit), "commit on revoke failed")
-                }
+                Err(e) => commit_failed(&e, &commit),
             }
         }
         let unassigned = match consumer.rebalance_protocol() {
@@ -518,6 +546,74 @@ mod tests {
         ] {
             assert_eq!(committed_watermark(other), None, "{other:?}");
         }
+    }
+
+    /// The lines `f` logs at DEBUG and above, as text.
+    fn logged(f: impl FnOnce()) -> String {
+        #[derive(Clone, Default)]
+        struct Captured(Arc<Mutex<Vec<u8>>>);
+        impl std::io::Write for Captured {
+            fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+                self.0.lock().unwrap().extend_from_slice(bytes);
+                Ok(bytes.len())
+            }
+            fn flush(&mut self) -> std::io::Result<()> {
+                Ok(())
+            }
+        }
+        let out = Captured::default();
+        let writer = out.clone();
+        let subscriber = tracing_subscriber::fmt()
+            .with_writer(move || writer.clone())
+            .with_ansi(false)
+            .with_max_level(tracing::Level::DEBUG)
+            .finish();
+        tracing::subscriber::with_default(subscriber, f);
+        String::from_utf8(out.0.lock().unwrap().clone()).unwrap()
+    }
+
+    /// A commit refused because the group is rebalancing is an INFO line; any other
+    /// failure still warns.
+    #[test]
+    fn a_commit_refused_by_a_rebalance_is_not_a_warning() {
+        let mut offsets = TopicPartitionList::new();
+        let _ = offsets.add_partition_offset("events", 3, Offset::Offset(7));
+        for (code, level) in [
+            (RDKafkaErrorCode::IllegalGeneration, " INFO "),
+            (RDKafkaErrorCode::RebalanceInProgress, " INFO "),
+            (RDKafkaErrorCode::UnknownMemberId, " WARN "),
+            (RDKafkaErrorCode::OffsetMetadataTooLarge, " WARN "),
+            (RDKafkaErrorCode::BrokerTransportFailure, " WARN "),
+        ] {
+            let lines = logged(|| commit_failed(&KafkaError::ConsumerCommit(code), &offsets));
+            assert_eq!(lines.lines().count(), 1, "{code:?}: {lines}");
+            assert!(lines.contains(level), "{code:?}: {lines}");
+            assert!(lines.contains("events/3@7"), "{lines}");
+        }
+    }
+
+    /// A member that gains no partition asks no offsets for the replay window (the
+    /// broker refuses an empty list, which logged a warning in every rebalance).
+    #[test]
+    fn no_partition_gained_asks_no_replay_offsets() {
+        let config = IngestConfig::new(crate::kafka::KafkaClients::new("127.0.0.1:1"));
+        let context = IngestContext::new(
+            &config,
+            crate::partition::Partitions::heat_only(2).shared(),
+            Arc::new(Metrics::new()),
+        );
+        let consumer: BaseConsumer<IngestContext> = config
+            .kafka
+            .config(&[("group.id", "pulse-test")])
+            .create_with_context(context)
+            .unwrap();
+        let lines = logged(|| {
+            let offsets = consumer
+                .context()
+                .window_offsets(&consumer, &HashMap::new());
+            assert!(offsets.is_empty());
+        });
+        assert!(!lines.contains(" WARN "), "{lines}");
     }
 
     /// Where an assigned partition starts, for each combination of committed offset,

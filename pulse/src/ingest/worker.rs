@@ -14,7 +14,7 @@ use rdkafka::message::{BorrowedMessage, Header, Message, OwnedHeaders};
 use rdkafka::producer::{BaseProducer, BaseRecord};
 use rdkafka::{Offset, TopicPartitionList};
 
-use super::rebalance::{IngestContext, add_commit, describe};
+use super::rebalance::{IngestContext, add_commit, commit_failed, describe};
 use super::{BATCH, BatchObserver, IngestConfig, POLL_WAIT};
 use crate::checkpoint;
 use crate::metrics::{Metrics, PartitionerLabel};
@@ -489,7 +489,7 @@ impl Worker {
                     }
                 }
             }
-            Err(e) => tracing::warn!(error = %e, offsets = %describe(&tpl), "commit failed"),
+            Err(e) => commit_failed(&e, &tpl),
         }
     }
 }
