@@ -15,7 +15,7 @@ use rdkafka::{ClientContext, Offset, TopicPartitionList};
 
 use super::{Clock, IngestConfig};
 use crate::metrics::Metrics;
-use crate::partition::{PartitionState, SharedPartitions};
+use crate::partition::{PartitionState, Partitions, SharedPartitions};
 
 /// Runs the rebalances (see the module documentation), logs commits, and turns
 /// statistics into the lag gauge.
@@ -60,10 +60,20 @@ impl ClientContext for IngestContext {
         };
         let mut lag = 0i64;
         let mut ends = Vec::new();
+        let mut topic_partitions = 0;
         for topic in v["topics"].as_object().into_iter().flat_map(|t| t.values()) {
+            let ours = topic["topic"].as_str() == Some(self.topic.as_str());
             for (id, p) in topic["partitions"].as_object().into_iter().flatten() {
                 if id == "-1" {
                     continue;
+                }
+                // The client's metadata (refreshed every second) lists the topic's
+                // partitions; one it was asked for but the cluster does not know is
+                // flagged `unknown`.
+                if let (true, false, Ok(partition)) =
+                    (ours, p["unknown"] == true, id.parse::<i32>())
+                {
+                    topic_partitions = topic_partitions.max(partition + 1);
                 }
                 let hi = p["hi_offset"].as_i64().unwrap_or(-1);
                 if let (Ok(partition), true) = (id.parse::<i32>(), hi >= 0) {
@@ -83,6 +93,7 @@ impl ClientContext for IngestContext {
         self.metrics.consumer_lag.set(lag);
         // Each owned partition's end, for its lag in /healthz.
         let mut partitions = self.partitions.write().unwrap_or_else(|e| e.into_inner());
+        self.grow(&mut partitions, topic_partitions);
         for (partition, high) in ends {
             partitions.set_high_watermark(partition, high);
         }
@@ -218,6 +229,25 @@ impl IngestContext {
         }
     }
 
+    /// Records that the topic has `count` partitions, when that is more than known:
+    /// from then on an answer is complete only when the new partitions are owned too,
+    /// and keys are looked up under the old count and the new one.
+    fn grow(&self, partitions: &mut Partitions, count: i32) {
+        let was = partitions.partition_count();
+        if count <= was {
+            return;
+        }
+        partitions.set_partition_count(count);
+        if was > 0 {
+            tracing::info!(
+                topic = %self.topic,
+                was,
+                partitions = count,
+                "the topic grew: answers are incomplete until its new partitions are owned and live"
+            );
+        }
+    }
+
     /// The partitions revoked since the last call: their polled messages go.
     pub(super) fn take_revoked(&self) -> Vec<i32> {
         if !self.any_revoked.swap(false, Ordering::Acquire) {
@@ -308,9 +338,7 @@ impl IngestContext {
         let window = self.window_offsets(consumer, &since);
         let behind = self.snapshots_past_the_end(consumer, &ours);
         let mut partitions = self.partitions.write().unwrap_or_else(|e| e.into_inner());
-        if count > partitions.partition_count() {
-            partitions.set_partition_count(count);
-        }
+        self.grow(&mut partitions, count);
         for &p in &ours {
             let snapshot = partitions.take_snapshot(p);
             // A snapshot past the partition's end is of an earlier topic of the same
@@ -614,6 +642,61 @@ mod tests {
             assert!(offsets.is_empty());
         });
         assert!(!lines.contains(" WARN "), "{lines}");
+    }
+
+    /// The client's statistics (every second, from metadata refreshed every second)
+    /// tell the topic's partition count: a growth is taken at once, keys are then
+    /// routed under both counts, and a partition the cluster does not know, another
+    /// topic or a smaller count changes nothing.
+    #[test]
+    fn statistics_tell_a_growth() {
+        let mut config = IngestConfig::new(crate::kafka::KafkaClients::new("127.0.0.1:1"));
+        config.topic = "events".into();
+        let partitions = crate::partition::Partitions::heat_only(4).shared();
+        let context = IngestContext::new(&config, partitions.clone(), Arc::new(Metrics::new()));
+        let stats = |topic: &str, known: i32, unknown: &[i32]| {
+            let mut parts = serde_json::Map::new();
+            parts.insert("-1".into(), serde_json::json!({"partition": -1}));
+            for p in 0..known {
+                parts.insert(
+                    p.to_string(),
+                    serde_json::json!({"unknown": false, "hi_offset": 5}),
+                );
+            }
+            for p in unknown {
+                parts.insert(p.to_string(), serde_json::json!({"unknown": true}));
+            }
+            serde_json::json!({"topics": {topic: {"topic": topic, "partitions": parts}}})
+                .to_string()
+        };
+        let count = || partitions.read().unwrap().partition_count();
+        context.stats_raw(stats("events", 4, &[9]).as_bytes());
+        assert_eq!(count(), 4, "a partition the cluster does not know");
+        context.stats_raw(stats("other", 8, &[]).as_bytes());
+        assert_eq!(count(), 4, "another topic");
+        let lines = logged(|| context.stats_raw(stats("events", 6, &[]).as_bytes()));
+        assert_eq!(count(), 6);
+        assert!(
+            lines.contains(" INFO ") && lines.contains("grew"),
+            "{lines}"
+        );
+        let key = b"acme/k/1";
+        let by = |n| crate::fleet::partition_for_key(key, n);
+        let mut observed = partitions.write().unwrap();
+        for i in 0..crate::fleet::MIN_PAIRS {
+            let k = format!("acme/k/{i}");
+            observed.observe_key(
+                k.as_bytes(),
+                crate::fleet::partition_for_key(k.as_bytes(), 6),
+            );
+        }
+        let mut both = vec![by(4), by(6)];
+        both.sort_unstable();
+        both.dedup();
+        assert_eq!(observed.ownership().route(key), Some(both));
+        drop(observed);
+        context.stats_raw(stats("events", 5, &[]).as_bytes());
+        assert_eq!(count(), 6, "a topic never shrinks");
     }
 
     /// Where an assigned partition starts, for each combination of committed offset,
