@@ -20,7 +20,7 @@ use serde::de::DeserializeOwned;
 use super::{ApiError, AppState};
 use crate::fleet::{
     Coverage, EdgesResponse, HeatmapResponse, KeyResponse, ModelResponse, PeerAnswer, PeerFailure,
-    PeerUrl, PredictionsResponse, RatesResponse, Scope, TenantsResponse,
+    PeerUrl, PredictionsResponse, RatesResponse, SILENCE_BEFORE_WARNING, Scope, TenantsResponse,
 };
 use crate::metrics::{Metrics, PeerLabel};
 
@@ -123,12 +123,24 @@ pub(super) async fn answer_from<T: Covered>(
     for peer in gathered {
         count(&state.metrics, &peer);
         match peer.result {
-            Ok(part) => parts.push(part),
+            Ok(part) => {
+                peers.silent_for(&peer.peer, true);
+                parts.push(part)
+            }
             Err(PeerFailure::Status {
                 error: Some(body), ..
-            }) if not_here(&body.error) => covered.extend(body.coverage),
+            }) if not_here(&body.error) => {
+                peers.silent_for(&peer.peer, true);
+                covered.extend(body.coverage)
+            }
             Err(failure) => {
-                tracing::warn!(peer = %peer.peer, failure = failure.as_str(), "peer left out of a fleet answer");
+                // A peer that left the group is dropped by discovery before this
+                // warns; one silent for longer is a fault.
+                if peers.silent_for(&peer.peer, false) >= SILENCE_BEFORE_WARNING {
+                    tracing::warn!(peer = %peer.peer, failure = failure.as_str(), "peer left out of a fleet answer");
+                } else {
+                    tracing::debug!(peer = %peer.peer, failure = failure.as_str(), "peer left out of a fleet answer (not answering for less than the warning's delay)");
+                }
                 missing.push(peer.peer.to_string());
             }
         }

@@ -34,10 +34,13 @@
 //!
 //! # Layout
 //! - `rebalance`: the rebalance protocol (`IngestContext`: assign with its replay
-//!   bounds, revoke with its commit, the commit's watermark metadata);
+//!   bounds, revoke with its commit) and the topic's partition count;
+//! - `commit`: what a commit carries for the next owner (the partition's watermark,
+//!   the topic's partition counts) and how a failed one is logged;
 //! - `worker`: the partition worker loop (`Worker`: poll, decode, apply, tick,
 //!   checkpoint and commit).
 
+mod commit;
 mod rebalance;
 mod worker;
 

@@ -9,13 +9,14 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer, ConsumerContext, RebalanceProtocol};
-use rdkafka::error::{KafkaError, KafkaResult, RDKafkaErrorCode};
+use rdkafka::error::KafkaResult;
 use rdkafka::types::RDKafkaRespErr;
 use rdkafka::{ClientContext, Offset, TopicPartitionList};
 
+use super::commit::{add_commit, commit_failed, committed_partition_counts, committed_watermark};
 use super::{Clock, IngestConfig};
 use crate::metrics::Metrics;
-use crate::partition::{PartitionState, Partitions, SharedPartitions};
+use crate::partition::{Partitions, SharedPartitions};
 
 /// Runs the rebalances (see the module documentation), logs commits, and turns
 /// statistics into the lag gauge.
@@ -94,6 +95,10 @@ impl ClientContext for IngestContext {
         // Each owned partition's end, for its lag in /healthz.
         let mut partitions = self.partitions.write().unwrap_or_else(|e| e.into_inner());
         self.grow(&mut partitions, topic_partitions);
+        // A count the topic had before a growth is kept while a replay could still
+        // reach the events keyed under it.
+        let replay_ms = self.replay.as_millis() as u64;
+        partitions.forget_partition_counts(self.clock.now_ms().saturating_sub(replay_ms));
         for (partition, high) in ends {
             partitions.set_high_watermark(partition, high);
         }
@@ -127,49 +132,6 @@ impl ConsumerContext for IngestContext {
             Err(e) => commit_failed(&e, offsets),
         }
     }
-}
-
-/// Whether a commit was refused because the group is rebalancing: the member's
-/// generation is over (`IllegalGeneration`) or a new one is being formed
-/// (`RebalanceInProgress`). Expected in every rebalance of a healthy group; the
-/// offsets are committed again by the next commit, or on revoke by this member of the
-/// new generation.
-fn refused_by_a_rebalance(error: &KafkaError) -> bool {
-    matches!(
-        error.rdkafka_error_code(),
-        Some(RDKafkaErrorCode::IllegalGeneration | RDKafkaErrorCode::RebalanceInProgress)
-    )
-}
-
-/// Logs a failed commit: at INFO when a rebalance refused it (nothing is wrong), else
-/// at WARN.
-pub(super) fn commit_failed(error: &KafkaError, offsets: &TopicPartitionList) {
-    if refused_by_a_rebalance(error) {
-        tracing::info!(error = %error, offsets = %describe(offsets), "commit refused during a rebalance; committed again later");
-    } else {
-        tracing::warn!(error = %error, offsets = %describe(offsets), "commit failed");
-    }
-}
-
-/// The offset-commit metadata of a partition: its watermark (newest event time
-/// applied), so the next owner replays from the partition's own event time.
-const WATERMARK_METADATA: &str = "watermark_ms=";
-
-/// Adds `partition`'s applied offset to `tpl`, with its watermark as the commit's
-/// metadata.
-pub(super) fn add_commit(tpl: &mut TopicPartitionList, topic: &str, state: &PartitionState) {
-    let mut entry = tpl.add_partition(topic, state.partition);
-    let _ = entry.set_offset(Offset::Offset(state.next_offset));
-    entry.set_metadata(format!("{WATERMARK_METADATA}{}", state.heat.now_ms()));
-}
-
-/// The watermark a commit's metadata carries, if it is one of ours.
-fn committed_watermark(metadata: &str) -> Option<u64> {
-    metadata
-        .strip_prefix(WATERMARK_METADATA)?
-        .parse()
-        .ok()
-        .filter(|&ms| ms > 0)
 }
 
 /// Where a newly assigned partition starts.
@@ -234,10 +196,9 @@ impl IngestContext {
     /// and keys are looked up under the old count and the new one.
     fn grow(&self, partitions: &mut Partitions, count: i32) {
         let was = partitions.partition_count();
-        if count <= was {
+        if !partitions.grow(count, self.clock.now_ms()) {
             return;
         }
-        partitions.set_partition_count(count);
         if was > 0 {
             tracing::info!(
                 topic = %self.topic,
@@ -296,20 +257,25 @@ impl IngestContext {
     fn assign(&self, consumer: &BaseConsumer<Self>, tpl: &mut TopicPartitionList) {
         let count = self.partition_count(consumer, tpl);
         let ours = self.ours(tpl);
+        // Every partition's commit, for the partition counts the group has recorded
+        // (a member that joins after a growth learns where keys lived before); ours
+        // for where they start.
         let mut query = TopicPartitionList::new();
-        for &p in &ours {
+        for p in 0..count {
             query.add_partition(&self.topic, p);
         }
         let mut watermarks = HashMap::new();
-        let asked = if ours.is_empty() {
-            Ok(TopicPartitionList::new())
-        } else {
-            consumer.committed_offsets(query, Duration::from_secs(10))
-        };
-        let committed: HashMap<i32, i64> = match asked {
+        let mut histories = Vec::new();
+        let committed: HashMap<i32, i64> = match consumer
+            .committed_offsets(query, Duration::from_secs(10))
+        {
             Ok(list) => list
                 .elements()
                 .iter()
+                .inspect(|e| {
+                    histories.extend(committed_partition_counts(e.metadata()).map(str::to_owned))
+                })
+                .filter(|e| ours.contains(&e.partition()))
                 .filter_map(|e| match e.offset() {
                     Offset::Offset(o) if o >= 0 => {
                         if let Some(w) = committed_watermark(e.metadata()) {
@@ -339,6 +305,9 @@ impl IngestContext {
         let behind = self.snapshots_past_the_end(consumer, &ours);
         let mut partitions = self.partitions.write().unwrap_or_else(|e| e.into_inner());
         self.grow(&mut partitions, count);
+        for history in &histories {
+            partitions.learn_partition_counts(history, now);
+        }
         for &p in &ours {
             let snapshot = partitions.take_snapshot(p);
             // A snapshot past the partition's end is of an earlier topic of the same
@@ -476,7 +445,7 @@ impl IngestContext {
             for &p in &ours {
                 if let Some(s) = partitions.get(p) {
                     if !s.replaying() && s.next_offset > 0 {
-                        add_commit(&mut commit, &self.topic, s);
+                        add_commit(&mut commit, &self.topic, s, &partitions);
                     }
                 }
             }
@@ -537,88 +506,7 @@ impl IngestContext {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    /// A commit carries the partition's watermark; the next owner reads it back, and
-    /// anything else (another client's metadata, none) is no watermark.
-    #[test]
-    fn a_commit_carries_the_partition_watermark() {
-        let mut heat = crate::heat::HeatMap::new(crate::heat::HeatConfig::default());
-        heat.set_clock(u64::MAX);
-        let mut partitions = crate::partition::Partitions::heat_only(2);
-        partitions.assign(1, Some(heat), 0, 0);
-        let state = partitions.states_mut().get_mut(&1).unwrap();
-        state.next_offset = 42;
-        let event = models::AccessEvent::new(
-            1_764_470_000_123,
-            models::TenantId::new("acme").unwrap(),
-            models::CacheKey::new("/a").unwrap(),
-            models::RegionId::new("eu-west").unwrap(),
-            models::NodeId::new("edge-1").unwrap(),
-            models::Outcome::Hit,
-        );
-        state.heat.apply(&event).unwrap();
-        let mut tpl = TopicPartitionList::new();
-        add_commit(&mut tpl, "events", &partitions.states()[&1]);
-        let entry = tpl.find_partition("events", 1).unwrap();
-        assert_eq!(entry.offset(), Offset::Offset(42));
-        assert_eq!(
-            committed_watermark(entry.metadata()),
-            Some(1_764_470_000_123)
-        );
-        for other in [
-            "",
-            "watermark_ms=",
-            "watermark_ms=soon",
-            "owner=a",
-            "watermark_ms=0",
-        ] {
-            assert_eq!(committed_watermark(other), None, "{other:?}");
-        }
-    }
-
-    /// The lines `f` logs at DEBUG and above, as text.
-    fn logged(f: impl FnOnce()) -> String {
-        #[derive(Clone, Default)]
-        struct Captured(Arc<Mutex<Vec<u8>>>);
-        impl std::io::Write for Captured {
-            fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
-                self.0.lock().unwrap().extend_from_slice(bytes);
-                Ok(bytes.len())
-            }
-            fn flush(&mut self) -> std::io::Result<()> {
-                Ok(())
-            }
-        }
-        let out = Captured::default();
-        let writer = out.clone();
-        let subscriber = tracing_subscriber::fmt()
-            .with_writer(move || writer.clone())
-            .with_ansi(false)
-            .with_max_level(tracing::Level::DEBUG)
-            .finish();
-        tracing::subscriber::with_default(subscriber, f);
-        String::from_utf8(out.0.lock().unwrap().clone()).unwrap()
-    }
-
-    /// A commit refused because the group is rebalancing is an INFO line; any other
-    /// failure still warns.
-    #[test]
-    fn a_commit_refused_by_a_rebalance_is_not_a_warning() {
-        let mut offsets = TopicPartitionList::new();
-        let _ = offsets.add_partition_offset("events", 3, Offset::Offset(7));
-        for (code, level) in [
-            (RDKafkaErrorCode::IllegalGeneration, " INFO "),
-            (RDKafkaErrorCode::RebalanceInProgress, " INFO "),
-            (RDKafkaErrorCode::UnknownMemberId, " WARN "),
-            (RDKafkaErrorCode::OffsetMetadataTooLarge, " WARN "),
-            (RDKafkaErrorCode::BrokerTransportFailure, " WARN "),
-        ] {
-            let lines = logged(|| commit_failed(&KafkaError::ConsumerCommit(code), &offsets));
-            assert_eq!(lines.lines().count(), 1, "{code:?}: {lines}");
-            assert!(lines.contains(level), "{code:?}: {lines}");
-            assert!(lines.contains("events/3@7"), "{lines}");
-        }
-    }
+    use crate::ingest::commit::logged;
 
     /// A member that gains no partition asks no offsets for the replay window (the
     /// broker refuses an empty list, which logged a warning in every rebalance).
