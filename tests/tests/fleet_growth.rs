@@ -294,12 +294,26 @@ async fn a_topic_that_grows_under_a_fleet_is_answered_right_and_quietly() {
     {
         result.unwrap_or_else(|(t, e)| panic!("growing {t}: {e}"));
     }
+    let grown_at = Instant::now();
     tokio::time::sleep(Duration::from_millis(800)).await;
     let c = pulse::start(config(2)).await.expect("starting C");
     // While the producer writes, the rounds only check that every instance answers.
-    while !writing.is_finished() {
+    let (mut seen, mut owned) = (None, None);
+    while !writing.is_finished() || owned.is_none() {
         round(&[&a, &b, &c], &truth, None, now_ms).await;
+        let count = |p: &PulseHandle| p.partitions().read().unwrap().partition_count();
+        if seen.is_none() && count(&a) == GROWN && count(&b) == GROWN {
+            seen = Some(grown_at.elapsed());
+        }
+        if owned.is_none() && owners(&[&a, &b, &c]).len() == GROWN as usize {
+            owned = Some(grown_at.elapsed());
+        }
+        assert!(
+            grown_at.elapsed() < SETTLE_BOUND,
+            "the new partitions are not owned"
+        );
     }
+    eprintln!("after the growth: A and B knew it in {seen:?}, every partition owned in {owned:?}");
     writing.await.unwrap();
     let high = high_watermarks(&kafka, &topic, GROWN);
     assert_eq!(
@@ -312,6 +326,7 @@ async fn a_topic_that_grows_under_a_fleet_is_answered_right_and_quietly() {
         "the producer wrote to the new partitions: {high:?}"
     );
     until_whole(&[&a, &b, &c], &truth, &high, now_ms, "grown, C joined").await;
+    eprintln!("whole {:?} after the growth", grown_at.elapsed());
 
     // Some key lived on two partitions, on two instances.
     let owned = owners(&[&a, &b, &c]);
