@@ -134,9 +134,12 @@ pub(super) async fn answer_from<T: Covered>(
                 covered.extend(body.coverage)
             }
             Err(failure) => {
-                // A peer that left the group is dropped by discovery before this
-                // warns; one silent for longer is a fault.
-                if peers.silent_for(&peer.peer, false) >= SILENCE_BEFORE_WARNING {
+                // A peer that left the group (its port closed) is dropped by
+                // discovery before this warns; one unreachable for longer, or any
+                // other failure, is a fault.
+                let silent = peers.silent_for(&peer.peer, false);
+                let gone = matches!(failure, PeerFailure::Unreachable(_));
+                if !gone || silent >= SILENCE_BEFORE_WARNING {
                     tracing::warn!(peer = %peer.peer, failure = failure.as_str(), "peer left out of a fleet answer");
                 } else {
                     tracing::debug!(peer = %peer.peer, failure = failure.as_str(), "peer left out of a fleet answer (not answering for less than the warning's delay)");
