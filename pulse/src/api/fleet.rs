@@ -462,6 +462,39 @@ mod tests {
         }
     }
 
+    /// The group's description said which peer owns a key's partition, and the
+    /// partition has moved since (or that peer is gone): the owners asked do not make
+    /// the answer whole, so every other peer is asked, and the answer is whole and
+    /// right, the gone peer still named.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_key_whose_owner_moved_since_the_last_description_is_whole() {
+        let moved_from = serve(app(state(&[], &[]))).await;
+        let owner = serve(app(state(&[2, 3], &[]))).await;
+        let gone = closed_port().await;
+        let a = state(&[0, 1], &[moved_from.clone(), owner]);
+        let peers = a.peers.clone().unwrap();
+        let a = app(a);
+        let single = app(state(&[0, 1, 2, 3], &[]));
+        let key = (0..100)
+            .map(|i| format!("/k/{i}"))
+            .find(|k| partition_for_key(models::message_key("acme", k).as_bytes(), PARTITIONS) >= 2)
+            .unwrap();
+        let question = format!("/api/keys/acme{key}?now_ms=1764470010000");
+        let (_, alone) = get(&single, &question).await;
+        for (stale, missing) in [
+            (&moved_from, serde_json::json!([])),
+            (&gone, serde_json::json!([gone])),
+        ] {
+            let stale = crate::fleet::PeerUrl::parse(stale).unwrap();
+            peers.set_owners([(2, stale.clone()), (3, stale)].into_iter().collect());
+            let (status, body) = get(&a, &question).await;
+            assert_eq!(status, 200, "{body}");
+            assert_eq!(body["coverage"]["complete"], true, "{body}");
+            assert_eq!(body["coverage"]["missing_peers"], missing, "{body}");
+            assert_eq!(body["windows"], alone["windows"], "{body}");
+        }
+    }
+
     /// A topic grown from 4 to 6 partitions, half the events written before: a key's
     /// route is its partition under each count, and when those are on two instances
     /// each peer reports only the partition it counted, so the answer is whole and
