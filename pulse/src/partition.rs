@@ -213,6 +213,33 @@ impl Partitions {
         self.ownership.set_partition_count(count);
     }
 
+    /// Takes a larger partition count of the topic, seen at `now_ms` (wall clock):
+    /// keys are looked up under the earlier count too until it is forgotten
+    /// ([`Partitions::forget_partition_counts`]). Whether the count grew.
+    pub fn grow(&mut self, count: i32, now_ms: u64) -> bool {
+        if count <= self.partition_count {
+            return false;
+        }
+        self.partition_count = count;
+        self.ownership.grow(count, now_ms);
+        true
+    }
+
+    /// The partition counts a commit of the group carries (`Ownership::history`):
+    /// those this instance did not see are learnt; one below the current count that
+    /// the commit gives no end (it was committed before the growth) ends at `now_ms`.
+    pub fn learn_partition_counts(&mut self, history: &str, now_ms: u64) {
+        for (count, ended_ms) in Ownership::parse_history(history) {
+            self.ownership.learn(count, ended_ms);
+        }
+        self.ownership.grow(self.partition_count, now_ms);
+    }
+
+    /// Forgets the earlier partition counts that ended before `ms`.
+    pub fn forget_partition_counts(&mut self, ms: u64) {
+        self.ownership.forget_ended_before(ms);
+    }
+
     /// What the messages consumed say about the producers' partitioner.
     pub fn ownership(&self) -> &Ownership {
         &self.ownership

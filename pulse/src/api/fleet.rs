@@ -20,7 +20,7 @@ use serde::de::DeserializeOwned;
 use super::{ApiError, AppState};
 use crate::fleet::{
     Coverage, EdgesResponse, HeatmapResponse, KeyResponse, ModelResponse, PeerAnswer, PeerFailure,
-    PeerUrl, PredictionsResponse, RatesResponse, Scope, TenantsResponse,
+    PeerUrl, PredictionsResponse, RatesResponse, SILENCE_BEFORE_WARNING, Scope, TenantsResponse,
 };
 use crate::metrics::{Metrics, PeerLabel};
 
@@ -123,12 +123,27 @@ pub(super) async fn answer_from<T: Covered>(
     for peer in gathered {
         count(&state.metrics, &peer);
         match peer.result {
-            Ok(part) => parts.push(part),
+            Ok(part) => {
+                peers.silent_for(&peer.peer, true);
+                parts.push(part)
+            }
             Err(PeerFailure::Status {
                 error: Some(body), ..
-            }) if not_here(&body.error) => covered.extend(body.coverage),
+            }) if not_here(&body.error) => {
+                peers.silent_for(&peer.peer, true);
+                covered.extend(body.coverage)
+            }
             Err(failure) => {
-                tracing::warn!(peer = %peer.peer, failure = failure.as_str(), "peer left out of a fleet answer");
+                // A peer that left the group (its port closed) is dropped by
+                // discovery before this warns; one unreachable for longer, or any
+                // other failure, is a fault.
+                let silent = peers.silent_for(&peer.peer, false);
+                let gone = matches!(failure, PeerFailure::Unreachable(_));
+                if !gone || silent >= SILENCE_BEFORE_WARNING {
+                    tracing::warn!(peer = %peer.peer, failure = failure.as_str(), "peer left out of a fleet answer");
+                } else {
+                    tracing::debug!(peer = %peer.peer, failure = failure.as_str(), "peer left out of a fleet answer (not answering for less than the warning's delay)");
+                }
                 missing.push(peer.peer.to_string());
             }
         }
@@ -445,6 +460,136 @@ mod tests {
             let owner = partition_for_key(models::message_key("acme", &key).as_bytes(), PARTITIONS);
             assert_eq!(body["ownership"]["partitions"], serde_json::json!([owner]));
         }
+    }
+
+    /// The group's description said which peer owns a key's partition, and the
+    /// partition has moved since (or that peer is gone): the owners asked do not make
+    /// the answer whole, so every other peer is asked, and the answer is whole and
+    /// right, the gone peer still named.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_key_whose_owner_moved_since_the_last_description_is_whole() {
+        let moved_from = serve(app(state(&[], &[]))).await;
+        let owner = serve(app(state(&[2, 3], &[]))).await;
+        let gone = closed_port().await;
+        let a = state(&[0, 1], &[moved_from.clone(), owner]);
+        let peers = a.peers.clone().unwrap();
+        let a = app(a);
+        let single = app(state(&[0, 1, 2, 3], &[]));
+        let key = (0..100)
+            .map(|i| format!("/k/{i}"))
+            .find(|k| partition_for_key(models::message_key("acme", k).as_bytes(), PARTITIONS) >= 2)
+            .unwrap();
+        let question = format!("/api/keys/acme{key}?now_ms=1764470010000");
+        let (_, alone) = get(&single, &question).await;
+        for (stale, missing) in [
+            (&moved_from, serde_json::json!([])),
+            (&gone, serde_json::json!([gone])),
+        ] {
+            let stale = crate::fleet::PeerUrl::parse(stale).unwrap();
+            peers.set_owners([(2, stale.clone()), (3, stale)].into_iter().collect());
+            let (status, body) = get(&a, &question).await;
+            assert_eq!(status, 200, "{body}");
+            assert_eq!(body["coverage"]["complete"], true, "{body}");
+            assert_eq!(body["coverage"]["missing_peers"], missing, "{body}");
+            assert_eq!(body["windows"], alone["windows"], "{body}");
+        }
+    }
+
+    /// A topic grown from 4 to 6 partitions, half the events written before: a key's
+    /// route is its partition under each count, and when those are on two instances
+    /// each peer reports only the partition it counted, so the answer is whole and
+    /// right from either side.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_key_that_moved_with_a_growth_is_whole_across_instances() {
+        const GROWN: i32 = 6;
+        let grown = |owned: &[i32]| {
+            let mut partitions = Partitions::heat_only(PARTITIONS);
+            partitions.set_partition_count(GROWN);
+            for &p in owned {
+                partitions.assign(p, None, 0, 0);
+            }
+            for (i, e) in events().into_iter().enumerate() {
+                let count = if i < 1_000 { PARTITIONS } else { GROWN };
+                let key = e.partition_key();
+                let p = partition_for_key(key.as_bytes(), count);
+                if let Some(state) = partitions.states_mut().get_mut(&p) {
+                    state.heat.apply(&e).unwrap();
+                }
+                partitions.observe_key(key.as_bytes(), p);
+            }
+            partitions.shared()
+        };
+        let (low, high) = ([0, 1, 2], [3, 4, 5]);
+        let node = |owned: &[i32], peers: &[String]| AppState {
+            partitions: grown(owned),
+            metrics: Arc::new(Metrics::new()),
+            peers: (!peers.is_empty()).then(|| Peers::new(peers, PeersConfig::default()).unwrap()),
+        };
+        let (a_url, b_url) = (
+            serve(app(node(&low, &[]))).await,
+            serve(app(node(&high, &[]))).await,
+        );
+        let a = node(&low, std::slice::from_ref(&b_url));
+        let b = node(&high, std::slice::from_ref(&a_url));
+        let owners = |url: &str, of: &[i32]| {
+            let url = crate::fleet::PeerUrl::parse(url).unwrap();
+            of.iter().map(|&p| (p, url.clone())).collect()
+        };
+        a.peers.as_ref().unwrap().set_owners(owners(&b_url, &high));
+        b.peers.as_ref().unwrap().set_owners(owners(&a_url, &low));
+        let (a, b) = (app(a), app(b));
+        let mut across = 0;
+        for i in 0..37u64 {
+            let key = format!("/k/{i}");
+            let message_key = models::message_key("acme", &key);
+            let route: Vec<i32> = {
+                let mut r = vec![
+                    partition_for_key(message_key.as_bytes(), PARTITIONS),
+                    partition_for_key(message_key.as_bytes(), GROWN),
+                ];
+                r.sort_unstable();
+                r.dedup();
+                r
+            };
+            across += usize::from(route.len() == 2 && route[0] < 3 && route[1] >= 3);
+            let truth = events()
+                .iter()
+                .filter(|e| e.tenant.as_str() == "acme" && e.key.as_str() == key)
+                .count() as u64;
+            for (name, instance) in [("a", &a), ("b", &b)] {
+                let (status, body) = get(
+                    instance,
+                    &format!("/api/keys/acme{key}?now_ms=1764470010000"),
+                )
+                .await;
+                assert_eq!(status, 200, "{name} {key}: {body}");
+                assert_eq!(body["coverage"]["complete"], true, "{name} {key}: {body}");
+                assert_eq!(body["ownership"]["partitions"], serde_json::json!(route));
+                assert_eq!(body["windows"][3]["total"], truth, "{name} {key}: {body}");
+            }
+            // A peer asked for both partitions counts, and names, only its own.
+            let (_, part) = get(
+                &a,
+                &format!(
+                    "/api/keys/acme{key}?scope=local&partitions={}",
+                    route
+                        .iter()
+                        .map(i32::to_string)
+                        .collect::<Vec<_>>()
+                        .join(",")
+                ),
+            )
+            .await;
+            let mine: Vec<i32> = route.iter().copied().filter(|p| low.contains(p)).collect();
+            if !mine.is_empty() {
+                assert_eq!(
+                    part["ownership"]["partitions"],
+                    serde_json::json!(mine),
+                    "{part}"
+                );
+            }
+        }
+        assert!(across > 0, "some key has its partitions on both instances");
     }
 
     /// A tenant nobody knows is a 404 that covers every partition, not an outage.

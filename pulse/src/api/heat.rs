@@ -4,7 +4,7 @@ use axum::Json;
 use axum::extract::rejection::{PathRejection, QueryRejection};
 use axum::extract::{Path, Query, State};
 use axum::http::Uri;
-use models::{CacheKey, MAX_KEY_LEN, RegionId};
+use models::{CacheKey, MAX_KEY_LEN, RegionId, TenantId};
 use serde::Deserialize;
 use utoipa::IntoParams;
 
@@ -14,6 +14,7 @@ use super::{
 };
 use crate::fleet::{Scope, ScopeQuery, merge};
 use crate::heat::{QueryError, Window};
+use crate::partition::Partitions;
 
 /// Query of `GET /api/heatmap`.
 #[derive(Debug, Deserialize, IntoParams)]
@@ -211,28 +212,7 @@ pub(super) async fn key_stats(
         // The partitions that may hold the key: those the asker routed to, or its
         // owners under every count the topic had, or (partitioner unknown) all.
         let route = asked.or_else(|| partitions.ownership().route(message_key.as_bytes()));
-        let now_ms = q.now_ms.unwrap_or_else(|| partitions.now_ms());
-        let mut parts = Vec::new();
-        let mut refusal = None;
-        for (&p, state) in partitions.states() {
-            if route.as_ref().is_some_and(|r| !r.contains(&p)) {
-                continue;
-            }
-            match KeyResponse::of(&state.heat, &tenant, &key, now_ms, one(p, &partitions)) {
-                Ok(part) => parts.push(part),
-                Err(e) => refusal = Some(ApiError::from(e)),
-            }
-        }
-        // Every owned partition is accounted for: those off the route hold nothing
-        // of the key.
-        let coverage = owned(&partitions);
-        let local = match merge::key(parts) {
-            Some(merged) => Ok(KeyResponse { coverage, ..merged }),
-            None => Err(match refusal {
-                Some(e) => e.covering(coverage),
-                None => ApiError::owner_unavailable(route.as_deref().unwrap_or(&[]), &partitions),
-            }),
-        };
+        let local = local_key(&partitions, &tenant, &key, q.now_ms, route.as_deref());
         (
             local,
             route,
@@ -272,25 +252,88 @@ pub(super) async fn key_stats(
         _ => None,
     };
     let asked_owners = only.is_some();
-    let answer = fleet::answer_from(&state, q.scope, &uri, local, merge::key, only).await;
-    answer.map(|mut out| {
-        if let (true, Some(route)) = (asked_owners, &route) {
+    let mut answer = fleet::answer_from(&state, q.scope, &uri, local, merge::key, only).await;
+    if let (true, Some(route), Some(peers)) = (asked_owners, &route, &state.peers) {
+        if let Ok(out) = &mut answer {
             // Only the owners were asked: whole when each of the key's partitions
-            // answered exactly once, none replaying, every owner asked answering.
-            let c = &mut out.coverage;
-            c.complete = out.ownership.partitions == *route
-                && !route.iter().any(|p| c.replaying.contains(p))
-                && c.missing_peers.is_empty();
+            // was covered once, none replaying, every owner asked answering.
+            out.coverage.complete =
+                merge::key_complete(route, &out.ownership.partitions, &out.coverage);
         }
-        out.ownership.partitioner = match q.partitions {
-            None => partitioner.map(|p| p.as_str().to_string()),
-            Some(_) => out.ownership.partitioner,
+        // The owners the group's description named may have moved since (it is
+        // read every 2 s): when they did not make the answer whole, and no partition
+        // of the key is replaying (that answer stays partial anyway), every peer that
+        // did not fail is asked, and the answer is whole if every partition is
+        // covered once.
+        let coverage = match &answer {
+            Ok(out) => Some(&out.coverage),
+            Err(e) if matches!(e.code, "incomplete" | "owner_unavailable") => e.coverage.as_deref(),
+            Err(_) => None,
         };
-        if route.is_none() {
-            out.ownership.partitions = (0..partition_count).collect();
-        } else if let Some(route) = &route {
-            out.ownership.partitions = route.clone();
+        let retry = coverage.filter(|c| {
+            q.scope != Some(Scope::Local)
+                && !c.complete
+                && !route.iter().any(|p| c.replaying.contains(p))
+        });
+        if let Some(first) = retry {
+            let failed = first.missing_peers.clone();
+            let others: std::sync::Arc<[crate::fleet::PeerUrl]> = peers
+                .urls()
+                .iter()
+                .filter(|u| !failed.iter().any(|f| f == u.as_str()))
+                .cloned()
+                .collect();
+            let local = local_key(&state.read(), &tenant, &key, q.now_ms, Some(route));
+            answer = fleet::answer_from(&state, q.scope, &uri, local, merge::key, Some(others))
+                .await
+                .map(|mut out| {
+                    out.coverage.missing_peers.extend(failed);
+                    out.coverage.missing_peers.sort();
+                    out.coverage.missing_peers.dedup();
+                    out
+                });
+        }
+    }
+    answer.map(|mut out| {
+        // A peer's answer (the asker named the partitions) says which it counted, so
+        // the asker's merge sees each partition once; this instance's own answer names
+        // the key's partitions.
+        if q.partitions.is_none() {
+            out.ownership.partitioner = partitioner.map(|p| p.as_str().to_string());
+            out.ownership.partitions = route.unwrap_or_else(|| (0..partition_count).collect());
         }
         Json(out)
     })
+}
+
+/// This instance's answer for `tenant/key` from its partitions on `route` (all when
+/// `None`): their estimates added, covering every owned partition (those off the route
+/// hold nothing of the key); a refusal when none has the tenant, or none is owned.
+fn local_key(
+    partitions: &Partitions,
+    tenant: &TenantId,
+    key: &CacheKey,
+    now_ms: Option<u64>,
+    route: Option<&[i32]>,
+) -> Result<KeyResponse, ApiError> {
+    let now_ms = now_ms.unwrap_or_else(|| partitions.now_ms());
+    let mut parts = Vec::new();
+    let mut refusal = None;
+    for (&p, state) in partitions.states() {
+        if route.is_some_and(|r| !r.contains(&p)) {
+            continue;
+        }
+        match KeyResponse::of(&state.heat, tenant, key, now_ms, one(p, partitions)) {
+            Ok(part) => parts.push(part),
+            Err(e) => refusal = Some(ApiError::from(e)),
+        }
+    }
+    let coverage = owned(partitions);
+    match merge::key(parts) {
+        Some(merged) => Ok(KeyResponse { coverage, ..merged }),
+        None => Err(match refusal {
+            Some(e) => e.covering(coverage),
+            None => ApiError::owner_unavailable(route.unwrap_or(&[]), partitions),
+        }),
+    }
 }

@@ -238,6 +238,20 @@ pub(crate) fn key(parts: Vec<KeyResponse>) -> Option<KeyResponse> {
     Some(out)
 }
 
+/// Whether a key's answer, gathered from the owners of its `route` only, is whole:
+/// each partition of the route is covered by an answer (counted, or known to hold
+/// nothing of the key's tenant), none is counted twice or replaying, nothing off the
+/// route is counted, and every owner asked answered. `counted` is the merged
+/// [`KeyOwnership::partitions`](super::KeyOwnership): sorted, duplicates kept.
+pub(crate) fn key_complete(route: &[i32], counted: &[i32], coverage: &Coverage) -> bool {
+    counted.windows(2).all(|w| w[0] != w[1])
+        && counted.iter().all(|p| route.contains(p))
+        && route
+            .iter()
+            .all(|p| coverage.partitions.contains(p) && !coverage.replaying.contains(p))
+        && coverage.missing_peers.is_empty()
+}
+
 /// `GET /api/rates`: each second's events and misses added (seconds matched by their
 /// start), the keys counted added.
 pub(crate) fn rates(parts: Vec<RatesResponse>) -> Option<RatesResponse> {
@@ -588,5 +602,71 @@ mod tests {
 
     fn key_part(parts: Vec<KeyResponse>) -> KeyResponse {
         key(parts).unwrap()
+    }
+
+    /// A key that moved when the topic grew (route `[0, 1]`), each partition on
+    /// another instance: each part names only the partition it counted, the merge
+    /// sees each once, and the answer is whole. A partition counted twice, one not
+    /// covered, one replaying or an owner missing is not.
+    #[test]
+    fn a_key_on_two_instances_is_whole_when_each_partition_counts_once() {
+        let (_, [a, b]) = split();
+        let tenant = TenantId::new("acme").unwrap();
+        let key_name = CacheKey::new("/k/1").unwrap();
+        let now = a.now_ms().max(b.now_ms());
+        let part = |heat: &HeatMap, c: Coverage| {
+            KeyResponse::of(heat, &tenant, &key_name, now, c).unwrap()
+        };
+        let route = [0, 1];
+        let merged = key(vec![part(&b, cov(1)), part(&a, cov(0))]).unwrap();
+        assert_eq!(merged.ownership.partitions, route);
+        assert!(key_complete(
+            &route,
+            &merged.ownership.partitions,
+            &merged.coverage
+        ));
+        // A partition answered by two instances (either side of a rebalance).
+        let twice = key(vec![part(&a, cov(0)), part(&b, cov(1)), part(&b, cov(1))]).unwrap();
+        assert_eq!(twice.ownership.partitions, [0, 1, 1]);
+        assert!(!key_complete(
+            &route,
+            &twice.ownership.partitions,
+            &twice.coverage
+        ));
+        // The route's second partition covered by nobody.
+        let half = key(vec![part(&a, cov(0))]).unwrap();
+        assert!(!key_complete(
+            &route,
+            &half.ownership.partitions,
+            &half.coverage
+        ));
+        // Covered, but holding nothing of the tenant: whole with one part counted.
+        let mut nothing_there = key(vec![part(&a, cov(0))]).unwrap();
+        nothing_there.coverage = Coverage::merge([&cov(0), &cov(1)]);
+        assert!(key_complete(
+            &route,
+            &nothing_there.ownership.partitions,
+            &nothing_there.coverage
+        ));
+        // Replaying, or an owner that did not answer.
+        let replaying = key(vec![part(&a, cov(0)), part(&b, cov(1).replaying(vec![1]))]).unwrap();
+        assert!(!key_complete(
+            &route,
+            &replaying.ownership.partitions,
+            &replaying.coverage
+        ));
+        let mut missing = key(vec![part(&b, cov(1)), part(&a, cov(0))]).unwrap();
+        missing.coverage.missing_peers = vec!["http://10.0.0.2:8080".into()];
+        assert!(!key_complete(
+            &route,
+            &missing.ownership.partitions,
+            &missing.coverage
+        ));
+        // Counted off the route.
+        assert!(!key_complete(
+            &[0],
+            &merged.ownership.partitions,
+            &merged.coverage
+        ));
     }
 }

@@ -36,7 +36,7 @@ pub use partitioner::{MIN_PAIRS, Ownership, Partitioner, partition_for_key};
 pub use peers::{
     DEFAULT_PEER_TIMEOUT, PeerAnswer, PeerFailure, PeerUrl, Peers, PeersConfig, PeersError,
 };
-pub(crate) use peers::{client_id, discover};
+pub(crate) use peers::{SILENCE_BEFORE_WARNING, client_id, discover};
 
 /// Which partitions an answer covers, and whether that is all of them.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, ToSchema)]

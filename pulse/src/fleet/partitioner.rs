@@ -123,6 +123,10 @@ pub fn partition_for_key(key: &[u8], partition_count: i32) -> i32 {
 /// (P = 2) of routing by a partitioner the producers do not use.
 pub const MIN_PAIRS: u64 = 64;
 
+/// Most partition counts a commit's metadata carries (a topic grows rarely; the
+/// broker's `offset.metadata.max.bytes` is 4 KiB by default).
+const MAX_HISTORY: usize = 16;
+
 /// What the (key, partition) pairs consumed say about the producers' partitioner.
 ///
 /// Invariants: a partitioner is [`fitting`](Ownership::fitting) only when it placed
@@ -130,10 +134,19 @@ pub const MIN_PAIRS: u64 = 64;
 /// pulse ran (keys produced before it grew stay where they were), and at least
 /// [`MIN_PAIRS`] were seen; a key's [`route`](Ownership::route) is then its partition
 /// under each of those counts, and otherwise `None`: ask every partition.
+///
+/// The counts the topic had before this instance knew it come from the group's
+/// commits ([`history`](Ownership::history) is what each commit carries): a member
+/// that joins after a growth routes keys where they lived before it too. An earlier
+/// count is kept until no window holds its events ([`forget_ended_before`]).
+///
+/// [`forget_ended_before`]: Ownership::forget_ended_before
 #[derive(Debug, Clone, Default)]
 pub struct Ownership {
     /// The partition counts the topic has had, ascending (the current one last).
     counts: Vec<i32>,
+    /// When each earlier count stopped being the topic's, ms since the Unix epoch.
+    ended_ms: std::collections::BTreeMap<i32, u64>,
     /// Keyed pairs seen.
     pairs: u64,
     /// Pairs each of [`Partitioner::ALL`] placed.
@@ -147,6 +160,66 @@ impl Ownership {
             self.counts.push(count);
             self.counts.sort_unstable();
         }
+    }
+
+    /// The topic has `count` partitions as of `now_ms`: a count it had before ends
+    /// then.
+    pub fn grow(&mut self, count: i32, now_ms: u64) {
+        self.set_partition_count(count);
+        for &c in &self.counts {
+            if c < count {
+                self.ended_ms.entry(c).or_insert(now_ms);
+            }
+        }
+    }
+
+    /// A count the topic had until `ended_ms` (`None`: it has it still), as a commit
+    /// of the group recorded it; of two ends for one count, the later is kept.
+    pub fn learn(&mut self, count: i32, ended_ms: Option<u64>) {
+        self.set_partition_count(count);
+        if let Some(ms) = ended_ms {
+            let end = self.ended_ms.entry(count).or_insert(ms);
+            *end = (*end).max(ms);
+        }
+    }
+
+    /// Forgets the counts that ended before `ms`: no window holds the events keyed
+    /// under them any more.
+    pub fn forget_ended_before(&mut self, ms: u64) {
+        let ended = &self.ended_ms;
+        self.counts
+            .retain(|c| ended.get(c).is_none_or(|&end| end >= ms));
+        self.ended_ms.retain(|_, end| *end >= ms);
+    }
+
+    /// The counts as a commit carries them: `3@1764470000000,5` (an earlier count
+    /// with its end, then the current one); at most [`MAX_HISTORY`] of the newest.
+    pub fn history(&self) -> String {
+        let skip = self.counts.len().saturating_sub(MAX_HISTORY);
+        let parts: Vec<String> = self.counts[skip..]
+            .iter()
+            .map(|c| match self.ended_ms.get(c) {
+                Some(end) => format!("{c}@{end}"),
+                None => c.to_string(),
+            })
+            .collect();
+        parts.join(",")
+    }
+
+    /// Reads a [`history`](Ownership::history): each count with its end, if any;
+    /// what does not parse (another client's metadata) gives nothing.
+    pub fn parse_history(text: &str) -> Vec<(i32, Option<u64>)> {
+        text.split(',')
+            .take(MAX_HISTORY)
+            .filter_map(|part| {
+                let (count, end) = match part.split_once('@') {
+                    Some((c, e)) => (c, Some(e.parse().ok()?)),
+                    None => (part, None),
+                };
+                let count: i32 = count.parse().ok()?;
+                (count > 0).then_some((count, end))
+            })
+            .collect()
     }
 
     /// One consumed message: `key` (its Kafka key) was on `partition`. Keyless
@@ -317,5 +390,45 @@ mod tests {
         ];
         both.sort_unstable();
         assert_eq!(o.route(key.as_bytes()), Some(both));
+    }
+
+    /// A member that joins after a growth learns the earlier count from the group's
+    /// commits and routes a key where it lived before too; an earlier count is
+    /// forgotten once it ended before the replay window, never the current one.
+    #[test]
+    fn a_joiner_learns_the_counts_the_topic_had_from_the_commits() {
+        let by = Partitioner::ConsistentRandom;
+        let mut old = Ownership::default();
+        old.set_partition_count(4);
+        old.grow(6, 1_000);
+        assert_eq!(old.history(), "4@1000,6");
+        let mut joiner = Ownership::default();
+        joiner.set_partition_count(6);
+        for key in keys() {
+            joiner.observe(key.as_bytes(), by.partition(key.as_bytes(), 6));
+        }
+        let key = keys()
+            .find(|k| by.partition(k.as_bytes(), 4) != by.partition(k.as_bytes(), 6))
+            .unwrap();
+        assert_eq!(joiner.route(key.as_bytes()).unwrap().len(), 1);
+        for (count, end) in Ownership::parse_history(&old.history()) {
+            joiner.learn(count, end);
+        }
+        let mut both = vec![
+            by.partition(key.as_bytes(), 4),
+            by.partition(key.as_bytes(), 6),
+        ];
+        both.sort_unstable();
+        assert_eq!(joiner.route(key.as_bytes()), Some(both));
+        assert_eq!(joiner.history(), "4@1000,6");
+        joiner.forget_ended_before(1_000);
+        assert_eq!(joiner.history(), "4@1000,6", "not before its end");
+        joiner.forget_ended_before(1_001);
+        assert_eq!(joiner.history(), "6");
+        assert_eq!(joiner.route(key.as_bytes()).unwrap().len(), 1);
+        // Another client's metadata, or nonsense, says nothing.
+        for other in ["", "owner=a", "x@1", "4@soon", "-3", "0"] {
+            assert_eq!(Ownership::parse_history(other), [], "{other:?}");
+        }
     }
 }

@@ -34,10 +34,13 @@
 //!
 //! # Layout
 //! - `rebalance`: the rebalance protocol (`IngestContext`: assign with its replay
-//!   bounds, revoke with its commit, the commit's watermark metadata);
+//!   bounds, revoke with its commit) and the topic's partition count;
+//! - `commit`: what a commit carries for the next owner (the partition's watermark,
+//!   the topic's partition counts) and how a failed one is logged;
 //! - `worker`: the partition worker loop (`Worker`: poll, decode, apply, tick,
 //!   checkpoint and commit).
 
+mod commit;
 mod rebalance;
 mod worker;
 
@@ -182,9 +185,12 @@ impl Ingest {
                 ("enable.partition.eof", "false"),
                 ("session.timeout.ms", "6000"),
                 ("statistics.interval.ms", "1000"),
-                // A topic that grows is seen within 5 s (librdkafka's default is 5 min):
-                // its new partitions are assigned by a rebalance and counted.
-                ("topic.metadata.refresh.interval.ms", "5000"),
+                // A topic that grows is seen within a second or two (librdkafka's
+                // default is 5 min; producers' defaults are minutes too): answers say
+                // incomplete from then until a rebalance has assigned the new
+                // partitions, which the same refresh sets off. One small metadata
+                // request a second.
+                ("topic.metadata.refresh.interval.ms", "1000"),
                 // Incremental rebalances: partitions that stay are never revoked.
                 ("partition.assignment.strategy", "cooperative-sticky"),
                 // We commit the offsets we applied (`commit`), never librdkafka's stored

@@ -13,9 +13,10 @@ use rdkafka::error::KafkaResult;
 use rdkafka::types::RDKafkaRespErr;
 use rdkafka::{ClientContext, Offset, TopicPartitionList};
 
+use super::commit::{add_commit, commit_failed, committed_partition_counts, committed_watermark};
 use super::{Clock, IngestConfig};
 use crate::metrics::Metrics;
-use crate::partition::{PartitionState, SharedPartitions};
+use crate::partition::{Partitions, SharedPartitions};
 
 /// Runs the rebalances (see the module documentation), logs commits, and turns
 /// statistics into the lag gauge.
@@ -60,10 +61,20 @@ impl ClientContext for IngestContext {
         };
         let mut lag = 0i64;
         let mut ends = Vec::new();
+        let mut topic_partitions = 0;
         for topic in v["topics"].as_object().into_iter().flat_map(|t| t.values()) {
+            let ours = topic["topic"].as_str() == Some(self.topic.as_str());
             for (id, p) in topic["partitions"].as_object().into_iter().flatten() {
                 if id == "-1" {
                     continue;
+                }
+                // The client's metadata (refreshed every second) lists the topic's
+                // partitions; one it was asked for but the cluster does not know is
+                // flagged `unknown`.
+                if let (true, false, Ok(partition)) =
+                    (ours, p["unknown"] == true, id.parse::<i32>())
+                {
+                    topic_partitions = topic_partitions.max(partition + 1);
                 }
                 let hi = p["hi_offset"].as_i64().unwrap_or(-1);
                 if let (Ok(partition), true) = (id.parse::<i32>(), hi >= 0) {
@@ -83,6 +94,11 @@ impl ClientContext for IngestContext {
         self.metrics.consumer_lag.set(lag);
         // Each owned partition's end, for its lag in /healthz.
         let mut partitions = self.partitions.write().unwrap_or_else(|e| e.into_inner());
+        self.grow(&mut partitions, topic_partitions);
+        // A count the topic had before a growth is kept while a replay could still
+        // reach the events keyed under it.
+        let replay_ms = self.replay.as_millis() as u64;
+        partitions.forget_partition_counts(self.clock.now_ms().saturating_sub(replay_ms));
         for (partition, high) in ends {
             partitions.set_high_watermark(partition, high);
         }
@@ -113,30 +129,9 @@ impl ConsumerContext for IngestContext {
     fn commit_callback(&self, result: KafkaResult<()>, offsets: &TopicPartitionList) {
         match result {
             Ok(()) => tracing::debug!(offsets = %describe(offsets), "offsets committed"),
-            Err(e) => tracing::warn!(error = %e, offsets = %describe(offsets), "commit failed"),
+            Err(e) => commit_failed(&e, offsets),
         }
     }
-}
-
-/// The offset-commit metadata of a partition: its watermark (newest event time
-/// applied), so the next owner replays from the partition's own event time.
-const WATERMARK_METADATA: &str = "watermark_ms=";
-
-/// Adds `partition`'s applied offset to `tpl`, with its watermark as the commit's
-/// metadata.
-pub(super) fn add_commit(tpl: &mut TopicPartitionList, topic: &str, state: &PartitionState) {
-    let mut entry = tpl.add_partition(topic, state.partition);
-    let _ = entry.set_offset(Offset::Offset(state.next_offset));
-    entry.set_metadata(format!("{WATERMARK_METADATA}{}", state.heat.now_ms()));
-}
-
-/// The watermark a commit's metadata carries, if it is one of ours.
-fn committed_watermark(metadata: &str) -> Option<u64> {
-    metadata
-        .strip_prefix(WATERMARK_METADATA)?
-        .parse()
-        .ok()
-        .filter(|&ms| ms > 0)
 }
 
 /// Where a newly assigned partition starts.
@@ -196,6 +191,24 @@ impl IngestContext {
         }
     }
 
+    /// Records that the topic has `count` partitions, when that is more than known:
+    /// from then on an answer is complete only when the new partitions are owned too,
+    /// and keys are looked up under the old count and the new one.
+    fn grow(&self, partitions: &mut Partitions, count: i32) {
+        let was = partitions.partition_count();
+        if !partitions.grow(count, self.clock.now_ms()) {
+            return;
+        }
+        if was > 0 {
+            tracing::info!(
+                topic = %self.topic,
+                was,
+                partitions = count,
+                "the topic grew: answers are incomplete until its new partitions are owned and live"
+            );
+        }
+    }
+
     /// The partitions revoked since the last call: their polled messages go.
     pub(super) fn take_revoked(&self) -> Vec<i32> {
         if !self.any_revoked.swap(false, Ordering::Acquire) {
@@ -244,17 +257,25 @@ impl IngestContext {
     fn assign(&self, consumer: &BaseConsumer<Self>, tpl: &mut TopicPartitionList) {
         let count = self.partition_count(consumer, tpl);
         let ours = self.ours(tpl);
+        // Every partition's commit, for the partition counts the group has recorded
+        // (a member that joins after a growth learns where keys lived before); ours
+        // for where they start.
         let mut query = TopicPartitionList::new();
-        for &p in &ours {
+        for p in 0..count {
             query.add_partition(&self.topic, p);
         }
         let mut watermarks = HashMap::new();
+        let mut histories = Vec::new();
         let committed: HashMap<i32, i64> = match consumer
-            .committed_offsets(query.clone(), Duration::from_secs(10))
+            .committed_offsets(query, Duration::from_secs(10))
         {
             Ok(list) => list
                 .elements()
                 .iter()
+                .inspect(|e| {
+                    histories.extend(committed_partition_counts(e.metadata()).map(str::to_owned))
+                })
+                .filter(|e| ours.contains(&e.partition()))
                 .filter_map(|e| match e.offset() {
                     Offset::Offset(o) if o >= 0 => {
                         if let Some(w) = committed_watermark(e.metadata()) {
@@ -283,8 +304,9 @@ impl IngestContext {
         let window = self.window_offsets(consumer, &since);
         let behind = self.snapshots_past_the_end(consumer, &ours);
         let mut partitions = self.partitions.write().unwrap_or_else(|e| e.into_inner());
-        if count > partitions.partition_count() {
-            partitions.set_partition_count(count);
+        self.grow(&mut partitions, count);
+        for history in &histories {
+            partitions.learn_partition_counts(history, now);
         }
         for &p in &ours {
             let snapshot = partitions.take_snapshot(p);
@@ -387,6 +409,11 @@ impl IngestContext {
         consumer: &BaseConsumer<Self>,
         since: &HashMap<i32, i64>,
     ) -> HashMap<i32, i64> {
+        // A member that gains no partition in a cooperative rebalance asks for none:
+        // the broker would refuse an empty list.
+        if since.is_empty() {
+            return HashMap::new();
+        }
         let mut query = TopicPartitionList::new();
         for (&p, &ms) in since {
             let _ = query.add_partition_offset(&self.topic, p, Offset::Offset(ms));
@@ -418,7 +445,7 @@ impl IngestContext {
             for &p in &ours {
                 if let Some(s) = partitions.get(p) {
                     if !s.replaying() && s.next_offset > 0 {
-                        add_commit(&mut commit, &self.topic, s);
+                        add_commit(&mut commit, &self.topic, s, &partitions);
                     }
                 }
             }
@@ -431,9 +458,7 @@ impl IngestContext {
                 Ok(()) => {
                     tracing::info!(offsets = %describe(&commit), "rebalance: committed on revoke")
                 }
-                Err(e) => {
-                    tracing::warn!(error = %e, offsets = %describe(&commit), "commit on revoke failed")
-                }
+                Err(e) => commit_failed(&e, &commit),
             }
         }
         let unassigned = match consumer.rebalance_protocol() {
@@ -481,43 +506,85 @@ impl IngestContext {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::ingest::commit::logged;
 
-    /// A commit carries the partition's watermark; the next owner reads it back, and
-    /// anything else (another client's metadata, none) is no watermark.
+    /// A member that gains no partition asks no offsets for the replay window (the
+    /// broker refuses an empty list, which logged a warning in every rebalance).
     #[test]
-    fn a_commit_carries_the_partition_watermark() {
-        let mut heat = crate::heat::HeatMap::new(crate::heat::HeatConfig::default());
-        heat.set_clock(u64::MAX);
-        let mut partitions = crate::partition::Partitions::heat_only(2);
-        partitions.assign(1, Some(heat), 0, 0);
-        let state = partitions.states_mut().get_mut(&1).unwrap();
-        state.next_offset = 42;
-        let event = models::AccessEvent::new(
-            1_764_470_000_123,
-            models::TenantId::new("acme").unwrap(),
-            models::CacheKey::new("/a").unwrap(),
-            models::RegionId::new("eu-west").unwrap(),
-            models::NodeId::new("edge-1").unwrap(),
-            models::Outcome::Hit,
+    fn no_partition_gained_asks_no_replay_offsets() {
+        let config = IngestConfig::new(crate::kafka::KafkaClients::new("127.0.0.1:1"));
+        let context = IngestContext::new(
+            &config,
+            crate::partition::Partitions::heat_only(2).shared(),
+            Arc::new(Metrics::new()),
         );
-        state.heat.apply(&event).unwrap();
-        let mut tpl = TopicPartitionList::new();
-        add_commit(&mut tpl, "events", &partitions.states()[&1]);
-        let entry = tpl.find_partition("events", 1).unwrap();
-        assert_eq!(entry.offset(), Offset::Offset(42));
-        assert_eq!(
-            committed_watermark(entry.metadata()),
-            Some(1_764_470_000_123)
+        let consumer: BaseConsumer<IngestContext> = config
+            .kafka
+            .config(&[("group.id", "pulse-test")])
+            .create_with_context(context)
+            .unwrap();
+        let lines = logged(|| {
+            let offsets = consumer
+                .context()
+                .window_offsets(&consumer, &HashMap::new());
+            assert!(offsets.is_empty());
+        });
+        assert!(!lines.contains(" WARN "), "{lines}");
+    }
+
+    /// The client's statistics (every second, from metadata refreshed every second)
+    /// tell the topic's partition count: a growth is taken at once, keys are then
+    /// routed under both counts, and a partition the cluster does not know, another
+    /// topic or a smaller count changes nothing.
+    #[test]
+    fn statistics_tell_a_growth() {
+        let mut config = IngestConfig::new(crate::kafka::KafkaClients::new("127.0.0.1:1"));
+        config.topic = "events".into();
+        let partitions = crate::partition::Partitions::heat_only(4).shared();
+        let context = IngestContext::new(&config, partitions.clone(), Arc::new(Metrics::new()));
+        let stats = |topic: &str, known: i32, unknown: &[i32]| {
+            let mut parts = serde_json::Map::new();
+            parts.insert("-1".into(), serde_json::json!({"partition": -1}));
+            for p in 0..known {
+                parts.insert(
+                    p.to_string(),
+                    serde_json::json!({"unknown": false, "hi_offset": 5}),
+                );
+            }
+            for p in unknown {
+                parts.insert(p.to_string(), serde_json::json!({"unknown": true}));
+            }
+            serde_json::json!({"topics": {topic: {"topic": topic, "partitions": parts}}})
+                .to_string()
+        };
+        let count = || partitions.read().unwrap().partition_count();
+        context.stats_raw(stats("events", 4, &[9]).as_bytes());
+        assert_eq!(count(), 4, "a partition the cluster does not know");
+        context.stats_raw(stats("other", 8, &[]).as_bytes());
+        assert_eq!(count(), 4, "another topic");
+        let lines = logged(|| context.stats_raw(stats("events", 6, &[]).as_bytes()));
+        assert_eq!(count(), 6);
+        assert!(
+            lines.contains(" INFO ") && lines.contains("grew"),
+            "{lines}"
         );
-        for other in [
-            "",
-            "watermark_ms=",
-            "watermark_ms=soon",
-            "owner=a",
-            "watermark_ms=0",
-        ] {
-            assert_eq!(committed_watermark(other), None, "{other:?}");
+        let key = b"acme/k/1";
+        let by = |n| crate::fleet::partition_for_key(key, n);
+        let mut observed = partitions.write().unwrap();
+        for i in 0..crate::fleet::MIN_PAIRS {
+            let k = format!("acme/k/{i}");
+            observed.observe_key(
+                k.as_bytes(),
+                crate::fleet::partition_for_key(k.as_bytes(), 6),
+            );
         }
+        let mut both = vec![by(4), by(6)];
+        both.sort_unstable();
+        both.dedup();
+        assert_eq!(observed.ownership().route(key), Some(both));
+        drop(observed);
+        context.stats_raw(stats("events", 5, &[]).as_bytes());
+        assert_eq!(count(), 6, "a topic never shrinks");
     }
 
     /// Where an assigned partition starts, for each combination of committed offset,

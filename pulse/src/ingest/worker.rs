@@ -14,7 +14,8 @@ use rdkafka::message::{BorrowedMessage, Header, Message, OwnedHeaders};
 use rdkafka::producer::{BaseProducer, BaseRecord};
 use rdkafka::{Offset, TopicPartitionList};
 
-use super::rebalance::{IngestContext, add_commit, describe};
+use super::commit::{add_commit, commit_failed};
+use super::rebalance::{IngestContext, describe};
 use super::{BATCH, BatchObserver, IngestConfig, POLL_WAIT};
 use crate::checkpoint;
 use crate::metrics::{Metrics, PartitionerLabel};
@@ -472,7 +473,7 @@ impl Worker {
                 {
                     continue;
                 }
-                add_commit(&mut tpl, &self.config.topic, s);
+                add_commit(&mut tpl, &self.config.topic, s, &partitions);
             }
         }
         if tpl.count() == 0 {
@@ -489,7 +490,7 @@ impl Worker {
                     }
                 }
             }
-            Err(e) => tracing::warn!(error = %e, offsets = %describe(&tpl), "commit failed"),
+            Err(e) => commit_failed(&e, &tpl),
         }
     }
 }

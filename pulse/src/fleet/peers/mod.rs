@@ -32,9 +32,12 @@ use tokio::task::JoinSet;
 use super::ErrorBody;
 
 mod discovery;
+mod silence;
 mod url;
 
 pub(crate) use discovery::{client_id, discover};
+pub(crate) use silence::SILENCE_BEFORE_WARNING;
+use silence::Silences;
 use url::with_local_scope;
 pub use url::{PeerUrl, PeersError};
 
@@ -182,6 +185,7 @@ pub struct Peers {
     /// Which peer each partition is assigned to, as the group's description said
     /// (discovery only; empty with `--peers`).
     owners: Arc<std::sync::RwLock<std::collections::BTreeMap<i32, PeerUrl>>>,
+    silences: Arc<Silences>,
     asker: Arc<Asker>,
 }
 
@@ -234,6 +238,7 @@ impl Peers {
         Ok(Peers {
             peers: Arc::new(std::sync::RwLock::new(peers.into())),
             owners: Arc::default(),
+            silences: Arc::default(),
             asker: Arc::new(Asker {
                 client,
                 authorization,
@@ -267,8 +272,15 @@ impl Peers {
         if *peers.as_ref() == urls[..] {
             return false;
         }
+        self.silences.keep_only(&urls);
         *peers = urls.into();
         true
+    }
+
+    /// Notes whether `peer` answered; for a failure, how long it has not answered
+    /// (compared with [`SILENCE_BEFORE_WARNING`]).
+    pub fn silent_for(&self, peer: &PeerUrl, answered: bool) -> Duration {
+        self.silences.note(peer, answered, Instant::now())
     }
 
     /// Records which peer each partition is assigned to.
