@@ -34,9 +34,10 @@
 //!   `https://`) and [`Tenant`].
 //! - `tls`: rustls configurations: the client listener's (certificate and key files,
 //!   ALPN) and the origin client's (system roots or `origin.ca_file`, server names).
-//! - `limits`: [`FillLimiter`], the user and prefetch classes of origin fills (the
-//!   adaptive prefetch limit, shedding, `Retry-After` under overload). About origin
-//!   fills, not client connections: outside `listener/`.
+//! - `limits/`: [`FillLimiter`], origin fill slots: `shares` (per-tenant committed
+//!   shares, borrowing, deficit round robin, priority classes, `Retry-After`),
+//!   `adaptive` (the latency-following limit of each origin and of pre-warm fills).
+//!   About origin fills, not client connections: outside `listener/`.
 //! - `listener/`: the client listeners, accepting, admitting, guarding and
 //!   supervising connections: `mod` ([`serve`], [`ServeOptions`], the accept loop,
 //!   graceful shutdown, [`shutdown_signal`]), `activity` (what a connection did),
@@ -124,8 +125,8 @@ pub use cache_key::{TargetError, check_target, normalise_key};
 pub use changes::Reloaded;
 pub use config::{
     CacheConfig, Config, ConfigError, ConnectionLimits, FlightConfig, Http2Config, KafkaConfig,
-    OffsetReset, OriginConfig, PrefetchConfig, RequestLimits, TenantConfig, TlsListenConfig,
-    WaitTimeoutPolicy,
+    OffsetReset, OriginConfig, PrefetchConfig, RequestLimits, RouteConfig, TenantConfig,
+    TlsListenConfig, TrafficClass, WaitTimeoutPolicy, class_of,
 };
 pub use events::{ChannelSink, Dropped, EventSink, NoopSink, OutcomeRecord, OutcomeRef};
 pub use flight::{
@@ -135,10 +136,10 @@ pub use flight::{
 pub use forward::{
     CLIENT_HOPS, ClientAddr, FILL_FIELDS, ForwardFields, Peer, TrustedProxies, prewarm_headers,
 };
-pub use limits::{FillClass, FillLimiter, FillSlot, retry_after_secs};
+pub use limits::{FillClass, FillLimiter, FillSlot, TenantFills, retry_after_secs};
 pub use listener::{ConnectionLimiter, ServeOptions, serve, shutdown_signal};
 pub use logging::{LOG_FORMAT_ENV, LogEncoding, init_logging};
-pub use metrics::Metrics;
+pub use metrics::{Metrics, TenantReasonLabels};
 pub use models::Priority;
 pub use origin::{OriginClient, Tenant};
 pub use prewarm::{PrewarmConsumer, check_prewarm, check_signature, handle_prewarm};

@@ -22,6 +22,15 @@ struct ReasonLabels {
     reason: &'static str,
 }
 
+/// A configured tenant (never one read from a request) and a bounded reason.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
+pub struct TenantReasonLabels {
+    /// A tenant id from the configuration.
+    pub tenant: String,
+    /// Why.
+    pub reason: &'static str,
+}
+
 #[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
 struct ResultLabels {
     result: &'static str,

@@ -132,9 +132,11 @@ impl OriginClient {
             .pool_idle_timeout(Duration::from_secs(60))
             .pool_max_idle_per_host(config.pool_max_idle)
             .build(connector);
+        let limiter = FillLimiter::new(flight, prefetch);
+        limiter.set_tenants(tenants);
         Ok(OriginClient {
             client,
-            limiter: FillLimiter::new(flight, prefetch),
+            limiter,
             fields: ForwardFields::new(&config.forward_headers),
             header_timeout: Duration::from_millis(config.header_timeout_ms),
             body_idle_timeout: Duration::from_millis(config.body_idle_timeout_ms),
@@ -148,6 +150,7 @@ impl OriginClient {
     /// made from now on (a reload that changed the tenants).
     pub(crate) fn set_tenants(&self, tenants: &[TenantConfig]) {
         self.server_names.replace(server_name_pairs(tenants));
+        self.limiter.set_tenants(tenants);
     }
 
     /// Whether the client has roots to verify `https://` origins against: the CA

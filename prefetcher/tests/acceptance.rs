@@ -207,12 +207,18 @@ async fn two_tenants_with_the_same_path_get_separate_fills_and_their_own_bodies(
             hosts: vec!["acme.test".into()],
             origin: acme.url(),
             host_header: None,
+            weight: 1.0,
+            peak_fills: None,
+            routes: Vec::new(),
         },
         TenantConfig {
             id: TenantId::new("globex").unwrap(),
             hosts: vec!["globex.test".into()],
             origin: globex.url(),
             host_header: None,
+            weight: 1.0,
+            peak_fills: None,
+            routes: Vec::new(),
         },
     ];
     let node = TestNode::start(c).await;

@@ -1,0 +1,160 @@
+//! [`AdaptiveLimit`]: a concurrency limit that follows the latency of what it
+//! guards (AIMD on latency), one per origin for user fills and one per node for
+//! pre-warm fills.
+//!
+//! Every fill reports its time to the response head. A short-run average above
+//! `tolerance` × the long-run average (or above the target, if set), or an origin
+//! error, multiplies the limit by 0.8, at most once per 100 ms so one slow burst
+//! counts once; otherwise each fill adds `1/limit`, so the limit grows by about one
+//! per limit's worth of healthy fills. An origin whose latency grows with its load
+//! is thus held near the concurrency where its latency starts to rise, and a
+//! recovered one is given its fills back as fast as it answers them.
+
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+const DECREASE_FACTOR: f64 = 0.8;
+pub(crate) const DECREASE_EVERY: Duration = Duration::from_millis(100);
+const SHORT_ALPHA: f64 = 0.3;
+const LONG_ALPHA: f64 = 0.02;
+
+/// An adaptive concurrency limit in `[min, max]`, starting at `max`.
+#[derive(Debug, Clone)]
+pub(crate) struct AdaptiveLimit {
+    limit: f64,
+    min: f64,
+    max: f64,
+    tolerance: f64,
+    target_ms: Option<f64>,
+    short_ms: Option<f64>,
+    long_ms: Option<f64>,
+    last_decrease: Option<Instant>,
+}
+
+impl AdaptiveLimit {
+    /// A limit between `min` and `max` (at least 1) that shrinks when recent
+    /// latency exceeds `tolerance` × the usual one, or `target_ms` when set.
+    pub(crate) fn new(min: usize, max: usize, tolerance: f64, target_ms: Option<u64>) -> Self {
+        let max = max.max(1) as f64;
+        AdaptiveLimit {
+            limit: max,
+            min: (min.max(1) as f64).min(max),
+            max,
+            tolerance,
+            target_ms: target_ms.map(|ms| ms as f64),
+            short_ms: None,
+            long_ms: None,
+            last_decrease: None,
+        }
+    }
+
+    /// A limit that never moves from `max` (the fixed baseline).
+    pub(crate) fn fixed(max: usize) -> Self {
+        let mut limit = AdaptiveLimit::new(max, max, f64::INFINITY, None);
+        limit.min = limit.max;
+        limit
+    }
+
+    /// Whole fills allowed now.
+    pub(crate) fn get(&self) -> usize {
+        self.limit.floor() as usize
+    }
+
+    /// The usual latency (the long-run average), once a fill has reported.
+    pub(crate) fn usual_ms(&self) -> Option<f64> {
+        self.long_ms
+    }
+
+    /// How far recent latency is above the usual one (0 when it is not): the
+    /// controller's error, which `Retry-After` grows with.
+    pub(crate) fn error(&self) -> f64 {
+        match (self.short_ms, self.long_ms) {
+            (Some(short), Some(long)) if long > 0.0 => (short / long - 1.0).max(0.0),
+            _ => 0.0,
+        }
+    }
+
+    /// Feeds one fill's time to the response head (`Some`) or an origin failure
+    /// (`None`); returns whether the whole-fill limit grew.
+    pub(crate) fn record(&mut self, latency: Option<Duration>, now: Instant) -> bool {
+        let slow = match latency {
+            None => true,
+            Some(latency) => {
+                let ms = latency.as_secs_f64() * 1000.0;
+                let short = self.short_ms.map_or(ms, |s| s + SHORT_ALPHA * (ms - s));
+                let long = self.long_ms.map_or(ms, |l| l + LONG_ALPHA * (ms - l));
+                self.short_ms = Some(short);
+                self.long_ms = Some(long);
+                // A few ms of noise on a fast origin is not a slowdown.
+                short > (long * self.tolerance).max(long + 5.0)
+                    || self.target_ms.is_some_and(|t| short > t)
+            }
+        };
+        let before = self.limit;
+        if slow {
+            if self
+                .last_decrease
+                .is_none_or(|at| now.saturating_duration_since(at) >= DECREASE_EVERY)
+            {
+                self.limit = (self.limit * DECREASE_FACTOR).max(self.min);
+                self.last_decrease = Some(now);
+            }
+        } else {
+            self.limit = (self.limit + 1.0 / self.limit).min(self.max);
+        }
+        self.limit.floor() > before.floor()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ms(v: u64) -> Option<Duration> {
+        Some(Duration::from_millis(v))
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_limit_shrinks_on_a_slowing_origin_and_grows_back_when_it_recovers() {
+        let mut l = AdaptiveLimit::new(1, 16, 2.0, None);
+        for _ in 0..50 {
+            l.record(ms(20), Instant::now());
+        }
+        assert_eq!(l.get(), 16);
+        for _ in 0..10 {
+            tokio::time::advance(DECREASE_EVERY).await;
+            l.record(ms(400), Instant::now());
+        }
+        let shrunk = l.get();
+        assert!(shrunk < 8, "limit {shrunk}");
+        assert!(l.error() > 1.0, "recent latency far above the usual");
+        for _ in 0..5 {
+            tokio::time::advance(DECREASE_EVERY).await;
+            l.record(None, Instant::now());
+        }
+        assert!(l.get() <= shrunk && l.get() >= 1, "never below min");
+        for _ in 0..2_000 {
+            l.record(ms(20), Instant::now());
+        }
+        assert_eq!(l.get(), 16, "healthy fills raise it back");
+        assert_eq!(l.error(), 0.0);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn one_slow_burst_shrinks_the_limit_once_and_a_fixed_limit_never_moves() {
+        let mut l = AdaptiveLimit::new(1, 100, 2.0, None);
+        l.record(ms(20), Instant::now());
+        for _ in 0..20 {
+            l.record(ms(2_000), Instant::now());
+        }
+        assert_eq!(l.get(), 80, "one decrease per 100 ms");
+        let mut fixed = AdaptiveLimit::fixed(100);
+        for _ in 0..20 {
+            tokio::time::advance(DECREASE_EVERY).await;
+            fixed.record(ms(20 * 1_000), Instant::now());
+            fixed.record(None, Instant::now());
+        }
+        assert_eq!(fixed.get(), 100);
+    }
+}
