@@ -230,7 +230,9 @@ impl Shares {
         for s in &mut self.shares {
             let part = s.weight / total;
             s.committed = ((self.max_fills as f64 * part).floor() as usize).max(1);
-            s.queue_bound = ((self.max_queued as f64 * part).floor() as usize).max(1);
+            // At least one place each, unless the node queues no fill at all.
+            s.queue_bound =
+                ((self.max_queued as f64 * part).floor() as usize).max(self.max_queued.min(1));
         }
         self.index = self
             .shares
