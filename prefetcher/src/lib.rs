@@ -136,10 +136,12 @@ pub use flight::{
 pub use forward::{
     CLIENT_HOPS, ClientAddr, FILL_FIELDS, ForwardFields, Peer, TrustedProxies, prewarm_headers,
 };
-pub use limits::{FillClass, FillLimiter, FillSlot, TenantFills, retry_after_secs};
+pub use limits::{
+    FillClass, FillLimiter, FillSlot, TenantFills, TenantReasonLabels, retry_after_secs,
+};
 pub use listener::{ConnectionLimiter, ServeOptions, serve, shutdown_signal};
 pub use logging::{LOG_FORMAT_ENV, LogEncoding, init_logging};
-pub use metrics::{Metrics, TenantReasonLabels};
+pub use metrics::Metrics;
 pub use models::Priority;
 pub use origin::{OriginClient, Tenant};
 pub use prewarm::{PrewarmConsumer, check_prewarm, check_signature, handle_prewarm};

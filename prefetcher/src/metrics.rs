@@ -10,6 +10,7 @@ use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
 
 use crate::flight::FillError;
+use crate::limits::{TenantFills, TenantReasonLabels};
 use crate::request_head::RefusalReason;
 use crate::status::{CacheStatus, ClientLimit, H2Abuse, RejectReason};
 
@@ -27,15 +28,6 @@ struct ReasonLabels {
 #[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
 struct TenantLabels {
     tenant: String,
-}
-
-/// A configured tenant (never one read from a request) and a bounded reason.
-#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
-pub struct TenantReasonLabels {
-    /// A tenant id from the configuration.
-    pub tenant: String,
-    /// Why.
-    pub reason: &'static str,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
@@ -216,7 +208,7 @@ pub struct Metrics {
 impl Metrics {
     /// Sets the per-tenant fill gauges to `tenants` (the configured ones only: a
     /// tenant a reload removed leaves the metrics).
-    pub fn set_tenant_fills(&self, tenants: &[crate::limits::TenantFills]) {
+    pub fn set_tenant_fills(&self, tenants: &[TenantFills]) {
         let families = [
             &self.tenant_fills_active,
             &self.tenant_fills_queued,

@@ -34,6 +34,7 @@ use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use std::time::Duration;
 
 use models::TenantId;
+use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use tokio::sync::{Notify, oneshot};
@@ -41,7 +42,6 @@ use tokio::time::Instant;
 
 use crate::config::{FlightConfig, PrefetchConfig, TenantConfig, TrafficClass};
 use crate::flight::FillError;
-use crate::metrics::TenantReasonLabels;
 use adaptive::AdaptiveLimit;
 pub use shares::TenantFills;
 use shares::{Shares, Waiter};
@@ -53,6 +53,16 @@ pub enum FillClass {
     User,
     /// A pre-warm fill within spare capacity.
     Prefetch,
+}
+
+/// The labels of refused user fills: a configured tenant (never one read from a
+/// request) and a bounded reason.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
+pub struct TenantReasonLabels {
+    /// A tenant id from the configuration.
+    pub tenant: String,
+    /// `queue_full`, `pushed_out` or `deadline`.
+    pub reason: &'static str,
 }
 
 /// Why a user fill was refused (the `reason` label of `fills_refused`).
