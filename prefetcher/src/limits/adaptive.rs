@@ -1,14 +1,18 @@
 //! [`AdaptiveLimit`]: a concurrency limit that follows the latency of what it
-//! guards (AIMD on latency), one per origin for user fills and one per node for
-//! pre-warm fills.
+//! guards (AIMD on latency against its no-load latency, as Vegas does), one per
+//! origin for user fills and one per node for pre-warm fills.
 //!
-//! Every fill reports its time to the response head. A short-run average above
-//! `tolerance` × the long-run average (or above the target, if set), or an origin
-//! error, multiplies the limit by 0.8, at most once per 100 ms so one slow burst
-//! counts once; otherwise each fill adds `1/limit`, so the limit grows by about one
-//! per limit's worth of healthy fills. An origin whose latency grows with its load
-//! is thus held near the concurrency where its latency starts to rise, and a
-//! recovered one is given its fills back as fast as it answers them.
+//! Every fill reports its time to the response head. The limit compares a short-run
+//! average with the origin's *no-load* latency: the lowest the short-run average has
+//! been, which follows a faster origin at once and a slower one only over
+//! `BASE_RISE` (30 s), so a sustained overload stays visible instead of becoming
+//! the new normal. A short-run average above `tolerance` × the no-load latency (or
+//! above the target, if set), or an origin error, multiplies the limit by 0.8, at
+//! most once per 100 ms so one slow burst counts once; otherwise each fill adds
+//! `1/limit`, so the limit grows by about one per limit's worth of healthy fills. An
+//! origin whose latency grows with its load is thus held near the concurrency where
+//! its latency reaches `tolerance` × its no-load one, and a recovered one is given
+//! its fills back as fast as it answers them.
 
 use std::time::Duration;
 
@@ -18,6 +22,10 @@ const DECREASE_FACTOR: f64 = 0.8;
 pub(crate) const DECREASE_EVERY: Duration = Duration::from_millis(100);
 const SHORT_ALPHA: f64 = 0.3;
 const LONG_ALPHA: f64 = 0.02;
+/// Where a slow-starting limit starts (TCP's initial window).
+const INITIAL: f64 = 10.0;
+/// How slowly the no-load latency follows an origin that got slower for good.
+const BASE_RISE: Duration = Duration::from_secs(30);
 
 /// An adaptive concurrency limit in `[min, max]`, starting at `max`.
 #[derive(Debug, Clone)]
@@ -29,7 +37,13 @@ pub(crate) struct AdaptiveLimit {
     target_ms: Option<f64>,
     short_ms: Option<f64>,
     long_ms: Option<f64>,
+    /// The no-load latency, and when it was last updated.
+    base_ms: Option<f64>,
+    base_at: Option<Instant>,
     last_decrease: Option<Instant>,
+    /// Until the first slowdown the limit grows by one per healthy fill (doubling
+    /// each round of fills, as TCP's slow start), from a few fills.
+    slow_start: bool,
 }
 
 impl AdaptiveLimit {
@@ -45,8 +59,26 @@ impl AdaptiveLimit {
             target_ms: target_ms.map(|ms| ms as f64),
             short_ms: None,
             long_ms: None,
+            base_ms: None,
+            base_at: None,
             last_decrease: None,
+            slow_start: false,
         }
+    }
+
+    /// A limit between `min` and `max` that starts at `INITIAL` fills and grows by
+    /// one per healthy fill until the first slowdown: a new origin is not sent
+    /// `max` fills before its latency has said anything.
+    pub(crate) fn slow_start(
+        min: usize,
+        max: usize,
+        tolerance: f64,
+        target_ms: Option<u64>,
+    ) -> Self {
+        let mut limit = AdaptiveLimit::new(min, max, tolerance, target_ms);
+        limit.limit = INITIAL.clamp(limit.min, limit.max);
+        limit.slow_start = true;
+        limit
     }
 
     /// A limit that never moves from `max` (the fixed baseline).
@@ -66,11 +98,11 @@ impl AdaptiveLimit {
         self.long_ms
     }
 
-    /// How far recent latency is above the usual one (0 when it is not): the
+    /// How far recent latency is above the no-load one (0 when it is not): the
     /// controller's error, which `Retry-After` grows with.
     pub(crate) fn error(&self) -> f64 {
-        match (self.short_ms, self.long_ms) {
-            (Some(short), Some(long)) if long > 0.0 => (short / long - 1.0).max(0.0),
+        match (self.short_ms, self.base_ms) {
+            (Some(short), Some(base)) if base > 0.0 => (short / base - 1.0).max(0.0),
             _ => 0.0,
         }
     }
@@ -84,10 +116,20 @@ impl AdaptiveLimit {
                 let ms = latency.as_secs_f64() * 1000.0;
                 let short = self.short_ms.map_or(ms, |s| s + SHORT_ALPHA * (ms - s));
                 let long = self.long_ms.map_or(ms, |l| l + LONG_ALPHA * (ms - l));
+                let rise = self.base_at.map_or(1.0, |at| {
+                    (now.saturating_duration_since(at).as_secs_f64() / BASE_RISE.as_secs_f64())
+                        .min(1.0)
+                });
+                let base = match self.base_ms {
+                    Some(base) if short > base => base + rise * (short - base),
+                    _ => short,
+                };
                 self.short_ms = Some(short);
                 self.long_ms = Some(long);
+                self.base_ms = Some(base);
+                self.base_at = Some(now);
                 // A few ms of noise on a fast origin is not a slowdown.
-                short > (long * self.tolerance).max(long + 5.0)
+                short > (base * self.tolerance).max(base + 5.0)
                     || self.target_ms.is_some_and(|t| short > t)
             }
         };
@@ -100,8 +142,14 @@ impl AdaptiveLimit {
                 self.limit = (self.limit * DECREASE_FACTOR).max(self.min);
                 self.last_decrease = Some(now);
             }
+            self.slow_start = false;
         } else {
-            self.limit = (self.limit + 1.0 / self.limit).min(self.max);
+            let step = if self.slow_start {
+                1.0
+            } else {
+                1.0 / self.limit
+            };
+            self.limit = (self.limit + step).min(self.max);
         }
         self.limit.floor() > before.floor()
     }
@@ -139,6 +187,34 @@ mod tests {
         }
         assert_eq!(l.get(), 16, "healthy fills raise it back");
         assert_eq!(l.error(), 0.0);
+    }
+
+    /// A slow-starting limit begins at a few fills, doubles per round of healthy
+    /// fills, and holds an origin whose latency grows with its load near the load
+    /// where its latency reaches `tolerance` × the no-load one.
+    #[tokio::test(start_paused = true)]
+    async fn a_slow_start_finds_where_a_loaded_origin_slows_down() {
+        let mut l = AdaptiveLimit::slow_start(1, 1_000, 2.0, None);
+        assert_eq!(l.get(), 10);
+        // An origin answering in 50 ms × (1 + (fills / 100)²).
+        let latency = |fills: usize| {
+            let load = fills as f64 / 100.0;
+            ms((50.0 * (1.0 + load * load)) as u64)
+        };
+        for _ in 0..2_000 {
+            tokio::time::advance(Duration::from_millis(5)).await;
+            let fills = l.get();
+            l.record(latency(fills), Instant::now());
+        }
+        let held = l.get();
+        assert!((50..=150).contains(&held), "held at {held} fills");
+        let mut fixed = AdaptiveLimit::fixed(1_000);
+        fixed.record(latency(fixed.get()), Instant::now());
+        assert_eq!(
+            fixed.get(),
+            1_000,
+            "a fixed limit would send 10× the capacity"
+        );
     }
 
     #[tokio::test(start_paused = true)]

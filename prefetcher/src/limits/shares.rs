@@ -119,7 +119,7 @@ impl Shares {
 
     fn new_origin(&self, key: String) -> Origin {
         let limit = if self.adaptive {
-            AdaptiveLimit::new(
+            AdaptiveLimit::slow_start(
                 self.origin_min,
                 self.max_fills,
                 self.tolerance,
