@@ -137,7 +137,8 @@ pub struct PrefetchConfig {
     /// Longest a prefetch waits for a slot before it is shed.
     pub queue_timeout_ms: u64,
     /// The limit shrinks when recent fill latency exceeds this multiple of the
-    /// long-run latency.
+    /// origin's no-load latency (the lowest recent latency, rising toward a slower
+    /// origin over 30 s); the origins' adaptive limits use it too.
     pub latency_tolerance: f64,
     /// The limit also shrinks while recent fill latency is above this, if set.
     pub latency_target_ms: Option<u64>,
