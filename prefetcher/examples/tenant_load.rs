@@ -63,9 +63,9 @@ fn main() {
         .expect("runtime")
         .block_on(async move {
             if args.flood > 0 {
-                flood(Arc::new(args)).await
+                run_flood(Arc::new(args)).await
             } else {
-                steady(Arc::new(args)).await
+                run_steady(Arc::new(args)).await
             }
         });
 }
@@ -95,7 +95,7 @@ async fn get(addr: SocketAddr, host: &str, path: &str) -> Option<Duration> {
     .flatten()
 }
 
-async fn flood(args: Arc<Args>) {
+async fn run_flood(args: Arc<Args>) {
     let end = Instant::now() + Duration::from_secs(args.secs);
     let next = Arc::new(AtomicUsize::new(0));
     let ok = Arc::new(AtomicUsize::new(0));
@@ -127,7 +127,7 @@ async fn flood(args: Arc<Args>) {
     );
 }
 
-async fn steady(args: Arc<Args>) {
+async fn run_steady(args: Arc<Args>) {
     const HOT: usize = 20;
     for k in 0..HOT {
         let path = format!("{}-hot-{k}", args.prefix);
