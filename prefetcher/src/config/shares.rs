@@ -7,23 +7,20 @@ use super::{Result, TenantConfig, invalid};
 
 /// The priority class of a user fill, from its tenant's routes: under pressure the
 /// lowest class is refused first. Pre-warm fills are below every class.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[derive(
+    Debug, Clone, Copy, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize,
+)]
 #[serde(rename_all = "lowercase")]
 pub enum TrafficClass {
     /// Work that may wait: refused first.
     Background,
     /// Static assets (the class of a path no route names).
+    #[default]
     Static,
     /// Stateful API calls.
     Api,
     /// Health checks: refused last.
     Critical,
-}
-
-impl Default for TrafficClass {
-    fn default() -> Self {
-        TrafficClass::Static
-    }
 }
 
 impl TrafficClass {
