@@ -9,7 +9,8 @@
 //! the new normal. A short-run average above `tolerance` × the no-load latency (or
 //! above the target, if set), or an origin error, multiplies the limit by 0.8, at
 //! most once per 100 ms so one slow burst counts once; otherwise each fill adds
-//! `1/limit`, so the limit grows by about one per limit's worth of healthy fills. An
+//! `1/limit`, so the limit grows by about one per limit's worth of healthy fills
+//! (only while at least half of it is used). An
 //! origin whose latency grows with its load is thus held near the concurrency where
 //! its latency reaches `tolerance` × its no-load one, and a recovered one is given
 //! its fills back as fast as it answers them.
@@ -108,8 +109,16 @@ impl AdaptiveLimit {
     }
 
     /// Feeds one fill's time to the response head (`Some`) or an origin failure
-    /// (`None`); returns whether the whole-fill limit grew.
-    pub(crate) fn record(&mut self, latency: Option<Duration>, now: Instant) -> bool {
+    /// (`None`), with `in_flight` fills running at that time; returns whether the
+    /// whole-fill limit grew. A limit less than half used does not grow (as TCP's
+    /// congestion window validation): quiet hours do not build up a limit that a
+    /// sudden herd would then be let through with before any latency comes back.
+    pub(crate) fn record(
+        &mut self,
+        latency: Option<Duration>,
+        now: Instant,
+        in_flight: usize,
+    ) -> bool {
         let slow = match latency {
             None => true,
             Some(latency) => {
@@ -143,7 +152,7 @@ impl AdaptiveLimit {
                 self.last_decrease = Some(now);
             }
             self.slow_start = false;
-        } else {
+        } else if 2.0 * in_flight as f64 >= self.limit {
             let step = if self.slow_start {
                 1.0
             } else {
@@ -167,23 +176,23 @@ mod tests {
     async fn the_limit_shrinks_on_a_slowing_origin_and_grows_back_when_it_recovers() {
         let mut l = AdaptiveLimit::new(1, 16, 2.0, None);
         for _ in 0..50 {
-            l.record(ms(20), Instant::now());
+            l.record(ms(20), Instant::now(), l.get());
         }
         assert_eq!(l.get(), 16);
         for _ in 0..10 {
             tokio::time::advance(DECREASE_EVERY).await;
-            l.record(ms(400), Instant::now());
+            l.record(ms(400), Instant::now(), l.get());
         }
         let shrunk = l.get();
         assert!(shrunk < 8, "limit {shrunk}");
         assert!(l.error() > 1.0, "recent latency far above the usual");
         for _ in 0..5 {
             tokio::time::advance(DECREASE_EVERY).await;
-            l.record(None, Instant::now());
+            l.record(None, Instant::now(), l.get());
         }
         assert!(l.get() <= shrunk && l.get() >= 1, "never below min");
         for _ in 0..2_000 {
-            l.record(ms(20), Instant::now());
+            l.record(ms(20), Instant::now(), l.get());
         }
         assert_eq!(l.get(), 16, "healthy fills raise it back");
         assert_eq!(l.error(), 0.0);
@@ -204,12 +213,12 @@ mod tests {
         for _ in 0..2_000 {
             tokio::time::advance(Duration::from_millis(5)).await;
             let fills = l.get();
-            l.record(latency(fills), Instant::now());
+            l.record(latency(fills), Instant::now(), fills);
         }
         let held = l.get();
         assert!((50..=150).contains(&held), "held at {held} fills");
         let mut fixed = AdaptiveLimit::fixed(1_000);
-        fixed.record(latency(fixed.get()), Instant::now());
+        fixed.record(latency(fixed.get()), Instant::now(), 1_000);
         assert_eq!(
             fixed.get(),
             1_000,
@@ -217,19 +226,33 @@ mod tests {
         );
     }
 
+    /// Healthy fills far below the limit do not raise it.
+    #[tokio::test(start_paused = true)]
+    async fn a_limit_grows_only_while_it_is_used() {
+        let mut l = AdaptiveLimit::slow_start(1, 256, 2.0, None);
+        for _ in 0..1_000 {
+            l.record(ms(20), Instant::now(), 2);
+        }
+        assert_eq!(l.get(), 10, "two fills at a time never need more");
+        for _ in 0..100 {
+            l.record(ms(20), Instant::now(), l.get());
+        }
+        assert_eq!(l.get(), 110, "slow start: +1 per healthy fill once in use");
+    }
+
     #[tokio::test(start_paused = true)]
     async fn one_slow_burst_shrinks_the_limit_once_and_a_fixed_limit_never_moves() {
         let mut l = AdaptiveLimit::new(1, 100, 2.0, None);
-        l.record(ms(20), Instant::now());
+        l.record(ms(20), Instant::now(), l.get());
         for _ in 0..20 {
-            l.record(ms(2_000), Instant::now());
+            l.record(ms(2_000), Instant::now(), l.get());
         }
         assert_eq!(l.get(), 80, "one decrease per 100 ms");
         let mut fixed = AdaptiveLimit::fixed(100);
         for _ in 0..20 {
             tokio::time::advance(DECREASE_EVERY).await;
-            fixed.record(ms(20 * 1_000), Instant::now());
-            fixed.record(None, Instant::now());
+            fixed.record(ms(20 * 1_000), Instant::now(), 100);
+            fixed.record(None, Instant::now(), 100);
         }
         assert_eq!(fixed.get(), 100);
     }

@@ -471,7 +471,8 @@ impl FillSlot {
         let inner = &self.inner;
         let now = Instant::now();
         let mut state = inner.lock();
-        let grew = state.prefetch_limit.record(latency, now);
+        let prefetching = state.prefetch_active;
+        let grew = state.prefetch_limit.record(latency, now, prefetching);
         if let Some(tenant) = &self.tenant {
             let t = state.shares.index_of(tenant);
             if state.shares.record(t, latency, now) {

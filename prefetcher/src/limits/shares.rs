@@ -413,8 +413,8 @@ impl Shares {
 
     /// Feeds a fill's latency to tenant `t`'s origin limit; whether it grew.
     pub(super) fn record(&mut self, t: usize, latency: Option<Duration>, now: Instant) -> bool {
-        let origin = self.shares[t].origin;
-        self.origins[origin].limit.record(latency, now)
+        let origin = &mut self.origins[self.shares[t].origin];
+        origin.limit.record(latency, now, origin.active)
     }
 
     /// Records one refusal of tenant `t` and returns the `Retry-After` seconds for

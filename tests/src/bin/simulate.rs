@@ -59,6 +59,10 @@ struct Args {
     /// false`): the baseline the adaptive limit is measured against.
     #[arg(long)]
     fixed_origin_limit: bool,
+    /// Floor of each node's and shield's adaptive origin limit
+    /// (`flight.origin_min_fills`).
+    #[arg(long)]
+    origin_min_fills: Option<usize>,
     /// Distinct background keys.
     #[arg(long)]
     keys: Option<usize>,
@@ -131,6 +135,10 @@ fn main() -> anyhow::Result<()> {
     }
     if let Some(n) = args.node_max_queued {
         cfg.node_flight.max_queued_fills = n;
+    }
+    if let Some(n) = args.origin_min_fills {
+        cfg.node_flight.origin_min_fills = n;
+        cfg.shield_flight.origin_min_fills = n;
     }
     if args.fixed_origin_limit {
         cfg.node_flight.adaptive_origin_limit = false;
