@@ -34,9 +34,10 @@
 //!   `https://`) and [`Tenant`].
 //! - `tls`: rustls configurations: the client listener's (certificate and key files,
 //!   ALPN) and the origin client's (system roots or `origin.ca_file`, server names).
-//! - `limits`: [`FillLimiter`], the user and prefetch classes of origin fills (the
-//!   adaptive prefetch limit, shedding, `Retry-After` under overload). About origin
-//!   fills, not client connections: outside `listener/`.
+//! - `limits/`: [`FillLimiter`], origin fill slots: `shares` (per-tenant committed
+//!   shares, borrowing, deficit round robin, priority classes, `Retry-After`),
+//!   `adaptive` (the latency-following limit of each origin and of pre-warm fills).
+//!   About origin fills, not client connections: outside `listener/`.
 //! - `listener/`: the client listeners, accepting, admitting, guarding and
 //!   supervising connections: `mod` ([`serve`], [`ServeOptions`], the accept loop,
 //!   graceful shutdown, [`shutdown_signal`]), `activity` (what a connection did),
@@ -125,8 +126,8 @@ pub use changes::Reloaded;
 pub use config::FillFields;
 pub use config::{
     CacheConfig, Config, ConfigError, ConnectionLimits, FlightConfig, Http2Config, KafkaConfig,
-    OffsetReset, OriginConfig, PrefetchConfig, RequestLimits, TenantConfig, TlsListenConfig,
-    WaitTimeoutPolicy,
+    OffsetReset, OriginConfig, PrefetchConfig, RequestLimits, RouteConfig, TenantConfig,
+    TlsListenConfig, TrafficClass, WaitTimeoutPolicy, class_of,
 };
 pub use events::{ChannelSink, Dropped, EventSink, NoopSink, OutcomeRecord, OutcomeRef};
 pub use flight::{
@@ -137,7 +138,9 @@ pub use forward::{
     CLIENT_HOPS, ClientAddr, FILL_FIELDS, ForwardFields, NOT_ON_FILLS, Peer, TrustedProxies,
     prewarm_headers,
 };
-pub use limits::{FillClass, FillLimiter, FillSlot, retry_after_secs};
+pub use limits::{
+    FillClass, FillLimiter, FillSlot, TenantFills, TenantReasonLabels, retry_after_secs,
+};
 pub use listener::{ConnectionLimiter, ServeOptions, serve, shutdown_signal};
 pub use logging::{LOG_FORMAT_ENV, LogEncoding, init_logging};
 pub use metrics::Metrics;

@@ -1,5 +1,6 @@
-//! Prometheus metrics. Labels are bounded enums only (cache status, failure kind):
-//! never a raw key or tenant.
+//! Prometheus metrics. Labels are bounded enums (cache status, failure kind) and
+//! tenant ids from the configuration: never a raw key, nor a tenant read from a
+//! request.
 
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
@@ -9,6 +10,7 @@ use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
 
 use crate::flight::FillError;
+use crate::limits::{TenantFills, TenantReasonLabels};
 use crate::request_head::RefusalReason;
 use crate::status::{CacheStatus, ClientLimit, H2Abuse, RejectReason};
 
@@ -20,6 +22,12 @@ struct StatusLabels {
 #[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
 struct ReasonLabels {
     reason: &'static str,
+}
+
+/// A configured tenant (never one read from a request).
+#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
+struct TenantLabels {
+    tenant: String,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
@@ -182,12 +190,49 @@ pub struct Metrics {
     /// Origin requests (fills, hedges, pass-through) whose TLS failed: an untrusted
     /// or misnamed certificate, a failed handshake.
     pub origin_tls_failures: Counter,
+    /// User fills refused by configured tenant and reason (`queue_full`,
+    /// `pushed_out`, `deadline`); counted by the fill limiter.
+    pub tenant_fills_refused: Family<TenantReasonLabels, Counter>,
+    /// Per configured tenant, set at each scrape: user fills running, waiting, its
+    /// committed share of the slots, and its origin's adaptive limit.
+    tenant_fills_active: Family<TenantLabels, Gauge>,
+    tenant_fills_queued: Family<TenantLabels, Gauge>,
+    tenant_fill_share: Family<TenantLabels, Gauge>,
+    tenant_origin_fill_limit: Family<TenantLabels, Gauge>,
     /// Configuration reloads (SIGHUP) put in force.
     pub config_reloads_ok: Counter,
     /// Configuration reloads refused (the new config failed its check; the running
     /// one stays).
     pub config_reloads_refused: Counter,
     clients: ClientCounters,
+}
+
+impl Metrics {
+    /// Sets the per-tenant fill gauges to `tenants` (the configured ones only: a
+    /// tenant a reload removed leaves the metrics).
+    pub fn set_tenant_fills(&self, tenants: &[TenantFills]) {
+        let families = [
+            &self.tenant_fills_active,
+            &self.tenant_fills_queued,
+            &self.tenant_fill_share,
+            &self.tenant_origin_fill_limit,
+        ];
+        for family in families {
+            family.clear();
+        }
+        for t in tenants {
+            let labels = TenantLabels {
+                tenant: t.tenant.to_string(),
+            };
+            for (family, value) in
+                families
+                    .iter()
+                    .zip([t.active, t.queued, t.committed, t.origin_limit])
+            {
+                family.get_or_create(&labels).set(value as i64);
+            }
+        }
+    }
 }
 
 impl Default for Metrics {
@@ -326,6 +371,11 @@ impl Metrics {
             fill_limit: Gauge::default(),
             fills_active: Gauge::default(),
             origin_tls_failures: Counter::default(),
+            tenant_fills_refused: Family::default(),
+            tenant_fills_active: Family::default(),
+            tenant_fills_queued: Family::default(),
+            tenant_fill_share: Family::default(),
+            tenant_origin_fill_limit: Family::default(),
             config_reloads_ok: reloads.get_or_create_owned(&ResultLabels { result: "ok" }),
             config_reloads_refused: reloads
                 .get_or_create_owned(&ResultLabels { result: "refused" }),
@@ -460,6 +510,35 @@ impl Metrics {
             m.fills_active.clone(),
         );
         registry.register(
+            "tenant_fills_refused",
+            "User fills refused by tenant and reason (queue_full, pushed_out, deadline)",
+            m.tenant_fills_refused.clone(),
+        );
+        for (name, help, family) in [
+            (
+                "tenant_fills_active",
+                "User fills running, by tenant",
+                &m.tenant_fills_active,
+            ),
+            (
+                "tenant_fills_queued",
+                "User fills waiting for a slot, by tenant",
+                &m.tenant_fills_queued,
+            ),
+            (
+                "tenant_fill_share",
+                "A tenant's committed share of the fill slots",
+                &m.tenant_fill_share,
+            ),
+            (
+                "tenant_origin_fill_limit",
+                "Adaptive limit of concurrent user fills to a tenant's origin",
+                &m.tenant_origin_fill_limit,
+            ),
+        ] {
+            registry.register(name, help, family.clone());
+        }
+        registry.register(
             "origin_tls_failures",
             "Origin requests whose TLS failed (untrusted or misnamed certificate, handshake)",
             m.origin_tls_failures.clone(),
@@ -593,5 +672,31 @@ mod tests {
         assert!(text.contains(r#"prefetcher_h2_connection_errors_total{reason="rapid_reset"} 1"#));
         assert_eq!(m.refusals(RefusalReason::LengthAndChunked), 1);
         assert_eq!(m.h2_connection_errors(H2Abuse::RapidReset), 1);
+    }
+
+    #[test]
+    fn tenant_gauges_show_the_configured_tenants_of_the_last_scrape() {
+        let m = Metrics::new();
+        let fills = |name: &str, active| crate::limits::TenantFills {
+            tenant: models::TenantId::new(name).unwrap(),
+            committed: 8,
+            active,
+            queued: 2,
+            origin_limit: 5,
+        };
+        m.set_tenant_fills(&[fills("a", 3), fills("b", 1)]);
+        let text = m.encode();
+        assert!(
+            text.contains(r#"prefetcher_tenant_fills_active{tenant="a"} 3"#),
+            "{text}"
+        );
+        assert!(text.contains(r#"prefetcher_tenant_origin_fill_limit{tenant="b"} 5"#));
+        m.set_tenant_fills(&[fills("b", 0)]);
+        let text = m.encode();
+        assert!(
+            !text.contains(r#"tenant="a""#),
+            "a left the configuration: {text}"
+        );
+        assert!(text.contains(r#"prefetcher_tenant_fills_active{tenant="b"} 0"#));
     }
 }

@@ -138,10 +138,12 @@ impl OriginClient {
         let fresh = Client::builder(TokioExecutor::new())
             .pool_max_idle_per_host(0)
             .build(connector);
+        let limiter = FillLimiter::new(flight, prefetch);
+        limiter.set_tenants(tenants);
         Ok(OriginClient {
             client,
             fresh,
-            limiter: FillLimiter::new(flight, prefetch),
+            limiter,
             fields: ForwardFields::new(&config.forward_headers, config.fill_fields),
             header_timeout: Duration::from_millis(config.header_timeout_ms),
             body_idle_timeout: Duration::from_millis(config.body_idle_timeout_ms),
@@ -155,6 +157,7 @@ impl OriginClient {
     /// made from now on (a reload that changed the tenants).
     pub(crate) fn set_tenants(&self, tenants: &[TenantConfig]) {
         self.server_names.replace(server_name_pairs(tenants));
+        self.limiter.set_tenants(tenants);
     }
 
     /// Whether the client has roots to verify `https://` origins against: the CA

@@ -6,7 +6,8 @@
 //! (`proxy::Live`), and it and the fill it starts finish on the one they read. What a
 //! reload can change:
 //! - `tenants`: hosts, origins, `host_header` (the TLS server names of new origin
-//!   connections with them);
+//!   connections with them), `weight`, `peak_fills` and `routes` (the shares of the
+//!   fill slots; fills running or queued keep their place);
 //! - `[limits]`: the request size limits;
 //! - `tls.cert_file` and `tls.key_file`: read again on every reload, so a renewed
 //!   certificate at the same path is put in force; new handshakes present it,
@@ -185,6 +186,33 @@ mod tests {
         assert_eq!(node.config().tenants[0].origin, "http://127.0.0.1:2");
         assert_eq!(node.metrics().config_reloads_ok.get(), 1);
         assert_eq!(node.metrics().config_reloads_refused.get(), 1);
+    }
+
+    /// Tenants' weights and routes are put in force in the fill limiter.
+    #[test]
+    fn a_reload_changes_the_fill_shares() {
+        let node = Node::new(config("http://127.0.0.1:1")).unwrap();
+        let limiter = node.origin().limiter().clone();
+        assert_eq!(limiter.tenants()[0].committed, limiter.max_fills());
+        let mut wanted = config("http://127.0.0.1:1");
+        let mut other = wanted.tenants[0].clone();
+        other.id = TenantId::new("globex").unwrap();
+        other.hosts = vec!["globex.example".into()];
+        other.weight = 3.0;
+        wanted.tenants.push(other);
+        wanted.tenants[0].routes = vec![crate::config::RouteConfig {
+            prefix: "/health".into(),
+            methods: Vec::new(),
+            class: crate::config::TrafficClass::Critical,
+        }];
+        reload_node(&node, None, wanted).unwrap();
+        let shares = limiter.tenants();
+        assert_eq!(shares[1].committed, limiter.max_fills() * 3 / 4);
+        let acme = TenantId::new("acme").unwrap();
+        assert_eq!(
+            limiter.class_of(&acme, "GET", "/healthz"),
+            crate::config::TrafficClass::Critical
+        );
     }
 
     /// A node that started without an https origin has no roots to verify one: the

@@ -98,6 +98,8 @@ struct OriginState {
     fills: AtomicUsize,
     per_path: Mutex<HashMap<String, usize>>,
     in_flight: AtomicUsize,
+    /// Most requests in flight at once since the last `GET /__origin/peak?reset`.
+    peak_in_flight: AtomicUsize,
     behaviour: Mutex<Behaviour>,
     held: watch::Sender<bool>,
     hold_mid_body: AtomicBool,
@@ -113,7 +115,8 @@ struct OriginState {
 /// size is the one set by [`set_body_size`](Self::set_body_size) or, for paths under
 /// `/bytes/N/`, N. A path under `/vary/` is answered as the rest of it, with
 /// `Vary: Accept-Encoding`. Paths given a [`script`](Self::script) answer by it. `GET /__origin/fills?path=/p` returns the fill count of `/p` (or of
-/// every path without `path=`) and is not itself counted.
+/// every path without `path=`) and is not itself counted; `GET /__origin/peak` the most
+/// requests it had in flight at once (`?reset` starts counting again).
 pub struct SyntheticOrigin {
     addr: SocketAddr,
     state: Arc<OriginState>,
@@ -155,6 +158,7 @@ impl SyntheticOrigin {
             fills: AtomicUsize::new(0),
             per_path: Mutex::new(HashMap::new()),
             in_flight: AtomicUsize::new(0),
+            peak_in_flight: AtomicUsize::new(0),
             behaviour: Mutex::new(Behaviour::Ok),
             held: watch::Sender::new(false),
             hold_mid_body: AtomicBool::new(false),
@@ -308,6 +312,14 @@ async fn origin_handler(State(state): State<Arc<OriginState>>, request: Request)
         };
         return Response::new(Body::from(format!("{count}\n")));
     }
+    if request.uri().path() == "/__origin/peak" {
+        let peak = if request.uri().query() == Some("reset") {
+            state.peak_in_flight.swap(0, Ordering::SeqCst)
+        } else {
+            state.peak_in_flight.load(Ordering::SeqCst)
+        };
+        return Response::new(Body::from(format!("{peak}\n")));
+    }
     let n = state.fills.fetch_add(1, Ordering::SeqCst) + 1;
     let earlier = {
         let mut per_path = lock(&state.per_path);
@@ -321,7 +333,8 @@ async fn origin_handler(State(state): State<Arc<OriginState>>, request: Request)
         headers: request.headers().clone(),
     });
     let script = lock(&state.scripts).get(&path).cloned();
-    state.in_flight.fetch_add(1, Ordering::SeqCst);
+    let now = state.in_flight.fetch_add(1, Ordering::SeqCst) + 1;
+    state.peak_in_flight.fetch_max(now, Ordering::SeqCst);
     let guard = InFlight(Arc::clone(&state));
     let latency = state.latency_ms.load(Ordering::SeqCst);
     if latency > 0 {

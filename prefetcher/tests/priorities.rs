@@ -70,6 +70,35 @@ async fn an_overloaded_origin_gets_503_with_a_growing_jittered_retry_after() {
     );
 }
 
+/// A user fill waiting for a slot has a deadline: then its request gets 503 with a
+/// `Retry-After`, and the origin never sees it.
+#[tokio::test]
+async fn a_queued_user_fill_gets_503_at_its_deadline() {
+    let origin = SyntheticOrigin::start("origin").await;
+    let mut c = config(&origin.url());
+    c.flight.max_fills = 1;
+    c.flight.reserved_for_user = 0;
+    c.flight.queue_timeout_ms = 200;
+    let node = TestNode::start(c).await;
+    let client = TestClient::new();
+    origin.hold();
+    let leader = {
+        let (client, addr) = (client.clone(), node.addr);
+        tokio::spawn(async move { client.get(addr, HOST, "/slow").await.unwrap() })
+    };
+    origin.wait_in_flight(1).await;
+    let r = client.get(node.addr, HOST, "/queued").await.unwrap();
+    assert_eq!(r.status, StatusCode::SERVICE_UNAVAILABLE);
+    assert!(r.headers.contains_key(header::RETRY_AFTER));
+    assert_eq!(
+        origin.fills(),
+        1,
+        "the refused fill never reached the origin"
+    );
+    origin.release();
+    assert_eq!(leader.await.unwrap().status, StatusCode::OK);
+}
+
 #[tokio::test]
 async fn a_prewarm_never_takes_the_user_reserve_and_waits_for_spare_capacity() {
     let origin = SyntheticOrigin::start("origin").await;

@@ -88,6 +88,17 @@ pub struct FlightConfig {
     pub max_queued_fills: usize,
     /// Largest `Retry-After` (seconds) an overloaded node sends.
     pub retry_after_max_s: u32,
+    /// Longest a user fill waits for a slot; then the request gets 503 with a
+    /// `Retry-After`.
+    pub queue_timeout_ms: u64,
+    /// A tenant with no fill started, running or queued for this long is idle: the
+    /// others may borrow its committed share of the slots.
+    pub share_idle_ms: u64,
+    /// Whether each origin's user fills follow an adaptive limit (the default) or
+    /// only the fixed `max_fills`: `false` is for measuring the fixed baseline.
+    pub adaptive_origin_limit: bool,
+    /// Lower bound of an origin's adaptive limit.
+    pub origin_min_fills: usize,
 }
 
 impl Default for FlightConfig {
@@ -101,6 +112,10 @@ impl Default for FlightConfig {
             max_flights: 100_000,
             max_queued_fills: 1024,
             retry_after_max_s: 30,
+            queue_timeout_ms: 2_000,
+            share_idle_ms: 5_000,
+            adaptive_origin_limit: true,
+            origin_min_fills: 4,
         }
     }
 }
@@ -122,7 +137,8 @@ pub struct PrefetchConfig {
     /// Longest a prefetch waits for a slot before it is shed.
     pub queue_timeout_ms: u64,
     /// The limit shrinks when recent fill latency exceeds this multiple of the
-    /// long-run latency.
+    /// origin's no-load latency (the lowest recent latency, rising toward a slower
+    /// origin over 30 s); the origins' adaptive limits use it too.
     pub latency_tolerance: f64,
     /// The limit also shrinks while recent fill latency is above this, if set.
     pub latency_target_ms: Option<u64>,

@@ -33,6 +33,7 @@ mod caching;
 mod client;
 mod kafka;
 mod origin;
+mod shares;
 
 pub use caching::{CacheConfig, FlightConfig, PrefetchConfig, WaitTimeoutPolicy};
 pub(crate) use client::IpNetwork;
@@ -40,6 +41,8 @@ pub use client::{ConnectionLimits, Http2Config, RequestLimits, TlsListenConfig};
 pub use kafka::{KafkaConfig, OffsetReset};
 pub use origin::{FillFields, OriginConfig, TenantConfig};
 pub(crate) use origin::{check_forward_headers, check_tenant_hosts, parse_origin, tls_server_name};
+pub(crate) use shares::check_tenant_share;
+pub use shares::{RouteConfig, TrafficClass, class_of};
 
 /// Why a configuration was refused.
 #[derive(Debug, thiserror::Error)]
@@ -166,6 +169,9 @@ impl Config {
                 hosts: vec!["*".into()],
                 origin: origin.into(),
                 host_header: None,
+                weight: 1.0,
+                peak_fills: None,
+                routes: Vec::new(),
             }],
             ..Config::default()
         }
@@ -249,6 +255,15 @@ impl Config {
         if f.max_flights == 0 {
             return Err(invalid("flight.max_flights", "must be positive"));
         }
+        for (name, v) in [
+            ("flight.queue_timeout_ms", f.queue_timeout_ms),
+            ("flight.share_idle_ms", f.share_idle_ms),
+            ("flight.origin_min_fills", f.origin_min_fills as u64),
+        ] {
+            if v == 0 {
+                return Err(invalid(name, "must be positive"));
+            }
+        }
         if f.retry_after_max_s == 0 {
             return Err(invalid("flight.retry_after_max_s", "must be positive"));
         }
@@ -316,6 +331,7 @@ impl Config {
             }
             parse_origin(&t.origin).map_err(|r| invalid(format!("tenants[{i}].origin"), r))?;
             check_tenant_hosts(i, &t.hosts, &mut hosts)?;
+            check_tenant_share(i, t)?;
             if let Some(h) = &t.host_header
                 && http::HeaderValue::from_str(h).is_err()
             {
@@ -377,6 +393,9 @@ mod tests {
             hosts: hosts.iter().map(|h| h.to_string()).collect(),
             origin: origin.into(),
             host_header: None,
+            weight: 1.0,
+            peak_fills: None,
+            routes: Vec::new(),
         }
     }
 

@@ -8,7 +8,7 @@ use http::Uri;
 use models::TenantId;
 use serde::{Deserialize, Serialize};
 
-use super::{Result, invalid};
+use super::{Result, RouteConfig, invalid};
 
 /// Origin client timeouts and pool.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -84,6 +84,21 @@ pub struct TenantConfig {
     /// origin its host name (without port) is the TLS server name.
     #[serde(default)]
     pub host_header: Option<String>,
+    /// The tenant's weight: its committed share of the node's fill slots and queue
+    /// places is `weight` over the sum of every tenant's (1 each by default).
+    #[serde(default = "default_weight")]
+    pub weight: f64,
+    /// Most fill slots the tenant may hold, borrowing included; none: no peak below
+    /// `flight.max_fills`.
+    #[serde(default)]
+    pub peak_fills: Option<usize>,
+    /// Path prefix (and method) → priority class; unmatched paths are `static`.
+    #[serde(default)]
+    pub routes: Vec<RouteConfig>,
+}
+
+fn default_weight() -> f64 {
+    1.0
 }
 
 /// Checks tenant `i`'s host names (no port, no path) and that no other tenant maps

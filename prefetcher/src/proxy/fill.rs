@@ -45,13 +45,16 @@ pub(super) struct FillRequest {
 }
 
 impl Node {
-    /// A fill slot for `permit`'s class. A background fill waits (bounded) for a
-    /// prefetch slot; if a user request joins meanwhile, it leaves the prefetch queue
-    /// and takes a user slot (priority inheritance).
+    /// A fill slot for `permit`'s class. A user fill takes one in its tenant's
+    /// share, with its route's priority class. A background fill waits (bounded) for
+    /// a prefetch slot; if a user request joins meanwhile, it leaves the prefetch
+    /// queue and takes a user slot (priority inheritance).
     async fn fill_slot(&self, permit: &FillPermit) -> Result<FillSlot, FillError> {
         let limiter = self.inner.origin.limiter();
+        let key = permit.key();
+        let class = limiter.class_of(key.tenant(), "GET", key.key().as_str());
         if permit.priority() == Priority::User {
-            return limiter.acquire_user().await;
+            return limiter.acquire_user(key.tenant(), class).await;
         }
         let shed = tokio::select! {
             biased;
@@ -63,7 +66,7 @@ impl Node {
         };
         if permit.priority() == Priority::User {
             self.inner.metrics.prefetches_promoted.inc();
-            return limiter.acquire_user().await;
+            return limiter.acquire_user(key.tenant(), class).await;
         }
         self.inner.metrics.prefetches_shed.inc();
         Err(shed.unwrap_or(FillError::NoCapacity))

@@ -156,6 +156,7 @@ async fn metrics(State(node): State<Node>) -> Response {
     m.fill_limit.set(limiter.max_fills() as i64);
     m.fills_active
         .set(limiter.max_fills().saturating_sub(limiter.free_slots()) as i64);
+    m.set_tenant_fills(&limiter.tenants());
     let mut response = Response::new(Body::from(node.inner.metrics.encode()));
     response.headers_mut().insert(
         header::CONTENT_TYPE,
@@ -181,6 +182,9 @@ impl Node {
         let metrics = Metrics::new();
         let origin = OriginClient::from_config(&config)?
             .count_tls_failures_in(metrics.origin_tls_failures.clone());
+        origin
+            .limiter()
+            .count_refusals_in(metrics.tenant_fills_refused.clone());
         let connections = ConnectionLimiter::new(&config.server, metrics.client_counters());
         Ok(Node {
             inner: Arc::new(NodeInner {

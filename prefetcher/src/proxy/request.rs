@@ -677,7 +677,10 @@ impl Node {
             return self.range_to_origin(ctx, range).await;
         }
         let started = Instant::now();
-        let response = match self.inner.origin.limiter().acquire_user().await {
+        let limiter = self.inner.origin.limiter();
+        let tenant = &ctx.tenant.id;
+        let class = limiter.class_of(tenant, "GET", ctx.key.key().as_str());
+        let response = match limiter.acquire_user(tenant, class).await {
             Ok(_slot) => {
                 let fields = self.inner.origin.fields();
                 let headers = fields.fill_headers(&ctx.headers, ctx.version, &ctx.peer);

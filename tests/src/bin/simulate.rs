@@ -54,6 +54,15 @@ struct Args {
     /// User fills an edge node queues before answering 503 (`flight.max_queued_fills`).
     #[arg(long)]
     node_max_queued: Option<usize>,
+    /// Each node and shield runs up to its fixed `max_fills` of user fills to the
+    /// origin, without the adaptive origin limit (`flight.adaptive_origin_limit =
+    /// false`): the baseline the adaptive limit is measured against.
+    #[arg(long)]
+    fixed_origin_limit: bool,
+    /// Floor of each node's and shield's adaptive origin limit
+    /// (`flight.origin_min_fills`).
+    #[arg(long)]
+    origin_min_fills: Option<usize>,
     /// Distinct background keys.
     #[arg(long)]
     keys: Option<usize>,
@@ -126,6 +135,14 @@ fn main() -> anyhow::Result<()> {
     }
     if let Some(n) = args.node_max_queued {
         cfg.node_flight.max_queued_fills = n;
+    }
+    if let Some(n) = args.origin_min_fills {
+        cfg.node_flight.origin_min_fills = n;
+        cfg.shield_flight.origin_min_fills = n;
+    }
+    if args.fixed_origin_limit {
+        cfg.node_flight.adaptive_origin_limit = false;
+        cfg.shield_flight.adaptive_origin_limit = false;
     }
     if let Some(c) = args.origin_capacity {
         cfg.origin.capacity = c;

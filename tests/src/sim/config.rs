@@ -153,13 +153,15 @@ impl SimConfig {
     }
 
     /// Seed 002's fleet: the default load, but edge nodes without a bound on their
-    /// origin fills (no `Overloaded` answer to push clients back), so a stampede is
+    /// origin fills (no `Overloaded` answer to push clients back, no adaptive origin
+    /// limit), so a stampede is
     /// limited only by what the four set-ups do about it.
     pub fn seed_002() -> SimConfig {
         let unbounded = FlightConfig {
             max_fills: 100_000,
             reserved_for_user: 0,
             max_queued_fills: 100_000,
+            adaptive_origin_limit: false,
             ..FlightConfig::default()
         };
         SimConfig {

@@ -3,7 +3,8 @@
 use std::future::Future;
 use std::pin::Pin;
 
-use prefetcher::{FillError, FillLimiter, FillPermit, FillSlot};
+use models::TenantId;
+use prefetcher::{FillError, FillLimiter, FillPermit, FillSlot, TrafficClass};
 
 /// A group of identical client requests (same node, key and tick).
 #[derive(Debug, Clone, Copy)]
@@ -48,12 +49,13 @@ pub(super) enum Slot {
 }
 
 impl Slot {
-    /// A request for a user slot, or a prefetch slot from spare capacity.
-    pub(super) fn waiting(limiter: FillLimiter, prefetch: bool) -> Slot {
+    /// A request for a user slot in `tenant`'s share, or a prefetch slot from spare
+    /// capacity.
+    pub(super) fn waiting(limiter: FillLimiter, prefetch: bool, tenant: TenantId) -> Slot {
         Slot::Waiting(if prefetch {
             Box::pin(async move { limiter.acquire_prefetch().await })
         } else {
-            Box::pin(async move { limiter.acquire_user().await })
+            Box::pin(async move { limiter.acquire_user(&tenant, TrafficClass::Static).await })
         })
     }
 }

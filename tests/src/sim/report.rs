@@ -36,6 +36,8 @@ pub struct Counters {
     pub timeouts: u64,
     /// Retries sent.
     pub retries: u64,
+    /// Most fills the origin served at once (sampled tail fills weigh several).
+    pub origin_peak_active: f64,
 }
 
 /// The figures of one set-up.
@@ -214,7 +216,7 @@ impl Recorder {
 /// The reference table: one row per set-up.
 pub fn table(rows: &[SimReport]) -> String {
     let mut out = format!(
-        "{:<28} {:>10} {:>10} {:>8} {:>8} {:>9} {:>9} {:>8} {:>7} {:>7} {:>11}\n",
+        "{:<28} {:>10} {:>10} {:>8} {:>8} {:>9} {:>9} {:>8} {:>7} {:>7} {:>11} {:>11}\n",
         "set-up",
         "origin/s",
         "peak/s",
@@ -225,13 +227,14 @@ pub fn table(rows: &[SimReport]) -> String {
         "lead ms",
         "useful",
         "wasted",
-        "prewarm MB"
+        "prewarm MB",
+        "origin max"
     );
     for r in rows {
         let pre = r.setup == Setup::Prewarm;
         let opt = |v: String| if pre { v } else { "-".to_owned() };
         out.push_str(&format!(
-            "{:<28} {:>10.0} {:>10.0} {:>8.1}x {:>7.2}% {:>9.0} {:>9.0} {:>8} {:>7} {:>7} {:>11}\n",
+            "{:<28} {:>10.0} {:>10.0} {:>8.1}x {:>7.2}% {:>9.0} {:>9.0} {:>8} {:>7} {:>7} {:>11} {:>11.0}\n",
             r.setup.as_str(),
             r.origin_baseline_rps,
             r.origin_peak_rps,
@@ -243,6 +246,7 @@ pub fn table(rows: &[SimReport]) -> String {
             opt(r.prewarm_useful.to_string()),
             opt(r.prewarm_wasted.to_string()),
             opt(format!("{:.1}", r.prewarm_origin_bytes / 1e6)),
+            r.counters.origin_peak_active,
         ));
     }
     out

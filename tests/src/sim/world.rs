@@ -537,7 +537,8 @@ impl<'a> World<'a> {
     fn start_slot(&mut self, now: u64, id: usize) {
         let fill = self.fills[id].as_mut().expect("live fill");
         let limiter = self.tiers[fill.tier].limiter.clone();
-        fill.slot = Slot::waiting(limiter, fill.prefetch);
+        let tenant = self.keys[fill.key as usize].tenant().clone();
+        fill.slot = Slot::waiting(limiter, fill.prefetch, tenant);
         if !self.poll_slot(now, id) {
             self.waiting_slot.push(id);
         }
@@ -593,6 +594,8 @@ impl<'a> World<'a> {
             return;
         }
         self.origin_active += weight;
+        let peak = &mut self.rec.counters.origin_peak_active;
+        *peak = peak.max(self.origin_active);
         let latency = self.cfg.origin.latency_ms(self.origin_active);
         self.seq += 1;
         self.completions
