@@ -516,7 +516,8 @@ mod tests {
                 "not_worth_it",
                 "nothing_to_warm",
                 "cooldown",
-                "over_budget"
+                "over_budget",
+                "awaiting_regions"
             ]
         );
         for reason in skips {

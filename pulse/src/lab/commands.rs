@@ -13,6 +13,7 @@ use models::{AccessEvent, PrewarmCommand};
 use super::backtest::{
     BacktestRow, ReplayOptions, read_events, read_topic, replay, score as score_replay, score_some,
 };
+use super::baseline::naive_commands;
 use super::honest::{HonestOptions, score_commands};
 use super::trace::{Burst, Family, Trace, generate as generate_trace};
 use crate::predict::{DecisionPolicy, ModelError, PredictorConfig, ScoringModel, reliability};
@@ -146,6 +147,11 @@ pub struct FamilyRow {
     pub row: BacktestRow,
     /// Each judged command's confidence and whether it proved useful.
     pub judged: Vec<(f64, bool)>,
+    /// The honest figures of the trace's second half (after pulse has seen the first).
+    pub second: BacktestRow,
+    /// The naive baseline's figures ([`super::baseline`]): the whole trace, then its
+    /// second half.
+    pub baseline: [BacktestRow; 2],
 }
 
 /// Replays each family's trace at `seed` with `model` under `policy` and scores it.
@@ -169,12 +175,19 @@ pub fn family_rows(
             let run = replay(&trace.events, Some(model.clone()), &options);
             let row = score_replay(&run, &trace.events, threshold, Some(&trace.bursts));
             let judged = judged_commands(&run.commands, &trace.events, Some(&trace.bursts));
+            let truth = Some(&trace.bursts[..]);
+            let [_, second] = halves(&run.commands, &trace.events, threshold, truth);
+            let naive = naive_commands(&trace.events);
+            let naive_whole = score_some(&naive, &trace.events, threshold, truth, &[]);
+            let [_, naive_second] = halves(&naive, &trace.events, threshold, truth);
             FamilyRow {
                 family: family.name,
                 trained_on: model.metrics.families.iter().any(|f| f == family.name),
                 regions: spec.regions,
                 row,
                 judged,
+                second,
+                baseline: [naive_whole, naive_second],
             }
         })
         .collect())
@@ -242,12 +255,12 @@ pub fn family_table(model: &ScoringModel, rows: &[FamilyRow], seed: u64) -> Stri
         model.name,
         rows.first().map_or(0.0, |r| r.row.threshold)
     );
-    out.push_str("| family | split | regions | commands | precision | region precision | recall | median lead | wasted fills | decision p99 |\n");
-    out.push_str("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|\n");
+    out.push_str("| family | split | regions | commands | precision | region precision | recall | median lead | wasted fills | decision p99 | second half P / R / W | baseline P / R / W | baseline second half P / R / W |\n");
+    out.push_str("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---|---|---|\n");
     for r in rows {
         let row = &r.row;
         out.push_str(&format!(
-            "| {} | {} | {} | {} | {:.3} | {:.3} | {} | {} | {:.1} % | {} |\n",
+            "| {} | {} | {} | {} | {:.3} | {:.3} | {} | {} | {:.1} % | {} | {} | {} | {} |\n",
             r.family,
             if r.trained_on { "train" } else { "held out" },
             r.regions,
@@ -258,6 +271,9 @@ pub fn family_table(model: &ScoringModel, rows: &[FamilyRow], seed: u64) -> Stri
             lead(row.median_lead_ms),
             row.wasted_share * 100.0,
             p99(row.decision_p99),
+            triple(&r.second),
+            triple(&r.baseline[0]),
+            triple(&r.baseline[1]),
         ));
     }
     let held_out: Vec<(f64, bool)> = rows
@@ -268,6 +284,16 @@ pub fn family_table(model: &ScoringModel, rows: &[FamilyRow], seed: u64) -> Stri
     out.push_str("\nreliability of the held-out families' commands (useful = a named region asked in time)\n");
     out.push_str(&reliability_table(&held_out));
     out
+}
+
+/// Precision / recall / wasted fills, the figures the targets name.
+pub(crate) fn triple(row: &BacktestRow) -> String {
+    format!(
+        "{:.3} / {} / {:.1} %",
+        row.precision,
+        row.recall.map_or("n/a".into(), |r| format!("{r:.3}")),
+        row.wasted_share * 100.0
+    )
 }
 
 fn lead(ms: Option<u64>) -> String {
@@ -345,11 +371,25 @@ pub fn backtest_table(
         "\nthe first and second half of the trace at {reliability_at:.2} (commands sent, and bursts begun, in each)\n"
     ));
     out.push_str(&TABLE_HEADER.replacen("threshold", "half", 1));
-    for (half, row) in ["first", "second"]
-        .iter()
-        .zip(halves(&run, events, reliability_at, truth))
+    for (half, row) in
+        ["first", "second"]
+            .iter()
+            .zip(halves(&run.commands, events, reliability_at, truth))
     {
         out.push_str(&table_row(&row).replacen(&format!("{reliability_at:.2}"), half, 1));
+    }
+    // The naive baseline on the same events, by the same scorer.
+    let naive = naive_commands(events);
+    out.push_str(
+        "\nthe naive baseline (a new key's 15 requests in 5 s at one region, fewer than 3 regions reached: every unseen region for 60 s), the whole trace, then its first and second half\n",
+    );
+    out.push_str(&TABLE_HEADER.replacen("threshold", "baseline", 1));
+    let whole = score_some(&naive, events, reliability_at, truth, &[]);
+    for (part, row) in ["whole", "first", "second"]
+        .iter()
+        .zip(std::iter::once(whole).chain(halves(&naive, events, reliability_at, truth)))
+    {
+        out.push_str(&table_row(&row).replacen(&format!("{reliability_at:.2}"), part, 1));
     }
     let judged = judged_commands(&run.commands, events, truth);
     out.push_str(&format!(
@@ -388,7 +428,7 @@ fn retrain_summary(retrains: &[(u64, &'static str)], every_ms: u64) -> String {
 /// trace's time (the replay ran over all of it, so the second half is scored with
 /// everything pulse learned in the first).
 fn halves(
-    run: &super::Replay,
+    commands: &[PrewarmCommand],
     events: &[AccessEvent],
     threshold: f64,
     truth: Option<&[Burst]>,
@@ -398,8 +438,7 @@ fn halves(
     let last = events.iter().map(|e| e.ts_ms).max().unwrap_or_default();
     let middle = first + (last - first) / 2;
     [false, true].map(|second| {
-        let commands: Vec<PrewarmCommand> = run
-            .commands
+        let commands: Vec<PrewarmCommand> = commands
             .iter()
             .filter(|c| (c.issued_at_ms >= middle) == second)
             .cloned()

@@ -12,9 +12,11 @@
 //! - `honest`: [`score_commands`], commands judged against what the regions then did.
 //! - `commands`: `pulse train`/`backtest`/`trace` as calls ([`backtest_table`],
 //!   [`write_trace`]).
+//! - `baseline`: the naive rule every figure is set beside, scored the same way.
 //! - `training`: [`train_on`], a model fitted and calibrated on families and files.
 
 mod backtest;
+mod baseline;
 mod commands;
 #[cfg(test)]
 mod decision_tests;

@@ -1,8 +1,6 @@
 //! Turning scores into pre-warm commands: a confidence threshold, a per-key cooldown
-//! (one command per wave), and a per-tenant budget of token buckets (a committed rate
-//! plus a burst) so one tenant's viral event cannot flood every edge. It also closes
-//! the loop: a command whose key is later requested in a region it warmed is useful;
-//! one nobody asked for before it expired is wasted.
+//! and a per-tenant token bucket (rate plus burst), every refusal a counted [`Skip`].
+//! It closes the loop: a command is useful once a region it warmed asks, else wasted.
 
 use std::collections::{HashMap, VecDeque};
 
@@ -76,8 +74,7 @@ impl Default for DecisionPolicy {
 pub enum Skip {
     /// Confidence below the threshold.
     BelowThreshold,
-    /// At the threshold, but not yet for [`DecisionPolicy::confirmations`] scorings in
-    /// a row.
+    /// At the threshold, not yet for [`DecisionPolicy::confirmations`] scorings in a row.
     Unconfirmed,
     /// The misses a command would save do not outweigh the fills it may waste.
     NotWorthIt,
@@ -87,18 +84,20 @@ pub enum Skip {
     Cooldown,
     /// The tenant's budget is spent.
     OverBudget,
+    /// Not scored: fewer regions reached than the waits ask (`Predictor::regions_needed`).
+    AwaitingRegions,
 }
 
 impl Skip {
-    /// Every reason, in declaration order: `Skip as usize` indexes
-    /// [`DecisionCounts::skipped`].
-    pub const ALL: [Skip; 6] = [
+    /// Every reason, in declaration order: `Skip as usize` indexes [`DecisionCounts::skipped`].
+    pub const ALL: [Skip; 7] = [
         Skip::BelowThreshold,
         Skip::Unconfirmed,
         Skip::NotWorthIt,
         Skip::NothingToWarm,
         Skip::Cooldown,
         Skip::OverBudget,
+        Skip::AwaitingRegions,
     ];
 
     /// The metric label `reason`, and the key in `/api/predictions`' totals.
@@ -110,6 +109,7 @@ impl Skip {
             Skip::NothingToWarm => "nothing_to_warm",
             Skip::Cooldown => "cooldown",
             Skip::OverBudget => "over_budget",
+            Skip::AwaitingRegions => "awaiting_regions",
         }
     }
 }
@@ -302,6 +302,12 @@ impl Decider {
             .is_some_and(|last| now_ms < last + self.policy.cooldown_ms)
     }
 
+    /// Counts a refused key under its reason.
+    pub(crate) fn refuse(&mut self, why: Skip) -> Skip {
+        self.counts.skipped[why as usize] += 1;
+        why
+    }
+
     /// What a wasted fill costs the tenant, in client misses.
     fn fill_cost(&self, tenant: &TenantId) -> f64 {
         self.policy
@@ -333,14 +339,10 @@ impl Decider {
             burst_start_ms,
             reached,
         } = candidate;
-        let skip = |counts: &mut DecisionCounts, why: Skip| {
-            counts.skipped[why as usize] += 1;
-            Err(why)
-        };
         let flight = (tenant.clone(), key.clone());
         if score.confidence < self.policy.threshold {
             self.streaks.remove(&flight);
-            return skip(&mut self.counts, Skip::BelowThreshold);
+            return Err(self.refuse(Skip::BelowThreshold));
         }
         // Consecutive: the previous scoring of the key was at most a second ago.
         let streak = self.streaks.entry(flight.clone()).or_insert((0, now_ms));
@@ -353,25 +355,25 @@ impl Decider {
                 self.streaks
                     .retain(|_, (_, last)| *last + STREAK_GAP_MS >= now_ms);
             }
-            return skip(&mut self.counts, Skip::Unconfirmed);
+            return Err(self.refuse(Skip::Unconfirmed));
         }
         let cost = self.fill_cost(tenant);
         let confidence = score.confidence.clamp(0.0, 1.0);
         if !worth_a_fill(confidence, saved_misses, cost) {
-            return skip(&mut self.counts, Skip::NotWorthIt);
+            return Err(self.refuse(Skip::NotWorthIt));
         }
         if unseen.is_empty() {
-            return skip(&mut self.counts, Skip::NothingToWarm);
+            return Err(self.refuse(Skip::NothingToWarm));
         }
         let named = worth_naming(unseen, &chances, confidence, saved_misses, cost);
         if named.is_empty() {
-            return skip(&mut self.counts, Skip::NotWorthIt);
+            return Err(self.refuse(Skip::NotWorthIt));
         }
         if self.cooling_down(&flight, now_ms) {
-            return skip(&mut self.counts, Skip::Cooldown);
+            return Err(self.refuse(Skip::Cooldown));
         }
         if !self.take_token(tenant, now_ms) {
-            return skip(&mut self.counts, Skip::OverBudget);
+            return Err(self.refuse(Skip::OverBudget));
         }
         let command = PrewarmCommand::new(
             command_id(tenant, key, burst_start_ms, &score.reason.model),
@@ -440,10 +442,8 @@ impl Decider {
         }
         for decision in self.decisions.iter_mut().rev() {
             let c = &decision.command;
-            if c.tenant.as_str() != tenant || c.key.as_str() != key || ts_ms < c.issued_at_ms {
-                continue;
-            }
-            if ts_ms >= c.expires_at_ms {
+            let live = (c.issued_at_ms..c.expires_at_ms).contains(&ts_ms);
+            if c.tenant.as_str() != tenant || c.key.as_str() != key || !live {
                 continue;
             }
             if c.regions.includes(region)
@@ -668,7 +668,7 @@ mod tests {
             .unwrap();
         assert_eq!(c.regions, RegionTargets::Only(regions(&["eu"])));
         assert_eq!(c.expires_at_ms, DecisionPolicy::default().command_ttl_ms);
-        assert_eq!(d.counts().skipped, [1, 0, 0, 1, 0, 0]);
+        d.refuse(Skip::AwaitingRegions);
         assert_eq!(
             d.counts().skips(),
             [
@@ -677,7 +677,8 @@ mod tests {
                 (Skip::NotWorthIt, 0),
                 (Skip::NothingToWarm, 1),
                 (Skip::Cooldown, 0),
-                (Skip::OverBudget, 0)
+                (Skip::OverBudget, 0),
+                (Skip::AwaitingRegions, 1)
             ]
         );
     }

@@ -293,6 +293,7 @@ impl Predictor {
                 if x.reached.len()
                     < self.regions_needed(tenant, &key, &x.features, x.reached.len(), now_ms)
                 {
+                    self.decider.refuse(Skip::AwaitingRegions);
                     continue;
                 }
                 self.scored += 1;
