@@ -33,10 +33,8 @@ use std::time::{Duration, Instant};
 
 use models::{AccessEvent, CacheKey, NodeId, Outcome, RegionId, TenantId};
 use pulse::{PulseConfig, PulseHandle, partition_for_key};
-use rdkafka::admin::{AdminClient, AdminOptions, NewPartitions};
-use rdkafka::client::DefaultClientContext;
 use rdkafka::producer::FutureProducer;
-use tests::fleet::{FleetProbe, high_watermarks};
+use tests::fleet::{FleetProbe, grow_topic, high_watermarks};
 use tests::{TestKafka, free_port, produce_events, wall_ms};
 
 const PARTITIONS: i32 = 3;
@@ -294,17 +292,7 @@ async fn a_topic_that_grows_under_a_fleet_is_answered_right_and_quietly() {
         })
     };
     tokio::time::sleep(Duration::from_millis(700)).await;
-    let admin: AdminClient<DefaultClientContext> = kafka.config().create().unwrap();
-    for result in admin
-        .create_partitions(
-            [&NewPartitions::new(&topic, GROWN as usize)],
-            &AdminOptions::new(),
-        )
-        .await
-        .expect("CreatePartitions request")
-    {
-        result.unwrap_or_else(|(t, e)| panic!("growing {t}: {e}"));
-    }
+    grow_topic(&kafka, &topic, GROWN as usize).await;
     let grown_at = Instant::now();
     tokio::time::sleep(Duration::from_millis(800)).await;
     let c = pulse::start(config(2)).await.expect("starting C");

@@ -42,11 +42,11 @@ use std::time::{Duration, Instant};
 use models::{AccessEvent, CacheKey, NodeId, Outcome, RegionId, TenantId, encode};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
-use rdkafka::admin::{AdminClient, AdminOptions, NewPartitions};
-use rdkafka::client::DefaultClientContext;
 use rdkafka::producer::FutureProducer;
 use serde_json::Value;
-use tests::fleet::{FleetProbe, ProcessEnv, PulseProcess, high_watermarks, pulse_bin, strip};
+use tests::fleet::{
+    FleetProbe, ProcessEnv, PulseProcess, grow_topic, high_watermarks, pulse_bin, strip,
+};
 use tests::{TestKafka, free_port, produce_events, wall_ms};
 
 /// Partitions at the start, and after the topic grows.
@@ -237,17 +237,7 @@ async fn answers_are_right_whatever_the_producers_partitioner() {
     probe.wait_healthy(&mut b).await;
 
     // 2. The topic grows; new producers see the new count.
-    let admin: AdminClient<DefaultClientContext> = kafka.config().create().unwrap();
-    for result in admin
-        .create_partitions(
-            [&NewPartitions::new(&topic, GROWN as usize)],
-            &AdminOptions::new(),
-        )
-        .await
-        .expect("CreatePartitions request")
-    {
-        result.unwrap_or_else(|(t, e)| panic!("growing {t}: {e}"));
-    }
+    grow_topic(&kafka, &topic, GROWN as usize).await;
     tokio::time::sleep(Duration::from_secs(1)).await;
     produce_all(&kafka, &topic, second).await;
     let hwm = high_watermarks(&kafka, &topic, GROWN);

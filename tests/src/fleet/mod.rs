@@ -29,5 +29,6 @@ pub use answers::{
 pub use probe::{FleetProbe, SETTLE_BOUND};
 pub use process::{PROCESS_BOUND, ProcessEnv, PulseProcess, pulse_bin};
 pub use topics::{
-    high_watermarks, produce_counted, produce_paced_counted, read_commands, read_commands_of,
+    grow_topic, high_watermarks, produce_counted, produce_paced_counted, read_commands,
+    read_commands_of,
 };

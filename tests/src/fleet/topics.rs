@@ -5,9 +5,27 @@ use std::time::{Duration, Instant};
 
 use models::{AccessEvent, PrewarmCommand, decode};
 use pulse::testing::{TestKafka, produce_events, produce_paced};
+use rdkafka::admin::{AdminClient, AdminOptions, NewPartitions};
+use rdkafka::client::DefaultClientContext;
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::producer::FutureProducer;
 use rdkafka::{Message, Offset, TopicPartitionList};
+
+/// Grows `topic` to `partitions` with the admin API (as `kafka-topics.sh --alter`),
+/// panicking with the broker's reason if it refuses.
+pub async fn grow_topic(kafka: &TestKafka, topic: &str, partitions: usize) {
+    let admin: AdminClient<DefaultClientContext> = kafka.config().create().unwrap();
+    for result in admin
+        .create_partitions(
+            [&NewPartitions::new(topic, partitions)],
+            &AdminOptions::new(),
+        )
+        .await
+        .expect("CreatePartitions request")
+    {
+        result.unwrap_or_else(|(t, e)| panic!("growing {t}: {e}"));
+    }
+}
 
 /// [`produce_events`], counted per partition of the `partitions` of `topic`.
 pub async fn produce_counted(
