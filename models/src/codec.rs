@@ -239,7 +239,7 @@ mod tests {
     use proptest::prelude::*;
 
     use super::*;
-    use crate::command::{FeatureContribution, Priority, Reason, RegionTargets};
+    use crate::command::{CommandClass, FeatureContribution, Priority, Reason, RegionTargets};
     use crate::event::{EdgeKind, Outcome};
     use crate::ids::{CacheKey, Domain, NodeId, RegionId, TenantId};
 
@@ -318,6 +318,22 @@ mod tests {
         assert!(String::from_utf8_lossy(&bytes).contains(r#""regions":"all""#));
         assert_eq!(decode::<PrewarmCommand>(&bytes).unwrap(), c);
         assert_eq!(c.priority, Priority::Background);
+    }
+
+    /// The class is typed on the wire; a command without it (an older pulse) is a
+    /// prediction.
+    #[test]
+    fn command_class_travels_and_defaults_to_prediction() {
+        let mut c = command();
+        c.class = CommandClass::Warm;
+        let bytes = encode(&c);
+        assert!(String::from_utf8_lossy(&bytes).contains(r#""class":"warm""#));
+        assert_eq!(decode::<PrewarmCommand>(&bytes).unwrap(), c);
+        let text = String::from_utf8_lossy(&bytes).replace(r#","class":"warm""#, "");
+        let old: PrewarmCommand = decode(text.as_bytes()).unwrap();
+        assert_eq!(old.class, CommandClass::Prediction);
+        let bad = String::from_utf8_lossy(&bytes).replace(r#""warm""#, r#""launch""#);
+        assert!(decode::<PrewarmCommand>(bad.as_bytes()).is_err());
     }
 
     #[test]

@@ -16,6 +16,19 @@ pub enum Priority {
     User,
 }
 
+/// The budget a command is charged to at pulse's fleet gate: each tenant holds one
+/// token bucket per class, so an operator's warm-up cannot starve the predictions,
+/// nor the reverse. On the wire, the optional `class` field (absent: `prediction`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CommandClass {
+    /// Decided by pulse's predictor.
+    #[default]
+    Prediction,
+    /// Asked for by an operator (`POST /api/warm` on pulse).
+    Warm,
+}
+
 /// Which regions should warm the key.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum RegionTargets {
@@ -113,6 +126,9 @@ pub struct PrewarmCommand {
     pub regions: RegionTargets,
     /// The score broken down by feature.
     pub reason: Reason,
+    /// The gate budget the command is charged to.
+    #[serde(default)]
+    pub class: CommandClass,
 }
 
 /// Longest command id, in bytes.
@@ -167,6 +183,7 @@ impl PrewarmCommand {
             expires_at_ms,
             regions,
             reason,
+            class: CommandClass::Prediction,
         }
     }
 

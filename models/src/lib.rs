@@ -22,7 +22,8 @@
 //!   their borrowed twins ([`TenantRef`], [`CacheKeyRef`], …) for zero-copy decoding.
 //! - `event`: [`AccessEvent`], its [`Outcome`] and the [`EdgeKind`] that sent it
 //!   (edge → pulse), and the borrowed [`AccessEventRef`].
-//! - `command`: [`PrewarmCommand`] (pulse → prefetcher).
+//! - `command`: [`PrewarmCommand`] (pulse → prefetcher) and the gate budget
+//!   [`CommandClass`] it is charged to.
 //! - `codec`: the JSON codec ([`encode`], [`decode`], and [`decode_event_ref`] and
 //!   [`encode_event_into`] that copy no string), its [`DecodeError`] and their
 //!   [`DecodeReason`]s.
@@ -45,7 +46,9 @@ pub use codec::{
     DecodeError, DecodeReason, Wire, decode, decode_event_ref, encode, encode_event_into,
 };
 pub use command::MAX_COMMAND_ID_LEN;
-pub use command::{FeatureContribution, PrewarmCommand, Priority, Reason, RegionTargets};
+pub use command::{
+    CommandClass, FeatureContribution, PrewarmCommand, Priority, Reason, RegionTargets,
+};
 pub use event::{AccessEvent, AccessEventRef, EdgeKind, Outcome};
 pub use ids::{
     CacheKey, CacheKeyRef, Domain, DomainRef, IdError, MAX_DOMAIN_LEN, MAX_ID_LEN, MAX_KEY_LEN,

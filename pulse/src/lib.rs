@@ -40,6 +40,9 @@
 //!   `ApiError` and the parameter checks (`error`), the handlers by resource (`heat`,
 //!   `predictions`, `rates`, `edges`, `health`), the fleet fan-out (`fleet`), the
 //!   bearer-token check (`auth`) and the dashboard page (`dashboard`).
+//! - `warm`: operators' warm-ups (`POST /api/warm`): the checked request, the desk
+//!   that holds the jobs, their paced proposals to the gate (the warm budget class),
+//!   their progress.
 //! - `metrics`: [`Metrics`], the Prometheus registry behind `/metrics`.
 //! - `broker`: [`EmbeddedBroker`], librdkafka's mock cluster when no broker is given.
 //! - `stoppable`: the stoppable background thread behind ingest and the retrainer.
@@ -90,6 +93,7 @@ mod stoppable;
 pub mod testing;
 mod ticks;
 mod topics;
+mod warm;
 
 pub use api::{AppState, app};
 pub use broker::{BrokerError, EmbeddedBroker};

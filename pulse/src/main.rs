@@ -340,6 +340,14 @@ struct ServeArgs {
     /// Each tenant's burst allowance, in commands, for the whole fleet.
     #[arg(long, env = "PULSE_TENANT_BURST", default_value_t = DecisionPolicy::default().tenant_burst)]
     tenant_burst: f64,
+    /// Each tenant's rate of operators' warm-up commands per second (`POST /api/warm`,
+    /// `pulse warm`), a fleet bucket of its own: warm-ups and predictions never starve
+    /// each other. A warm-up's `pace` may not exceed it.
+    #[arg(long, env = "PULSE_WARM_RATE", default_value_t = DecisionPolicy::default().tenant_rate_per_s)]
+    warm_rate: f64,
+    /// Each tenant's burst allowance for warm-ups, in commands.
+    #[arg(long, env = "PULSE_WARM_BURST", default_value_t = DecisionPolicy::default().tenant_burst)]
+    warm_burst: f64,
     /// What a wasted pre-warm fill costs, in client misses: a command goes out only when
     /// confidence × misses it would save ≥ (1 − confidence) × this cost.
     #[arg(long, env = "PULSE_WASTED_FILL_COST", default_value_t = DecisionPolicy::default().wasted_fill_cost)]
@@ -432,6 +440,8 @@ impl ServeArgs {
             command_ttl_ms: self.command_ttl_secs.saturating_mul(1000),
             tenant_rate_per_s: self.tenant_rate,
             tenant_burst: self.tenant_burst,
+            warm_rate_per_s: self.warm_rate,
+            warm_burst: self.warm_burst,
             wasted_fill_cost: self.wasted_fill_cost,
             tenant_fill_costs: self.tenant_fill_costs.into_iter().collect(),
             retrain_interval_secs: self.retrain_interval_secs,
@@ -472,6 +482,8 @@ impl ServeArgs {
                 "command_ttl_ms" => "--command-ttl-secs (PULSE_COMMAND_TTL_SECS)",
                 "tenant_rate_per_s" => "--tenant-rate (PULSE_TENANT_RATE)",
                 "tenant_burst" => "--tenant-burst (PULSE_TENANT_BURST)",
+                "warm_rate_per_s" => "--warm-rate (PULSE_WARM_RATE)",
+                "warm_burst" => "--warm-burst (PULSE_WARM_BURST)",
                 "wasted_fill_cost" => {
                     "--wasted-fill-cost (PULSE_WASTED_FILL_COST) or --tenant-fill-cost"
                 }

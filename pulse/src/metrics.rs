@@ -147,6 +147,8 @@ pub struct Metrics {
     pub prewarm_send_failed: Counter,
     /// Decisions the partitions proposed to the fleet's gate (the decisions topic).
     pub prewarm_proposed: Counter,
+    /// Operators' warm-up commands proposed to the fleet's gate (`POST /api/warm`).
+    pub warm_proposed: Counter,
     /// What the fleet's gate did with the proposals it read, by outcome.
     pub gate_decisions: Family<OutcomeLabel, Counter>,
     /// Commands requested in a warmed region before they expired.
@@ -215,6 +217,7 @@ impl Metrics {
             prewarm_sent: Counter::default(),
             prewarm_send_failed: Counter::default(),
             prewarm_proposed: Counter::default(),
+            warm_proposed: Counter::default(),
             gate_decisions: Family::default(),
             prewarm_useful: Counter::default(),
             prewarm_wasted: Counter::default(),
@@ -330,6 +333,11 @@ impl Metrics {
             "prewarm_proposals",
             "Decisions proposed to the fleet's gate (the decisions topic)",
             m.prewarm_proposed.clone(),
+        );
+        registry.register(
+            "warm_proposals",
+            "Operators' warm-up commands proposed to the fleet's gate (POST /api/warm)",
+            m.warm_proposed.clone(),
         );
         registry.register(
             "gate_decisions",

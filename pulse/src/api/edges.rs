@@ -91,6 +91,7 @@ mod tests {
             partitions: crate::partition::Partitions::single(heat, None),
             metrics: Arc::new(Metrics::new()),
             peers: None,
+            warm: None,
         }
     }
 

@@ -263,6 +263,7 @@ mod tests {
             partitions: owning(owned),
             metrics: Arc::new(Metrics::new()),
             peers: (!peers.is_empty()).then(|| Peers::new(peers, PeersConfig::default()).unwrap()),
+            warm: None,
         }
     }
 
@@ -324,6 +325,7 @@ mod tests {
             partitions: owning_mixed(owned),
             metrics: Arc::new(Metrics::new()),
             peers: (!peers.is_empty()).then(|| Peers::new(peers, PeersConfig::default()).unwrap()),
+            warm: None,
         };
         let b_url = serve(app(mixed(&[2, 3], &[]))).await;
         let a_url = serve(app(mixed(&[0, 1], &[]))).await;
@@ -524,6 +526,7 @@ mod tests {
             partitions: grown(owned),
             metrics: Arc::new(Metrics::new()),
             peers: (!peers.is_empty()).then(|| Peers::new(peers, PeersConfig::default()).unwrap()),
+            warm: None,
         };
         let (a_url, b_url) = (
             serve(app(node(&low, &[]))).await,

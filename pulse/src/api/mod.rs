@@ -8,6 +8,7 @@
 //! - `heat`, `predictions`, `rates`, `edges`, `health`: the handlers, by resource.
 //! - `fleet`: a `scope=fleet` answer, merged with the peers' parts.
 //! - `auth`: the bearer-token check; `dashboard`: the page at `/`.
+//! - `warm`: operators' warm-ups (`POST /api/warm`, `GET /api/warm/{id}`).
 
 mod auth;
 mod dashboard;
@@ -18,6 +19,7 @@ mod health;
 mod heat;
 mod predictions;
 mod rates;
+mod warm;
 
 use auth::BearerTokenDoc;
 pub(crate) use auth::require_api_token;
@@ -31,7 +33,7 @@ use std::time::Instant;
 use axum::extract::{MatchedPath, Request, State};
 use axum::middleware::{self, Next};
 use axum::response::Response;
-use axum::routing::get;
+use axum::routing::{get, post};
 use axum::{Json, Router};
 use utoipa::OpenApi;
 
@@ -61,6 +63,8 @@ pub struct AppState {
     pub metrics: Arc<Metrics>,
     /// The other instances, asked for their part of every fleet answer.
     pub peers: Option<Peers>,
+    /// Operators' warm-ups (`None`: no fleet gate, pulse runs with `--no-prewarm`).
+    pub(crate) warm: Option<Arc<crate::warm::WarmDesk>>,
 }
 
 impl AppState {
@@ -131,7 +135,10 @@ fn per_partition<T>(
         predictions::model,
         rates::rates,
         edges::edges,
-        health::healthz
+        health::healthz,
+        warm::start,
+        warm::progress,
+        warm::list
     ),
     components(schemas(
         PredictionsResponse,
@@ -166,7 +173,13 @@ fn per_partition<T>(
         RegionCount,
         Velocities,
         Trend,
-        Window
+        Window,
+        crate::warm::WarmRequest,
+        warm::WarmResponse,
+        warm::WarmListResponse,
+        crate::warm::Progress,
+        crate::warm::RegionProgress,
+        crate::warm::Phase
     )),
     modifiers(&BearerTokenDoc)
 )]
@@ -190,7 +203,9 @@ pub fn app(state: AppState) -> Router {
         .route("/healthz", get(health::healthz))
         .route("/metrics", get(health::metrics))
         .route("/api/rates", get(rates::rates))
-        .route("/api/edges", get(edges::edges));
+        .route("/api/edges", get(edges::edges))
+        .route("/api/warm", post(warm::start).get(warm::list))
+        .route("/api/warm/{id}", get(warm::progress));
     for (path, content_type, body) in dashboard::ASSETS {
         router = router.route(
             path,
@@ -265,6 +280,7 @@ pub(crate) mod tests {
             partitions: crate::partition::Partitions::single(heat, None),
             metrics: Arc::new(Metrics::new()),
             peers: None,
+            warm: None,
         }
     }
 

@@ -12,10 +12,13 @@
 //! 4. The state read back from its record refuses what the state it was written from
 //!    refuses: a partition move or a crash neither refills the bucket nor forgets.
 //! 5. What is remembered is bounded: cooldowns and ids older than they matter go.
+//! 6. One bucket per [`CommandClass`]: operators' warm-ups spend only the warm bucket
+//!    and predictions only theirs, so neither can starve the other; cooldowns and
+//!    dedupe are shared (a key warmed either way is not warmed again at once).
 
 use std::collections::BTreeMap;
 
-use models::PrewarmCommand;
+use models::{CommandClass, PrewarmCommand};
 use serde::{Deserialize, Serialize};
 
 /// The fleet-wide rules the gate applies.
@@ -25,6 +28,11 @@ pub(crate) struct GateRules {
     pub rate_per_s: f64,
     /// Each tenant's burst allowance, in commands.
     pub burst: f64,
+    /// Each tenant's rate for operators' warm-ups ([`CommandClass::Warm`]), a bucket
+    /// of its own.
+    pub warm_rate_per_s: f64,
+    /// Each tenant's burst allowance for warm-ups, in commands.
+    pub warm_burst: f64,
     /// After a command, the key gets no other first command for this long.
     pub cooldown_ms: u64,
     /// How long an id is remembered: a repeat older than this is stale anyway.
@@ -56,13 +64,48 @@ impl Admission {
     }
 }
 
-/// One tenant's state. Serialised as the state topic's record for the tenant.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub(crate) struct TenantGate {
+impl GateRules {
+    /// A class's committed rate and burst.
+    fn budget(&self, class: CommandClass) -> (f64, f64) {
+        match class {
+            CommandClass::Prediction => (self.rate_per_s, self.burst),
+            CommandClass::Warm => (self.warm_rate_per_s, self.warm_burst),
+        }
+    }
+}
+
+/// One class's token bucket.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+struct Bucket {
     /// Tokens left (fractions carry over: a rate below one a second still earns).
     tokens: f64,
     /// Event time the bucket was last refilled to.
     updated_ms: u64,
+}
+
+impl Bucket {
+    /// Refills for the time since the last refill, then takes one token if there is one.
+    fn take(&mut self, (rate_per_s, burst): (f64, f64), now_ms: u64) -> bool {
+        let elapsed_s = now_ms.saturating_sub(self.updated_ms) as f64 / 1000.0;
+        self.tokens = (self.tokens + elapsed_s * rate_per_s).min(burst);
+        self.updated_ms = self.updated_ms.max(now_ms);
+        if self.tokens < 1.0 {
+            return false;
+        }
+        self.tokens -= 1.0;
+        true
+    }
+}
+
+/// One tenant's state. Serialised as the state topic's record for the tenant.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub(crate) struct TenantGate {
+    /// The predictions' bucket (its fields at the top of the record, as before classes).
+    #[serde(flatten)]
+    prediction: Bucket,
+    /// The warm-ups' bucket, made full on the tenant's first warm-up.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    warm: Option<Bucket>,
     /// Per key: the last first command's time and the burst start it was for.
     cooldowns: BTreeMap<String, (u64, u64)>,
     /// Ids decided on (let through or refused), with when.
@@ -79,8 +122,11 @@ impl TenantGate {
     /// A tenant never seen: a full bucket.
     pub(crate) fn fresh(rules: &GateRules, now_ms: u64) -> Self {
         TenantGate {
-            tokens: rules.burst,
-            updated_ms: now_ms,
+            prediction: Bucket {
+                tokens: rules.burst,
+                updated_ms: now_ms,
+            },
+            warm: None,
             cooldowns: BTreeMap::new(),
             seen: BTreeMap::new(),
         }
@@ -105,13 +151,17 @@ impl TenantGate {
             }
             _ => false,
         };
-        let elapsed_s = now_ms.saturating_sub(self.updated_ms) as f64 / 1000.0;
-        self.tokens = (self.tokens + elapsed_s * rules.rate_per_s).min(rules.burst);
-        self.updated_ms = self.updated_ms.max(now_ms);
-        if self.tokens < 1.0 {
+        let budget = rules.budget(command.class);
+        let bucket = match command.class {
+            CommandClass::Prediction => &mut self.prediction,
+            CommandClass::Warm => self.warm.get_or_insert(Bucket {
+                tokens: budget.1,
+                updated_ms: now_ms,
+            }),
+        };
+        if !bucket.take(budget, now_ms) {
             return Admission::OverBudget;
         }
-        self.tokens -= 1.0;
         if !follow_up {
             self.cooldowns
                 .insert(key.to_owned(), (now_ms, burst.unwrap_or(now_ms)));
@@ -135,7 +185,8 @@ impl TenantGate {
     /// A record read back (`None`: not a gate state; the gate counts and skips it).
     pub(crate) fn from_record(bytes: &[u8]) -> Option<Self> {
         let state: TenantGate = serde_json::from_slice(bytes).ok()?;
-        state.tokens.is_finite().then_some(state)
+        let finite = |b: &Bucket| b.tokens.is_finite();
+        (finite(&state.prediction) && state.warm.as_ref().is_none_or(finite)).then_some(state)
     }
 }
 
@@ -148,6 +199,8 @@ mod tests {
     const RULES: GateRules = GateRules {
         rate_per_s: 1.0,
         burst: 3.0,
+        warm_rate_per_s: 2.0,
+        warm_burst: 2.0,
         cooldown_ms: 60_000,
         remember_ms: 120_000,
     };
@@ -260,6 +313,36 @@ mod tests {
         ] {
             assert!(crate::metrics::GATE_OUTCOMES.contains(&admission.as_str()));
         }
+    }
+
+    #[test]
+    fn each_class_spends_its_own_bucket() {
+        let warm = |key_n: u32, at_ms: u64| PrewarmCommand {
+            class: CommandClass::Warm,
+            ..command(&format!("warm-j1-{key_n}"), &format!("/w{key_n}"), at_ms)
+        };
+        let mut gate = TenantGate::fresh(&RULES, 0);
+        // The warm-up spends its whole bucket...
+        assert_eq!(gate.admit(&RULES, &warm(0, 0)), Admission::Admitted);
+        assert_eq!(gate.admit(&RULES, &warm(1, 0)), Admission::Admitted);
+        assert_eq!(gate.admit(&RULES, &warm(2, 0)), Admission::OverBudget);
+        // ...and the predictions still have all of theirs, which they spend...
+        for i in 0..3 {
+            assert_eq!(gate.admit(&RULES, &first(i, 0)), Admission::Admitted);
+        }
+        assert_eq!(gate.admit(&RULES, &first(3, 0)), Admission::OverBudget);
+        // ...without taking the warm-up's refill: half a second earns it one token.
+        assert_eq!(gate.admit(&RULES, &warm(3, 500)), Admission::Admitted);
+        assert_eq!(gate.admit(&RULES, &first(4, 500)), Admission::OverBudget);
+        // A key warmed one way is cooling down for the other.
+        let predicted_warm_key = command("pw-20000-00000000000000ff", "/w0", 20_000);
+        assert_eq!(gate.admit(&RULES, &predicted_warm_key), Admission::Cooldown);
+        // Both buckets survive the state topic; a record of before classes reads.
+        let restored = TenantGate::from_record(&gate.to_record()).unwrap();
+        assert_eq!(restored, gate);
+        let old = br#"{"tokens":2.5,"updated_ms":7,"cooldowns":{},"seen":{}}"#;
+        let old = TenantGate::from_record(old).unwrap();
+        assert_eq!((old.prediction.tokens, old.warm), (2.5, None));
     }
 
     #[test]

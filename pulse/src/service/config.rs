@@ -73,6 +73,12 @@ pub struct PulseConfig {
     pub tenant_rate_per_s: f64,
     /// Each tenant's burst allowance, in commands, for the whole fleet.
     pub tenant_burst: f64,
+    /// Each tenant's rate of operators' warm-up commands per second (`POST
+    /// /api/warm`), for the whole fleet: a bucket of its own beside the predictions'.
+    /// A warm-up's pace may not exceed it.
+    pub warm_rate_per_s: f64,
+    /// Each tenant's burst allowance for warm-ups, in commands.
+    pub warm_burst: f64,
     /// What a wasted pre-warm fill costs, in client misses (the cost rule).
     pub wasted_fill_cost: f64,
     /// Per-tenant overrides of `wasted_fill_cost`.
@@ -134,6 +140,8 @@ impl Default for PulseConfig {
             command_ttl_ms: policy.command_ttl_ms,
             tenant_rate_per_s: policy.tenant_rate_per_s,
             tenant_burst: policy.tenant_burst,
+            warm_rate_per_s: policy.tenant_rate_per_s,
+            warm_burst: policy.tenant_burst,
             wasted_fill_cost: policy.wasted_fill_cost,
             tenant_fill_costs: policy.tenant_fill_costs,
             retrain_interval_secs: RETRAIN_INTERVAL_SECS,
@@ -233,6 +241,12 @@ impl PulseConfig {
         }
         if !(self.tenant_burst >= 1.0 && self.tenant_burst.is_finite()) {
             return refuse("tenant_burst", "must be at least 1");
+        }
+        if !(self.warm_rate_per_s > 0.0 && self.warm_rate_per_s.is_finite()) {
+            return refuse("warm_rate_per_s", "must be positive");
+        }
+        if !(self.warm_burst >= 1.0 && self.warm_burst.is_finite()) {
+            return refuse("warm_burst", "must be at least 1");
         }
         let costs = std::iter::once(&self.wasted_fill_cost).chain(self.tenant_fill_costs.values());
         if costs.into_iter().any(|c| !(*c >= 0.0 && c.is_finite())) {

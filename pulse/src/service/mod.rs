@@ -66,6 +66,7 @@ use crate::metrics::Metrics;
 use crate::partition::{PartitionTemplate, Partitions, SharedPartitions, Snapshot};
 use crate::predict::{ModelError, PredictorConfig, ScoringModel, default_model};
 use crate::prewarm::{PrewarmLoop, PrewarmPublisher, Retrainer};
+use crate::warm::{WarmDesk, WarmRules};
 
 /// Why pulse could not start.
 #[derive(Debug, thiserror::Error)]
@@ -245,6 +246,8 @@ pub async fn start(config: PulseConfig) -> Result<PulseHandle, StartError> {
     let mut observer: Option<Box<dyn BatchObserver>> = None;
     let mut retrainer = None;
     let mut gate = None;
+    let mut warm = None;
+    let (shutdown_tx, mut shutdown_rx) = watch::channel(false);
     if config.prewarm {
         let mut publisher =
             PrewarmPublisher::new(&kafka, &config.prewarm_topic).map_err(StartError::Publisher)?;
@@ -264,6 +267,8 @@ pub async fn start(config: PulseConfig) -> Result<PulseHandle, StartError> {
         let rules = GateRules {
             rate_per_s: config.tenant_rate_per_s,
             burst: config.tenant_burst,
+            warm_rate_per_s: config.warm_rate_per_s,
+            warm_burst: config.warm_burst,
             cooldown_ms: config.cooldown_ms,
             remember_ms: config.cooldown_ms + config.command_ttl_ms,
         };
@@ -274,6 +279,18 @@ pub async fn start(config: PulseConfig) -> Result<PulseHandle, StartError> {
         let proposals = PrewarmPublisher::to_gate(&kafka, &config.decisions_topic())
             .map_err(StartError::Publisher)?;
         observer = Some(Box::new(PrewarmLoop::new(proposals, metrics.clone())));
+        // Operators' warm-ups propose to the same gate, on the tenant's warm budget.
+        let proposals = PrewarmPublisher::to_gate(&kafka, &config.decisions_topic())
+            .map_err(StartError::Publisher)?;
+        warm = Some(Arc::new(WarmDesk::new(
+            proposals,
+            WarmRules {
+                rate_per_s: config.warm_rate_per_s,
+                command_ttl_ms: config.command_ttl_ms,
+            },
+            metrics.clone(),
+            shutdown_tx.subscribe(),
+        )));
         if config.retrain_interval_secs > 0 {
             retrainer = Some(Retrainer::start(
                 partitions.clone(),
@@ -322,9 +339,9 @@ pub async fn start(config: PulseConfig) -> Result<PulseHandle, StartError> {
         partitions,
         metrics,
         peers,
+        warm,
     };
     let router = require_api_token(app(state.clone()), config.api_token.as_deref());
-    let (shutdown_tx, mut shutdown_rx) = watch::channel(false);
     // No `--peers`: the peers are the group's other members that advertise a URL.
     if let (Some(me), Some(peers), true) = (&advertised, &state.peers, config.peers.is_empty()) {
         let found = crate::fleet::discover(
