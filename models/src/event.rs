@@ -24,17 +24,22 @@ pub enum Outcome {
     PrefetchFill,
     /// The first user request to hit an entry that a pre-warm filled.
     PrefetchUseful,
+    /// A pre-warm command found the key already cached (fresh): nothing was fetched.
+    /// An acknowledgement, neither a request nor a fill: pulse credits it to the
+    /// warm-up that asked and counts it nowhere else.
+    PrefetchCached,
 }
 
 impl Outcome {
     /// Every outcome, in declaration order (for metrics that list all of them).
-    pub const ALL: [Outcome; 6] = [
+    pub const ALL: [Outcome; 7] = [
         Outcome::Hit,
         Outcome::Miss,
         Outcome::Stale,
         Outcome::Collapsed,
         Outcome::PrefetchFill,
         Outcome::PrefetchUseful,
+        Outcome::PrefetchCached,
     ];
 
     /// The wire name, also used as a metric label.
@@ -46,6 +51,7 @@ impl Outcome {
             Outcome::Collapsed => "collapsed",
             Outcome::PrefetchFill => "prefetch_fill",
             Outcome::PrefetchUseful => "prefetch_useful",
+            Outcome::PrefetchCached => "prefetch_cached",
         }
     }
 
@@ -55,8 +61,8 @@ impl Outcome {
         matches!(self, Outcome::Miss | Outcome::Collapsed | Outcome::Stale)
     }
 
-    /// Whether a client asked for the key: every outcome but a pre-warm fill, which is
-    /// the node obeying pulse, not a request. Demand is what pulse's velocities, hot
+    /// Whether a client asked for the key: every outcome but a pre-warm's fill or
+    /// acknowledgement, which are the node obeying pulse, not a request. Demand is what pulse's velocities, hot
     /// keys, rates and the verdicts on its commands count.
     pub fn is_demand(self) -> bool {
         match self {
@@ -65,7 +71,7 @@ impl Outcome {
             | Outcome::Stale
             | Outcome::Collapsed
             | Outcome::PrefetchUseful => true,
-            Outcome::PrefetchFill => false,
+            Outcome::PrefetchFill | Outcome::PrefetchCached => false,
         }
     }
 }
@@ -305,6 +311,7 @@ mod tests {
             ]
         );
         assert!(!Outcome::PrefetchFill.is_demand());
+        assert!(!Outcome::PrefetchCached.is_demand() && !Outcome::PrefetchCached.is_miss());
         assert!(
             Outcome::ALL
                 .iter()

@@ -675,10 +675,16 @@ async fn a_prewarmed_entry_reports_prefetched_on_its_first_user_hit() {
     );
     let second = client.get(node.addr, HOST, "/warm").await.unwrap();
     assert_eq!(second.x_cache(), Some(CacheStatus::Hit));
-    let outcomes: Vec<Outcome> = (0..3).map(|_| events.try_recv().unwrap().outcome).collect();
+    let outcomes: Vec<Outcome> = (0..4).map(|_| events.try_recv().unwrap().outcome).collect();
     assert_eq!(
         outcomes,
-        [Outcome::PrefetchFill, Outcome::PrefetchUseful, Outcome::Hit]
+        [
+            Outcome::PrefetchFill,
+            // The second pre-warm found it cached and said so.
+            Outcome::PrefetchCached,
+            Outcome::PrefetchUseful,
+            Outcome::Hit
+        ]
     );
     assert_eq!(origin.fills(), 1);
 }

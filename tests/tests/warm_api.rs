@@ -4,8 +4,9 @@
 //!
 //! - `a_warm_up_goes_through_the_gate_and_its_bad_inputs_are_refused`: the token is
 //!   required; a list of keys and a prefix (expanded from the heat map) are warmed
-//!   through the gate, signed (the node fills them), with their progress; each bad
-//!   input gets a 4xx whose message starts with its field.
+//!   through the gate, signed (the node fills them); their progress counts the
+//!   node's `prefetch_fill` and `prefetch_cached` reports by region (the latter not
+//!   counted as demand); each bad input gets a 4xx whose message starts with its field.
 //! - `warm_ups_and_predictions_spend_separate_budgets`: proposals on the decisions
 //!   topic (as the partitions and the warm desk write them): a warm-up that spends its
 //!   class's whole budget leaves the predictions theirs, and the reverse.
@@ -142,6 +143,19 @@ async fn progress(app: &Router, id: &str) -> Value {
     body
 }
 
+/// Polls the progress of `id` until `done` holds for it (30 s bound).
+async fn until_progress(app: &Router, id: &str, done: impl Fn(&Value) -> bool) -> Value {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let body = progress(app, id).await;
+        if done(&body["progress"]) {
+            return body;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "{body}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_warm_up_goes_through_the_gate_and_its_bad_inputs_are_refused() {
     let world = world("warm-api").await;
@@ -192,7 +206,9 @@ async fn a_warm_up_goes_through_the_gate_and_its_bad_inputs_are_refused() {
         "the warm-up's fills",
     )
     .await;
-    let done = progress(&app, &id).await;
+    // Progress: the node's `prefetch_fill` events, credited per region.
+    let done = until_progress(&app, &id, |p| p["regions"][REGION]["filled"] == 3).await;
+    assert_eq!(done["progress"]["regions"][REGION]["cached"], 0, "{done}");
     assert_eq!(
         (
             done["progress"]["sent"].as_u64(),
@@ -214,18 +230,36 @@ async fn a_warm_up_goes_through_the_gate_and_its_bad_inputs_are_refused() {
     .await;
     assert_eq!(status, StatusCode::ACCEPTED, "{accepted}");
     let prefix_id = accepted["id"].as_str().unwrap().to_owned();
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
-    loop {
-        let p = progress(&app, &prefix_id).await;
-        if p["progress"]["phase"] == "sent" {
-            assert_eq!(p["progress"]["keys"], 2, "{p}");
-            assert_eq!(p["progress"]["sent"], 2, "{p}");
-            break;
-        }
-        assert!(tokio::time::Instant::now() < deadline, "{p}");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    // The node held both: it says so (`prefetch_cached`), and fetches nothing.
+    let p = until_progress(&app, &prefix_id, |p| p["regions"][REGION]["cached"] == 2).await;
+    assert_eq!(
+        (
+            &p["progress"]["keys"],
+            &p["progress"]["sent"],
+            &p["progress"]["phase"]
+        ),
+        (&json!(2), &json!(2), &json!("sent")),
+        "{p}"
+    );
+    assert_eq!(p["progress"]["regions"][REGION]["filled"], 0, "{p}");
     assert_eq!(origin.fills(), fills_before, "the keys were cached already");
+    // The acknowledgements are no demand: the heat map's counts did not move.
+    let (_, heat) = call(
+        &app,
+        "GET",
+        "/api/heatmap?tenant=acme&window=60s&n=10",
+        None,
+        true,
+    )
+    .await;
+    let img: u64 = heat["keys"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|row| row["key"].as_str().unwrap().starts_with("/img/"))
+        .map(|row| row["count"].as_u64().unwrap())
+        .sum();
+    assert_eq!(img, 2, "one user request each: {heat}");
 
     // The commands on the prewarm topic: warm class, the job's ids.
     let commands = read_commands(&world.kafka, &world.prewarm_topic);

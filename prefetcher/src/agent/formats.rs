@@ -103,7 +103,8 @@ pub enum SkipReason {
     UnknownHost,
     /// The request target is not a valid cache key.
     InvalidKey,
-    /// A pre-warm request that found the key cached: nothing was filled.
+    /// A pre-warm request served stale (a refresh, if any, is the edge's own): no
+    /// fill to report. (One that found the key fresh is a `prefetch_cached` event.)
     PrewarmCached,
 }
 
@@ -366,7 +367,8 @@ pub(crate) fn map_status(format: LogFormat, status: &str) -> Option<Mapping> {
 
 /// The outcome of a parsed line, or why it makes no event (before tenant and key).
 /// A pre-warm request (marker `1`) that filled is a `prefetch_fill`; one that found
-/// the key cached makes no event, as the prefetcher publishes none either.
+/// the key cached is a `prefetch_cached`, as the prefetcher publishes; one served
+/// stale or joined to a fill in flight makes no event.
 pub(crate) fn outcome(format: LogFormat, line: &LogLine<'_>) -> Result<Outcome, SkipReason> {
     if !matches!(line.method.as_ref(), "GET" | "HEAD") {
         return Err(SkipReason::Method);
@@ -377,10 +379,10 @@ pub(crate) fn outcome(format: LogFormat, line: &LogLine<'_>) -> Result<Outcome, 
         None => return Err(SkipReason::UnknownStatus),
     };
     if line.prewarm == "1" {
-        return if outcome == Outcome::Miss {
-            Ok(Outcome::PrefetchFill)
-        } else {
-            Err(SkipReason::PrewarmCached)
+        return match outcome {
+            Outcome::Miss => Ok(Outcome::PrefetchFill),
+            Outcome::Hit => Ok(Outcome::PrefetchCached),
+            _ => Err(SkipReason::PrewarmCached),
         };
     }
     Ok(outcome)
@@ -462,11 +464,11 @@ mod tests {
     }
 
     #[test]
-    fn a_prewarm_that_filled_is_a_prefetch_fill_and_one_that_hit_is_no_event() {
+    fn a_prewarm_that_filled_is_a_prefetch_fill_and_one_that_hit_is_prefetch_cached() {
         for (cache, want) in [
             ("MISS", Ok(Outcome::PrefetchFill)),
             ("EXPIRED", Ok(Outcome::PrefetchFill)),
-            ("HIT", Err(SkipReason::PrewarmCached)),
+            ("HIT", Ok(Outcome::PrefetchCached)),
         ] {
             let text = nginx(cache).replace(r#""prewarm":"""#, r#""prewarm":"1""#);
             let parsed = parse_line(text.as_bytes()).unwrap();

@@ -2,12 +2,13 @@
 //! background priority. The Kafka consumer that calls it is `crate::prewarm`.
 
 use http::Uri;
-use models::{CacheKey, Priority, TenantId};
+use models::{CacheKey, Outcome, Priority, TenantId};
 
 use super::Node;
 use super::fill::FillRequest;
 use crate::cache::Lookup;
 use crate::cache_key::normalise_key;
+use crate::events::{OutcomeRecord, unix_now_ms};
 use crate::flight::{Acquire, FlightKey};
 use crate::forward::prewarm_headers;
 use crate::status::RejectReason;
@@ -15,7 +16,8 @@ use crate::status::RejectReason;
 /// What [`Node::prewarm`] did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum PrewarmOutcome {
-    /// A fresh entry is already cached: nothing to do.
+    /// A fresh entry is already cached: nothing to fetch (a `prefetch_cached` event
+    /// says so).
     Cached,
     /// A fill is already in flight: the pre-warm joined it.
     Joined,
@@ -72,7 +74,7 @@ impl Node {
         let scheme = self.prewarm_scheme();
         let headers = prewarm_headers(scheme);
         let fkey = self.inner.cache.key_for(
-            &FlightKey::new(tenant.clone(), key).with_scheme(scheme),
+            &FlightKey::new(tenant.clone(), key.clone()).with_scheme(scheme),
             &headers,
         );
         let metrics = &self.inner.metrics;
@@ -80,6 +82,18 @@ impl Node {
         let stale = match self.inner.cache.lookup(&fkey) {
             Lookup::Fresh { .. } => {
                 metrics.prefetches_cached.inc();
+                // Told to pulse, so that a warm-up can count the key as in place.
+                if self.inner.sink.enabled() {
+                    self.emit(OutcomeRecord {
+                        ts_ms: unix_now_ms(),
+                        tenant: tenant.clone(),
+                        key,
+                        outcome: Outcome::PrefetchCached,
+                        bytes: 0,
+                        fill_ms: None,
+                        referrer: None,
+                    });
+                }
                 return Ok(PrewarmOutcome::Cached);
             }
             Lookup::Stale(entry) | Lookup::Expired(entry) => Some(entry),

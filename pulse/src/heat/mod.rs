@@ -45,7 +45,7 @@ mod view;
 
 use std::collections::{HashMap, HashSet};
 
-use models::{AccessEvent, AccessEventRef};
+use models::{AccessEvent, AccessEventRef, Outcome};
 use serde::{Deserialize, Serialize};
 
 use edges::EdgeCounters;
@@ -210,7 +210,12 @@ impl HeatMap {
 
     /// [`HeatMap::apply`] for an event borrowed from its message
     /// ([`models::decode_event_ref`]): the ingest path, which copies no string.
+    /// A `prefetch_cached` event is no request and no fill: it is not counted (the
+    /// warm-up that asked is credited with it, `crate::warm`).
     pub fn apply_ref(&mut self, event: &AccessEventRef<'_>) -> Result<(), ApplyError> {
+        if event.outcome == Outcome::PrefetchCached {
+            return Ok(());
+        }
         if let Some(clock) = self.clock_ms {
             if event.ts_ms > clock.saturating_add(self.config.max_clock_skew_ms) {
                 return Err(ApplyError::FromFuture);
@@ -349,6 +354,21 @@ mod tests {
 
     pub(super) fn tenant(name: &str) -> TenantId {
         TenantId::new(name).unwrap()
+    }
+
+    /// A pre-warm that found the key cached is no request and no fill: the heat map
+    /// counts it nowhere (no tenant made, no watermark moved, no edge counted).
+    #[test]
+    fn a_prefetch_cached_event_is_not_counted() {
+        let mut heat = HeatMap::new(HeatConfig::default());
+        heat.apply(&ev(T0, "/a", "eu", Outcome::PrefetchCached))
+            .unwrap();
+        assert!(heat.tenants().is_empty());
+        heat.apply(&ev(T0, "/a", "eu", Outcome::Hit)).unwrap();
+        heat.apply(&ev(T0 + 5_000, "/a", "eu", Outcome::PrefetchCached))
+            .unwrap();
+        let tenants = heat.tenants();
+        assert_eq!((tenants[0].events, heat.now_ms()), (1, T0));
     }
 
     /// Hostile input: a timestamp far ahead of the clock. It is refused

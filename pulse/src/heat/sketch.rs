@@ -8,8 +8,9 @@ use serde::{Deserialize, Serialize};
 #[cfg(test)]
 use super::HeatConfig;
 
-/// Counters per cell: one per outcome.
-pub(super) const OUTCOMES: usize = Outcome::ALL.len();
+/// Counters per cell: one per outcome the heat map counts, every one but
+/// `prefetch_cached` (an acknowledgement, never applied: `HeatMap::apply_ref`).
+pub(super) const OUTCOMES: usize = Outcome::ALL.len() - 1;
 
 /// One sketch cell: a count per outcome, the regions that reported a miss, and the
 /// regions that asked.
@@ -187,6 +188,7 @@ pub(super) fn outcome_index(outcome: Outcome) -> usize {
         Outcome::Collapsed => 3,
         Outcome::PrefetchFill => 4,
         Outcome::PrefetchUseful => 5,
+        Outcome::PrefetchCached => unreachable!("prefetch_cached is never applied to the heat map"),
     }
 }
 

@@ -108,6 +108,8 @@ impl OutcomeCounts {
             Outcome::Collapsed => self.collapsed,
             Outcome::PrefetchFill => self.prefetch_fill,
             Outcome::PrefetchUseful => self.prefetch_useful,
+            // Never applied to the heat map.
+            Outcome::PrefetchCached => 0,
         }
     }
 

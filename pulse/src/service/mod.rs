@@ -66,7 +66,7 @@ use crate::metrics::Metrics;
 use crate::partition::{PartitionTemplate, Partitions, SharedPartitions, Snapshot};
 use crate::predict::{ModelError, PredictorConfig, ScoringModel, default_model};
 use crate::prewarm::{PrewarmLoop, PrewarmPublisher, Retrainer};
-use crate::warm::{WarmDesk, WarmRules};
+use crate::warm::{Credit, WarmDesk, WarmRules};
 
 /// Why pulse could not start.
 #[derive(Debug, thiserror::Error)]
@@ -278,19 +278,23 @@ pub async fn start(config: PulseConfig) -> Result<PulseHandle, StartError> {
         );
         let proposals = PrewarmPublisher::to_gate(&kafka, &config.decisions_topic())
             .map_err(StartError::Publisher)?;
-        observer = Some(Box::new(PrewarmLoop::new(proposals, metrics.clone())));
-        // Operators' warm-ups propose to the same gate, on the tenant's warm budget.
-        let proposals = PrewarmPublisher::to_gate(&kafka, &config.decisions_topic())
-            .map_err(StartError::Publisher)?;
-        warm = Some(Arc::new(WarmDesk::new(
-            proposals,
+        // Operators' warm-ups propose to the same gate, on the tenant's warm budget;
+        // ingest credits the edges' reports on their keys to them.
+        let desk = Arc::new(WarmDesk::new(
+            PrewarmPublisher::to_gate(&kafka, &config.decisions_topic())
+                .map_err(StartError::Publisher)?,
             WarmRules {
                 rate_per_s: config.warm_rate_per_s,
                 command_ttl_ms: config.command_ttl_ms,
             },
             metrics.clone(),
             shutdown_tx.subscribe(),
-        )));
+        ));
+        observer = Some(Box::new(Credit {
+            desk: desk.clone(),
+            inner: Box::new(PrewarmLoop::new(proposals, metrics.clone())),
+        }));
+        warm = Some(desk);
         if config.retrain_interval_secs > 0 {
             retrainer = Some(Retrainer::start(
                 partitions.clone(),

@@ -13,20 +13,34 @@
 //! first; with every slot taken by an unfinished one, a new one is refused), a start at
 //! most [`MAX_DELAY_MS`] ahead.
 //!
+//! Progress: the edges report `prefetch_fill` for a key a command made them fill and
+//! `prefetch_cached` for one they held already; ingest hands those events to the
+//! desk (the [`Credit`] observer), which credits each (key, region) once to every
+//! warm-up of the tenant that names the key and the region and began before the
+//! event. A warm-up sees the events of the partitions this instance owns: with
+//! several instances, the others' share is not counted (see docs/warming.md).
+//!
 //! - `request`: the request body and its checks.
 //! - `progress`: what the job has sent and what the edges said of its keys.
+//! - `credit`: the ingest observer that credits the edges' reports.
 
+mod credit;
 mod progress;
 mod request;
+
+pub(crate) use credit::Credit;
 
 pub(crate) use progress::{Phase, Progress, RegionProgress};
 pub(crate) use request::{Checked, KeySource, Refusal, WarmRequest};
 
-use std::collections::VecDeque;
+use std::collections::{HashMap, VecDeque};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use models::{CacheKey, CommandClass, PrewarmCommand, Reason, RegionTargets, TenantId};
+use models::{
+    AccessEventRef, CacheKey, CommandClass, PrewarmCommand, Reason, RegionTargets, TenantId,
+};
 use tokio::sync::watch;
 
 use crate::clock::wall_clock_ms;
@@ -38,6 +52,8 @@ use crate::prewarm::PrewarmPublisher;
 pub(crate) const MAX_KEYS: usize = 1_000;
 /// Most warm-ups held by one instance, running or finished.
 pub(crate) const MAX_JOBS: usize = 64;
+/// Most regions one warm-up names, or reports progress for.
+pub(crate) const MAX_REGIONS: usize = 64;
 /// Furthest ahead a warm-up may start.
 pub(crate) const MAX_DELAY_MS: u64 = 24 * 3600 * 1000;
 /// The model name a warm-up's commands carry in their reason (no model scored them).
@@ -62,15 +78,64 @@ pub(crate) struct Job {
     pub pace: f64,
     pub created_ms: u64,
     progress: Mutex<Progress>,
+    /// Each key's index in `keys`.
+    index: HashMap<String, usize>,
+    /// Per region, a bit per key credited already: each (key, region) once.
+    credited: Mutex<HashMap<String, Vec<u64>>>,
 }
 
 impl Job {
+    fn new(checked: Checked, keys: Vec<CacheKey>, now_ms: u64) -> Self {
+        Job {
+            id: format!("warm-{now_ms}-{:08x}", rand::random::<u32>()),
+            tenant: checked.tenant,
+            regions: checked.regions,
+            not_before_ms: checked.not_before_ms,
+            pace: checked.pace,
+            created_ms: now_ms,
+            progress: Mutex::new(Progress::new(keys.len())),
+            index: keys
+                .iter()
+                .enumerate()
+                .map(|(i, k)| (k.as_str().to_owned(), i))
+                .collect(),
+            credited: Mutex::new(HashMap::new()),
+            keys,
+        }
+    }
+
     /// Its progress now.
     pub(crate) fn progress(&self) -> Progress {
         self.progress
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .clone()
+    }
+
+    /// Credits an edge's report on one of its keys, once per (key, region).
+    fn credit(&self, event: &AccessEventRef<'_>) {
+        if event.ts_ms < self.created_ms || !self.regions.includes(event.region.as_str()) {
+            return;
+        }
+        let Some(&i) = self.index.get(event.key.as_str()) else {
+            return;
+        };
+        let region = event.region.as_str();
+        let mut credited = self.credited.lock().unwrap_or_else(|e| e.into_inner());
+        let (word, bit) = (i / 64, 1u64 << (i % 64));
+        if credited
+            .get(region)
+            .is_some_and(|bits| bits[word] & bit != 0)
+        {
+            return;
+        }
+        let mut progress = self.progress.lock().unwrap_or_else(|e| e.into_inner());
+        if progress.credit(region, event.outcome) {
+            let words = self.keys.len().div_ceil(64);
+            credited
+                .entry(region.to_owned())
+                .or_insert_with(|| vec![0; words])[word] |= bit;
+        }
     }
 
     fn update(&self, change: impl FnOnce(&mut Progress)) {
@@ -102,6 +167,8 @@ impl Job {
 /// The warm-ups of this instance and the proposals' producer they share.
 pub(crate) struct WarmDesk {
     jobs: Mutex<VecDeque<Arc<Job>>>,
+    /// How many jobs are held: ingest asks it per batch, without the lock.
+    held: AtomicUsize,
     proposals: Arc<PrewarmPublisher>,
     rules: WarmRules,
     metrics: Arc<Metrics>,
@@ -119,6 +186,7 @@ impl WarmDesk {
     ) -> Self {
         WarmDesk {
             jobs: Mutex::new(VecDeque::new()),
+            held: AtomicUsize::new(0),
             proposals: Arc::new(proposals),
             rules,
             metrics,
@@ -136,17 +204,7 @@ impl WarmDesk {
         checked: Checked,
         keys: Vec<CacheKey>,
     ) -> Result<Arc<Job>, Refusal> {
-        let now_ms = wall_clock_ms();
-        let job = Arc::new(Job {
-            id: format!("warm-{now_ms}-{:08x}", rand::random::<u32>()),
-            tenant: checked.tenant,
-            regions: checked.regions,
-            not_before_ms: checked.not_before_ms,
-            pace: checked.pace,
-            created_ms: now_ms,
-            progress: Mutex::new(Progress::new(keys.len())),
-            keys,
-        });
+        let job = Arc::new(Job::new(checked, keys, wall_clock_ms()));
         {
             let mut jobs = self.jobs.lock().unwrap_or_else(|e| e.into_inner());
             if jobs.len() >= MAX_JOBS {
@@ -166,6 +224,7 @@ impl WarmDesk {
                 }
             }
             jobs.push_back(job.clone());
+            self.held.store(jobs.len(), Ordering::Relaxed);
         }
         tokio::spawn(run(
             job.clone(),
@@ -183,6 +242,23 @@ impl WarmDesk {
             "warm-up accepted"
         );
         Ok(job)
+    }
+
+    /// Whether any warm-up is held (ingest credits nothing otherwise).
+    pub(crate) fn watching(&self) -> bool {
+        self.held.load(Ordering::Relaxed) > 0
+    }
+
+    /// Credits an edge's `prefetch_fill` or `prefetch_cached` event to the warm-ups
+    /// of its tenant that name its key.
+    pub(crate) fn credit(&self, event: &AccessEventRef<'_>) {
+        let jobs = self.jobs.lock().unwrap_or_else(|e| e.into_inner());
+        for job in jobs
+            .iter()
+            .filter(|j| j.tenant.as_str() == event.tenant.as_str())
+        {
+            job.credit(event);
+        }
     }
 
     /// The job `id`, if held.
@@ -237,4 +313,84 @@ async fn run(
     tracing::info!(id = %job.id, "warm-up sent");
     let flushing = proposals.clone();
     let _ = tokio::task::spawn_blocking(move || flushing.flush(Duration::from_secs(10))).await;
+}
+
+#[cfg(test)]
+mod tests {
+    use models::{AccessEvent, NodeId, Outcome, RegionId};
+
+    use super::*;
+
+    const T0: u64 = 1_764_470_000_000;
+
+    fn job(regions: RegionTargets) -> Job {
+        let checked = Checked {
+            tenant: "acme".parse().unwrap(),
+            keys: KeySource::Prefix("/".into()),
+            regions,
+            not_before_ms: T0,
+            pace: 1.0,
+        };
+        let keys = vec!["/a".parse().unwrap(), "/b".parse().unwrap()];
+        Job::new(checked, keys, T0)
+    }
+
+    fn report(ts: u64, key: &str, region: &str, outcome: Outcome) -> AccessEvent {
+        AccessEvent::new(
+            ts,
+            "acme".parse().unwrap(),
+            key.parse().unwrap(),
+            RegionId::new(region).unwrap(),
+            NodeId::new("edge-1").unwrap(),
+            outcome,
+        )
+    }
+
+    /// Each (key, region) is credited once, whatever the number of nodes that report
+    /// it; reports from before the job, on other keys or from other regions are not.
+    #[test]
+    fn each_key_is_credited_once_per_region_it_targets() {
+        let job = job(RegionTargets::Only(vec![
+            "eu".parse().unwrap(),
+            "us".parse().unwrap(),
+        ]));
+        for event in [
+            report(T0 + 1, "/a", "eu", Outcome::PrefetchFill),
+            report(T0 + 2, "/a", "eu", Outcome::PrefetchFill), // a second node
+            report(T0 + 2, "/a", "eu", Outcome::PrefetchCached),
+            report(T0 + 3, "/b", "eu", Outcome::PrefetchCached),
+            report(T0 + 3, "/a", "us", Outcome::PrefetchFill),
+            report(T0 + 3, "/a", "ap", Outcome::PrefetchFill), // not targeted
+            report(T0 + 3, "/c", "eu", Outcome::PrefetchFill), // not its key
+            report(T0 - 1, "/b", "us", Outcome::PrefetchFill), // before it began
+        ] {
+            job.credit(&event.borrowed());
+        }
+        let regions = job.progress().regions;
+        assert_eq!(regions.len(), 2, "{regions:?}");
+        assert_eq!(
+            regions["eu"],
+            RegionProgress {
+                filled: 1,
+                cached: 1
+            }
+        );
+        assert_eq!(
+            regions["us"],
+            RegionProgress {
+                filled: 1,
+                cached: 0
+            }
+        );
+    }
+
+    /// With every region targeted, the regions kept are bounded.
+    #[test]
+    fn the_regions_reported_are_bounded() {
+        let job = job(RegionTargets::All);
+        for r in 0..MAX_REGIONS + 10 {
+            job.credit(&report(T0, "/a", &format!("r{r}"), Outcome::PrefetchFill).borrowed());
+        }
+        assert_eq!(job.progress().regions.len(), MAX_REGIONS);
+    }
 }

@@ -2,6 +2,7 @@
 
 use std::collections::BTreeMap;
 
+use models::Outcome;
 use serde::Serialize;
 use utoipa::ToSchema;
 
@@ -66,6 +67,21 @@ impl Progress {
         self.phase = Phase::Sending;
         self.failed += 1;
         self.last_sent_ms = Some(at_ms);
+    }
+
+    /// Counts an edge's report for a (key, region) not credited before; false if it
+    /// is not a report, or the region is one too many to keep.
+    pub(super) fn credit(&mut self, region: &str, outcome: Outcome) -> bool {
+        if !self.regions.contains_key(region) && self.regions.len() >= super::MAX_REGIONS {
+            return false;
+        }
+        let counts = self.regions.entry(region.to_owned()).or_default();
+        match outcome {
+            Outcome::PrefetchFill => counts.filled += 1,
+            Outcome::PrefetchCached => counts.cached += 1,
+            _ => return false,
+        }
+        true
     }
 
     pub(super) fn sending_done(&mut self, _at_ms: u64) {

@@ -5,7 +5,7 @@ use models::{CacheKey, RegionId, RegionTargets, TenantId};
 use serde::Deserialize;
 use utoipa::ToSchema;
 
-use super::{MAX_DELAY_MS, MAX_KEYS};
+use super::{MAX_DELAY_MS, MAX_KEYS, MAX_REGIONS};
 
 /// `POST /api/warm`: what to warm, where, from when and how fast.
 #[derive(Debug, Clone, Deserialize, ToSchema)]
@@ -162,6 +162,12 @@ fn regions(value: serde_json::Value) -> Result<RegionTargets, Refusal> {
                     "regions: an empty list targets nobody; use \"all\"".into()
                 ));
             }
+            if list.len() > MAX_REGIONS {
+                return Err(bad(format!(
+                    "regions: {} regions, at most {MAX_REGIONS}; use \"all\"",
+                    list.len()
+                )));
+            }
             let mut regions = Vec::with_capacity(list.len());
             for (i, region) in list.into_iter().enumerate() {
                 let name = region
@@ -251,6 +257,10 @@ mod tests {
             ),
             (
                 serde_json::json!({"tenant": "acme", "keys": ["/a"], "regions": "most"}),
+                "regions:",
+            ),
+            (
+                serde_json::json!({"tenant": "acme", "keys": ["/a"], "regions": vec!["eu"; MAX_REGIONS + 1]}),
                 "regions:",
             ),
             (
