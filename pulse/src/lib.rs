@@ -42,7 +42,7 @@
 //!   bearer-token check (`auth`) and the dashboard page (`dashboard`).
 //! - `warm`: operators' warm-ups (`POST /api/warm`): the checked request, the desk
 //!   that holds the jobs, their paced proposals to the gate (the warm budget class),
-//!   their progress.
+//!   their progress credited from ingest, and `pulse warm` ([`warm_command`]).
 //! - `metrics`: [`Metrics`], the Prometheus registry behind `/metrics`.
 //! - `broker`: [`EmbeddedBroker`], librdkafka's mock cluster when no broker is given.
 //! - `stoppable`: the stoppable background thread behind ingest and the retrainer.
@@ -132,6 +132,7 @@ pub use reject::RejectReason;
 pub use service::{
     PulseConfig, PulseConfigError, PulseHandle, StartError, check_config, shutdown_signal, start,
 };
+pub use warm::{WarmArgs, warm_command};
 
 pub use clock::wall_clock_ms;
 pub use kafka::{

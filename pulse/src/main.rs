@@ -45,6 +45,10 @@ enum Command {
     /// Replay an event file through the predictor at several thresholds and print
     /// precision, recall, median lead time and wasted pre-warms.
     Backtest(BacktestArgs),
+    /// Warm a tenant's keys (a list, or a prefix of the keys pulse knows) on the edges
+    /// of some or all regions, from an instant on and at a pace: asks a running pulse
+    /// (`POST /api/warm`), prints the warm-up's id; `--follow` shows its progress.
+    Warm(pulse::WarmArgs),
 }
 
 /// librdkafka properties for every Kafka client a command makes: how pulse reaches a
@@ -565,6 +569,7 @@ async fn main() -> anyhow::Result<()> {
         Command::Trace(args) => trace(args)?,
         Command::Train(args) => train(args)?,
         Command::Backtest(args) => backtest(args)?,
+        Command::Warm(args) => pulse::warm_command(args).await?,
     }
     Ok(())
 }

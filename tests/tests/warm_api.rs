@@ -6,7 +6,8 @@
 //!   required; a list of keys and a prefix (expanded from the heat map) are warmed
 //!   through the gate, signed (the node fills them); their progress counts the
 //!   node's `prefetch_fill` and `prefetch_cached` reports by region (the latter not
-//!   counted as demand); each bad input gets a 4xx whose message starts with its field.
+//!   counted as demand); each bad input gets a 4xx whose message starts with its
+//!   field; `pulse warm --follow` (the binary) does the same through the socket.
 //! - `warm_ups_and_predictions_spend_separate_budgets`: proposals on the decisions
 //!   topic (as the partitions and the warm desk write them): a warm-up that spends its
 //!   class's whole budget leaves the predictions theirs, and the reverse.
@@ -23,7 +24,7 @@ use prefetcher::testing::{SyntheticOrigin, TestClient, wait_until};
 use prefetcher::{Config, NodeHandle, spawn_node};
 use pulse::{PulseConfig, PulseHandle};
 use serde_json::{Value, json};
-use tests::fleet::read_commands;
+use tests::fleet::{pulse_bin, read_commands};
 use tests::{TestKafka, produce, wall_ms};
 use tower::ServiceExt;
 
@@ -324,6 +325,36 @@ async fn a_warm_up_goes_through_the_gate_and_its_bad_inputs_are_refused() {
     }
     let (status, answer) = call(&app, "GET", "/api/warm/warm-0-nope", None, true).await;
     assert_eq!(status, StatusCode::NOT_FOUND, "{answer}");
+
+    // `pulse warm` against the same pulse's socket: the id, then the progress until
+    // the region has the key; without the token, a refusal that says so.
+    let api = format!("http://{}", world.pulse.api_addr());
+    let warm = |token: Option<&str>| {
+        let mut command = tokio::process::Command::new(pulse_bin());
+        command.args(["warm", "--api", &api, "--tenant", TENANT, "--key", "/cli/1"]);
+        command.args(["--region", REGION, "--follow", "--wait-secs", "20"]);
+        command.env_remove("PULSE_API_TOKEN");
+        if let Some(token) = token {
+            command.env("PULSE_API_TOKEN", token);
+        }
+        command.output()
+    };
+    let refused = warm(None).await.unwrap();
+    assert!(!refused.status.success());
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert!(stderr.contains("401"), "{stderr}");
+    let followed = warm(Some(TOKEN)).await.unwrap();
+    let (stdout, stderr) = (
+        String::from_utf8_lossy(&followed.stdout),
+        String::from_utf8_lossy(&followed.stderr),
+    );
+    assert!(followed.status.success(), "{stdout}\n{stderr}");
+    assert!(stdout.trim().starts_with("warm-"), "{stdout}");
+    assert!(
+        stderr.contains(&format!("{REGION} filled 1 cached 0")),
+        "{stderr}"
+    );
+    assert_eq!(origin.fills_for("/cli/1"), 1);
     drop(node);
     world.pulse.shutdown().await;
 }

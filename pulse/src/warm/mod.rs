@@ -23,11 +23,14 @@
 //! - `request`: the request body and its checks.
 //! - `progress`: what the job has sent and what the edges said of its keys.
 //! - `credit`: the ingest observer that credits the edges' reports.
+//! - `cli`: `pulse warm`, the same through the API of a running pulse.
 
+mod cli;
 mod credit;
 mod progress;
 mod request;
 
+pub use cli::{WarmArgs, warm_command};
 pub(crate) use credit::Credit;
 
 pub(crate) use progress::{Phase, Progress, RegionProgress};
