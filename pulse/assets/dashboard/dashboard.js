@@ -410,6 +410,48 @@
     $('decisions').tBodies[0].replaceChildren(...rows);
   }
 
+  // ---- warm-ups --------------------------------------------------------------
+
+  function renderWarmups(data) {
+    const rows = data.warmups.map((w) => {
+      const p = w.progress;
+      const tr = el('tr');
+      tr.dataset.id = w.id;
+      tr.dataset.phase = p.phase;
+      const regions = el('td', null, 'regions');
+      for (const [region, r] of Object.entries(p.regions)) {
+        const line = el('div', null, 'warm-region');
+        line.dataset.region = region;
+        line.dataset.filled = r.filled;
+        line.dataset.cached = r.cached;
+        const bar = el('progress');
+        bar.max = Math.max(1, p.keys);
+        bar.value = r.filled + r.cached;
+        line.append(el('span', region, 'name'), bar,
+          el('span', `${r.filled} filled + ${r.cached} cached of ${p.keys}`, 'val'));
+        regions.append(line);
+      }
+      if (!regions.childElementCount) regions.textContent = 'no report yet';
+      tr.append(
+        el('td', w.id, 'key'),
+        el('td', w.tenant),
+        el('td', p.phase === 'waiting' ? `waiting until ${fmt.stamp(w.not_before)}` : p.phase),
+        el('td', `${p.sent} / ${p.keys}`),
+        el('td', p.failed),
+        regions,
+      );
+      return tr;
+    });
+    if (!rows.length) {
+      const tr = el('tr');
+      const td = el('td', 'No warm-up on this instance.');
+      td.colSpan = 6;
+      tr.append(td);
+      rows.push(tr);
+    }
+    $('warm-table').tBodies[0].replaceChildren(...rows);
+  }
+
   function predictionOff(section, message) {
     section.replaceChildren(el('p', message, 'note'));
   }
@@ -469,11 +511,12 @@
     // One event time for every question, so a fleet answer's windows all end there.
     const q = `tenant=${encodeURIComponent(view.tenant)}&now_ms=${tenants.now_ms}`;
     const w = view.window;
-    const [heat, rates, preds, edges] = await Promise.allSettled([
+    const [heat, rates, preds, edges, warmups] = await Promise.allSettled([
       api(`/api/heatmap?${q}&window=${encodeURIComponent(w)}&n=${HEAT_ROWS}`),
       api(`/api/rates?${q}`),
       api(`/api/predictions?limit=${DECISIONS}`),
       api('/api/edges'),
+      api('/api/warm'),
     ]);
     // A selection changed while the requests ran: draw the next round instead.
     if (view.tenant !== heat.value?.tenant && heat.status === 'fulfilled') return;
@@ -481,6 +524,7 @@
     if (w === view.window) renderHeatmap(heat.value);
     if (rates.status === 'fulfilled') renderRates(rates.value);
     if (edges.status === 'fulfilled') renderEdges(edges.value);
+    if (warmups.status === 'fulfilled') renderWarmups(warmups.value);
     if (preds.status === 'fulfilled') {
       renderPredictions(preds.value);
     } else if (preds.reason.code === 'prediction_off') {

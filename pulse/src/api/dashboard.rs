@@ -98,6 +98,7 @@ mod tests {
             "/api/edges",
             "/api/predictions",
             "/api/model",
+            "/api/warm",
         ] {
             assert!(
                 js.contains(endpoint),
