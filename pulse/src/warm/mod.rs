@@ -34,6 +34,7 @@ pub use cli::{WarmArgs, warm_command};
 pub(crate) use credit::Credit;
 
 pub(crate) use progress::{Phase, Progress, RegionProgress};
+use request::check_duration;
 pub(crate) use request::{Checked, KeySource, Refusal, WarmRequest};
 
 use std::collections::{HashMap, VecDeque};
@@ -207,6 +208,7 @@ impl WarmDesk {
         checked: Checked,
         keys: Vec<CacheKey>,
     ) -> Result<Arc<Job>, Refusal> {
+        check_duration(keys.len(), checked.pace)?;
         let job = Arc::new(Job::new(checked, keys, wall_clock_ms()));
         {
             let mut jobs = self.jobs.lock().unwrap_or_else(|e| e.into_inner());
@@ -288,7 +290,9 @@ async fn run(
 ) {
     let interval_ms = 1000.0 / job.pace;
     for index in 0..job.keys.len() {
-        let due_ms = job.not_before_ms + (index as f64 * interval_ms) as u64;
+        let due_ms = job
+            .not_before_ms
+            .saturating_add((index as f64 * interval_ms) as u64);
         let wait = Duration::from_millis(due_ms.saturating_sub(wall_clock_ms()));
         tokio::select! {
             _ = tokio::time::sleep(wait) => {}

@@ -151,6 +151,18 @@ impl WarmRequest {
     }
 }
 
+/// A warm-up of `keys` at `pace` ends within the day it may wait: the desk's slots
+/// are not held by a pace of one key a year.
+pub(crate) fn check_duration(keys: usize, pace: f64) -> Result<(), Refusal> {
+    if (keys as f64 - 1.0).max(0.0) / pace * 1000.0 > MAX_DELAY_MS as f64 {
+        return Err(refuse(
+            "bad_parameter",
+            format!("pace: {keys} keys at {pace} keys/s would take more than 24 h"),
+        ));
+    }
+    Ok(())
+}
+
 /// `"all"` or a non-empty list of region ids.
 fn regions(value: serde_json::Value) -> Result<RegionTargets, Refusal> {
     let bad = |m: String| refuse("invalid_region", m);
@@ -284,6 +296,9 @@ mod tests {
             let refusal = request(body.clone()).unwrap_err();
             assert!(refusal.message.starts_with(field), "{body}: {refusal:?}");
         }
+        let slow = check_duration(1000, 0.01).unwrap_err();
+        assert!(slow.message.starts_with("pace:"), "{slow:?}");
+        assert!(check_duration(1000, 0.02).is_ok() && check_duration(1, 1e-9).is_ok());
         let typo = serde_json::json!({"tenant": "acme", "keys": ["/a"], "not_after": 1});
         let error = serde_json::from_value::<WarmRequest>(typo).unwrap_err();
         assert!(error.to_string().contains("not_after"), "{error}");
