@@ -6,6 +6,8 @@
 //! forged, expired, foreign and unknown-tenant commands reach no origin; a restarted
 //! agent resumes at its saved read position; every event names its kind of edge, and
 //! pulse, reading the same topic, counts them under that kind (`GET /api/edges`).
+//! An operator's warm-up (`POST /api/warm`) reaches nginx through pulse's gate and the
+//! agent, and the agent's `prefetch_fill` and `prefetch_cached` events are its progress.
 //!
 //! nginx, varnishd and varnishncsa must be installed (`scripts/install-deps`): a test
 //! without them fails, it is never skipped. Servers run as child processes on
@@ -685,4 +687,91 @@ async fn nginx_edge_feeds_pulse_and_takes_prewarms() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn varnish_edge_feeds_pulse_and_takes_prewarms() {
     edge_feeds_pulse_and_takes_prewarms("varnish").await;
+}
+
+/// An operator's warm-up (`POST /api/warm`, issue #55) through the edge agent in front
+/// of nginx: pulse's gate sends the commands, the agent warms nginx, and its events
+/// (`prefetch_fill` for the key it filled, `prefetch_cached` for the one nginx held)
+/// are the warm-up's progress.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nginx_edge_takes_an_operators_warm_up() {
+    let kafka = TestKafka::start();
+    let events_topic = kafka.unique_topic("warm-edge-events");
+    let prewarm_topic = kafka.unique_topic("warm-prewarm");
+    kafka.create_topic(&events_topic, 2).await;
+    kafka.create_topic(&prewarm_topic, 1).await;
+    let pulse = pulse::start(PulseConfig {
+        brokers: Some(kafka.bootstrap_servers().to_owned()),
+        group: format!("{events_topic}-pulse"),
+        topic: events_topic.clone(),
+        prewarm_topic: prewarm_topic.clone(),
+        listen: "127.0.0.1:0".parse().unwrap(),
+        topic_partitions: 1,
+        ..PulseConfig::default()
+    })
+    .await
+    .expect("starting pulse");
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(
+        dir.path(),
+        std::os::unix::fs::PermissionsExt::from_mode(0o755),
+    )
+    .unwrap();
+    let origin = SyntheticOrigin::start("nginx").await;
+    origin.set_cache_control(Some("public, max-age=300"));
+    let edge = start_nginx(dir.path(), origin.addr()).await;
+    let _agent = start_agent(dir.path(), &edge, &kafka, &events_topic, &prewarm_topic).await;
+    // A user request: the tenant known to pulse, the key in nginx's cache.
+    let client = TestClient::new();
+    let got = client.get(edge.addr, HOST, "/held").await.unwrap();
+    assert_eq!(got.status, 200);
+    let app = pulse.router();
+    let api = |uri: String, body: Option<serde_json::Value>| {
+        let app = app.clone();
+        async move {
+            let request = match body {
+                Some(body) => http::Request::post(uri)
+                    .header("content-type", "application/json")
+                    .body(axum::body::Body::from(body.to_string())),
+                None => http::Request::get(uri).body(axum::body::Body::empty()),
+            };
+            let response = tower::ServiceExt::oneshot(app, request.unwrap())
+                .await
+                .unwrap();
+            let status = response.status();
+            let bytes = axum::body::to_bytes(response.into_body(), 1 << 20)
+                .await
+                .unwrap();
+            (
+                status,
+                serde_json::from_slice::<serde_json::Value>(&bytes).unwrap(),
+            )
+        }
+    };
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    let id = loop {
+        let body = serde_json::json!({"tenant": TENANT, "keys": ["/op/new", "/held"], "regions": [REGION]});
+        let (status, answer) = api("/api/warm".into(), Some(body)).await;
+        if status == 202 {
+            break answer["id"].as_str().unwrap().to_owned();
+        }
+        // Until pulse has read the user request, the tenant is unknown.
+        assert_eq!(answer["error"], "unknown_tenant", "{answer}");
+        assert!(tokio::time::Instant::now() < deadline, "{answer}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let (_, answer) = api(format!("/api/warm/{id}"), None).await;
+        let region = &answer["progress"]["regions"][REGION];
+        if region["filled"] == 1 && region["cached"] == 1 {
+            break;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "{answer}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(origin.fills_for("/op/new"), 1);
+    assert_eq!(origin.fills_for("/held"), 1, "the user's fill only");
+    pulse.shutdown().await;
+    drop(edge);
 }
