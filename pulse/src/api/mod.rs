@@ -8,6 +8,7 @@
 //! - `heat`, `predictions`, `rates`, `edges`, `health`: the handlers, by resource.
 //! - `fleet`: a `scope=fleet` answer, merged with the peers' parts.
 //! - `auth`: the bearer-token check; `dashboard`: the page at `/`.
+//! - `warmset`: a region's hot keyset, what a node starting cold warms.
 
 mod auth;
 mod dashboard;
@@ -18,6 +19,7 @@ mod health;
 mod heat;
 mod predictions;
 mod rates;
+mod warmset;
 
 use auth::BearerTokenDoc;
 pub(crate) use auth::require_api_token;
@@ -131,7 +133,8 @@ fn per_partition<T>(
         predictions::model,
         rates::rates,
         edges::edges,
-        health::healthz
+        health::healthz,
+        warmset::warmset
     ),
     components(schemas(
         PredictionsResponse,
@@ -166,7 +169,9 @@ fn per_partition<T>(
         RegionCount,
         Velocities,
         Trend,
-        Window
+        Window,
+        warmset::WarmsetResponse,
+        warmset::WarmKey
     )),
     modifiers(&BearerTokenDoc)
 )]
@@ -190,7 +195,8 @@ pub fn app(state: AppState) -> Router {
         .route("/healthz", get(health::healthz))
         .route("/metrics", get(health::metrics))
         .route("/api/rates", get(rates::rates))
-        .route("/api/edges", get(edges::edges));
+        .route("/api/edges", get(edges::edges))
+        .route("/api/warmset", get(warmset::warmset));
     for (path, content_type, body) in dashboard::ASSETS {
         router = router.route(
             path,
