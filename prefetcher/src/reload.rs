@@ -39,6 +39,9 @@ pub fn check_config(config: &Config) -> Result<(), ConfigError> {
     if config.kafka.enabled() {
         check_kafka_properties(&config.kafka)?;
     }
+    if let Some(warmup) = &config.warmup {
+        warmup.token()?;
+    }
     Ok(())
 }
 
