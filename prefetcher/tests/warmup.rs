@@ -234,3 +234,62 @@ async fn bounded_by_count_and_by_bytes() {
     assert!(metric(&node, "prefetcher_warmup_keys_total{result=\"skipped\"} 2").await);
     node.shutdown().await;
 }
+
+/// The edge agent warms its local cache (here a synthetic one) through its pre-warm
+/// requests before its `/readyz` says ready.
+#[tokio::test]
+async fn the_edge_agent_warms_its_cache_before_it_is_ready() {
+    let cache = SyntheticOrigin::start("cache").await;
+    cache.set_latency(Duration::from_millis(200));
+    let (_pulse, url) = StubPulse::start(&[("acme", "/a"), ("acme", "/b?y=2&x=1")]).await;
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("access.log");
+    std::fs::write(&log, "").unwrap();
+    let config = prefetcher::AgentConfig {
+        region: Some("eu-west".parse().unwrap()),
+        node: Some("agent-1".parse().unwrap()),
+        log_path: log,
+        state_path: dir.path().join("state"),
+        cache_url: cache.url(),
+        admin_listen: Some("127.0.0.1:0".parse().unwrap()),
+        tenants: vec![prefetcher::AgentTenant {
+            id: "acme".parse().unwrap(),
+            hosts: vec!["acme.example".into()],
+        }],
+        kafka: prefetcher::KafkaConfig {
+            brokers: Some(
+                std::env::var("KAFKA_BOOTSTRAP_SERVERS").unwrap_or("127.0.0.1:9092".into()),
+            ),
+            ..prefetcher::KafkaConfig::default()
+        },
+        warmup: Some(WarmupConfig {
+            pulse: url,
+            ..WarmupConfig::default()
+        }),
+        ..prefetcher::AgentConfig::default()
+    };
+    let agent = prefetcher::spawn_agent(config).await.unwrap();
+    let readyz = format!("http://{}/readyz", agent.admin_addr().unwrap());
+    let first = reqwest::get(&readyz).await.unwrap();
+    assert_eq!(first.status(), 503);
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    let body: Value = loop {
+        let response = reqwest::get(&readyz).await.unwrap();
+        if response.status() == 200 {
+            break response.json().await.unwrap();
+        }
+        assert!(tokio::time::Instant::now() < deadline, "never ready");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    };
+    assert_eq!(
+        body,
+        json!({"state": "ready", "done": 2, "of": 2, "reason": "warmed"})
+    );
+    // Each key once, normalised, with the tenant's host.
+    let a = cache.received("/a");
+    assert_eq!(a.len(), 1);
+    assert_eq!(a[0].headers["host"], "acme.example");
+    assert_eq!(cache.received("/b?x=1&y=2").len(), 1);
+    assert_eq!(cache.fills(), 2);
+    agent.shutdown().await;
+}
