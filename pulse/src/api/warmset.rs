@@ -340,6 +340,46 @@ mod tests {
         }
     }
 
+    /// Parts from several partitions or instances: a key counted in two adds up, the
+    /// order is by the sum, the coverage is the union, the cut is after the merge.
+    #[test]
+    fn parts_merge_per_tenant_and_key() {
+        use super::{WarmKey, WarmsetResponse, merge_warmsets};
+        use crate::fleet::Coverage;
+        let part = |p: i32, rows: &[(&str, &str, u64)]| WarmsetResponse {
+            region: "eu-west".into(),
+            window: crate::heat::Window::S60,
+            now_ms: T0 + p as u64,
+            keys: rows
+                .iter()
+                .map(|(t, k, n)| WarmKey {
+                    tenant: t.to_string(),
+                    key: k.to_string(),
+                    count: *n,
+                    rate: 0.0,
+                })
+                .collect(),
+            coverage: Coverage::of(vec![p], 2),
+        };
+        let merged = merge_warmsets(
+            vec![
+                part(0, &[("acme", "/a", 10), ("acme", "/b", 8)]),
+                part(1, &[("acme", "/a", 5), ("globex", "/b", 12)]),
+            ],
+            2,
+        )
+        .unwrap();
+        let rows: Vec<(&str, &str, u64)> = merged
+            .keys
+            .iter()
+            .map(|k| (k.tenant.as_str(), k.key.as_str(), k.count))
+            .collect();
+        assert_eq!(rows, [("acme", "/a", 15), ("globex", "/b", 12)]);
+        assert!((merged.keys[0].rate - 0.25).abs() < 1e-9);
+        assert!(merged.coverage.complete);
+        assert_eq!(merged.now_ms, T0 + 1);
+    }
+
     #[tokio::test]
     async fn bad_input_is_a_400_naming_the_field() {
         let app = app(state());
