@@ -14,11 +14,14 @@ use prefetcher::testing::SyntheticOrigin;
 use prefetcher::{Config, NodeHandle, WarmupConfig, spawn_node};
 use serde_json::{Value, json};
 
+/// A request's query and its `Authorization`.
+type Asked = (String, Option<String>);
+
 /// A pulse that answers `/api/warmset` with `rows` and remembers what it was asked.
 #[derive(Clone, Default)]
 struct StubPulse {
     rows: Arc<Mutex<Vec<(String, String)>>>,
-    asked: Arc<Mutex<Vec<(String, Option<String>)>>>,
+    asked: Arc<Mutex<Vec<Asked>>>,
 }
 
 async fn warmset(

@@ -284,8 +284,10 @@ async fn main() -> anyhow::Result<()> {
     );
     kafka.create_topic(&topics.0, 4).await;
     kafka.create_topic(&topics.1, 1).await;
-    let mut heat = pulse::HeatConfig::default();
-    heat.region_top_k = args.region_top_k;
+    let heat = pulse::HeatConfig {
+        region_top_k: args.region_top_k,
+        ..pulse::HeatConfig::default()
+    };
     let pulse = pulse::start(PulseConfig {
         brokers: Some(kafka.bootstrap_servers().to_owned()),
         topic: topics.0.clone(),

@@ -110,7 +110,8 @@ mod tests {
             ..WarmupConfig::default()
         };
         good.validate().unwrap();
-        let cases: [(&str, fn(&mut WarmupConfig)); 6] = [
+        type Spoil = fn(&mut WarmupConfig);
+        let cases: [(&str, Spoil); 6] = [
             ("warmup.pulse", |c| c.pulse = "ftp://x".into()),
             ("warmup.pulse", |c| c.pulse = String::new()),
             ("warmup.deadline_ms", |c| c.deadline_ms = 0),
