@@ -22,6 +22,15 @@ const MAX_BODY_BYTES: usize = 4 << 20;
 #[derive(Deserialize)]
 struct Answer {
     keys: Vec<Row>,
+    #[serde(default)]
+    coverage: Option<Coverage>,
+}
+
+/// Whether every partition of the heat map answered.
+#[derive(Deserialize)]
+struct Coverage {
+    #[serde(default)]
+    complete: bool,
 }
 
 #[derive(Deserialize)]
@@ -74,6 +83,9 @@ pub(crate) async fn fetch_warmset(
     let answer = tokio::time::timeout(Duration::from_millis(config.request_timeout_ms), ask)
         .await
         .map_err(|_| format!("{uri}: no answer in {} ms", config.request_timeout_ms))??;
+    if answer.coverage.is_some_and(|c| !c.complete) {
+        tracing::info!(%uri, "warm set from pulse is partial: not every partition answered");
+    }
     Ok(answer
         .keys
         .into_iter()
