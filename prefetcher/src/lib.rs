@@ -61,7 +61,10 @@
 //! - `publisher`: [`EventPublisher`], access events to Kafka (bounded, never blocking).
 //! - `prewarm`: [`PrewarmConsumer`], pre-warm commands from Kafka, checked (signature
 //!   first, [`check_signature`], when keys are configured) and counted.
-//! - `run`: [`spawn_node`], a whole node (listeners, publisher, consumer) in-process.
+//! - `run`: [`spawn_node`], a whole node (listeners, publisher, consumer, warm-up)
+//!   in-process.
+//! - `warmup`: the warm-up at start, the node's and the edge agent's: the region's hot
+//!   keyset asked of pulse, filled before `/readyz` says ready ([`Readiness`]).
 //! - `reload`: [`check_config`] (everything a start checks, binding and connecting
 //!   nothing) and [`NodeHandle::reload`]: a new configuration for new requests, in
 //!   flight ones finishing on the old.
@@ -114,6 +117,7 @@ mod status;
 #[cfg(feature = "testing")]
 pub mod testing;
 mod tls;
+mod warmup;
 
 pub use agent::{
     AgentConfig, AgentError, AgentHandle, AgentMetrics, AgentTenant, FollowStats, Line, LineMapper,
@@ -127,7 +131,7 @@ pub use config::FillFields;
 pub use config::{
     CacheConfig, Config, ConfigError, ConnectionLimits, FlightConfig, Http2Config, KafkaConfig,
     OffsetReset, OriginConfig, PrefetchConfig, RequestLimits, RouteConfig, TenantConfig,
-    TlsListenConfig, TrafficClass, WaitTimeoutPolicy, class_of,
+    TlsListenConfig, TrafficClass, WaitTimeoutPolicy, WarmupConfig, class_of,
 };
 pub use events::{ChannelSink, Dropped, EventSink, NoopSink, OutcomeRecord, OutcomeRef};
 pub use flight::{
@@ -161,3 +165,4 @@ pub use semantics::{
     strip_hop_by_hop, variant_of,
 };
 pub use status::{CacheStatus, ClientLimit, H2Abuse, RejectReason, X_CACHE};
+pub use warmup::{Readiness, WarmFill, WarmupMetrics};

@@ -30,6 +30,13 @@ use prefetcher::{
 /// there is no Kafka at all: the proxy works the same, no events are published and
 /// no pre-warm commands are read.
 ///
+/// Warm-up at start (optional): with a `[warmup]` section in the config file, the
+/// node asks pulse (`warmup.pulse`) for its region's hot keyset and fills it at
+/// background priority before it reports ready: `/readyz` on `--admin-listen` answers
+/// 503 `{"state":"warming","done":N,"of":M}` until then (at most
+/// `warmup.deadline_ms`), 200 after; `/healthz` means alive. Without `[warmup]`, or
+/// when pulse does not answer, the node is ready at once (docs/warming.md).
+///
 /// Flags override the config file; every flag can also be set by its environment
 /// variable. Metrics (Prometheus text) are on `--admin-listen` at `/metrics`.
 ///
@@ -79,7 +86,7 @@ struct Cli {
     #[arg(long, env = "PREFETCHER_CONFIG")]
     config: Option<PathBuf>,
 
-    /// Address of the admin listener serving /metrics and /healthz.
+    /// Address of the admin listener serving /metrics, /healthz and /readyz.
     #[arg(long, env = "PREFETCHER_ADMIN_LISTEN")]
     admin_listen: Option<SocketAddr>,
 

@@ -205,6 +205,8 @@ pub struct Metrics {
     /// one stays).
     pub config_reloads_refused: Counter,
     clients: ClientCounters,
+    /// The warm-up at start (`crate::warmup`).
+    pub warmup: crate::warmup::WarmupMetrics,
 }
 
 impl Metrics {
@@ -337,6 +339,7 @@ impl Metrics {
             reloads.clone(),
         );
         let m = Metrics {
+            warmup: crate::warmup::WarmupMetrics::default(),
             clients,
             requests,
             requests_refused,
@@ -543,6 +546,7 @@ impl Metrics {
             "Origin requests whose TLS failed (untrusted or misnamed certificate, handshake)",
             m.origin_tls_failures.clone(),
         );
+        m.warmup.register(&mut registry);
         Metrics { registry, ..m }
     }
 

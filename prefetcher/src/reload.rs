@@ -14,8 +14,8 @@
 //!   connections already up keep theirs.
 //!
 //! Every other setting (listen addresses, `node`, `region`, `[kafka]`, `[cache]`,
-//! `[flight]`, `[prefetch]`, `[server]`, `[http2]`, `[origin]`) needs a restart: a
-//! reload that changes one logs it as such and keeps it as it runs. A configuration
+//! `[flight]`, `[prefetch]`, `[server]`, `[http2]`, `[origin]`, `[warmup]`) needs a
+//! restart: a reload that changes one logs it as such and keeps it as it runs. A configuration
 //! that fails [`check_config`] is refused whole, and the running one stays.
 
 use crate::changes::{Reloaded, differences, log_reloaded, refused};
@@ -38,6 +38,9 @@ pub fn check_config(config: &Config) -> Result<(), ConfigError> {
     Live::new(config.clone())?;
     if config.kafka.enabled() {
         check_kafka_properties(&config.kafka)?;
+    }
+    if let Some(warmup) = &config.warmup {
+        warmup.token()?;
     }
     Ok(())
 }

@@ -29,7 +29,7 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
 use crate::changes::Reloaded;
-use crate::config::{Config, ConfigError};
+use crate::config::{Config, ConfigError, WarmupConfig};
 use crate::events::ChannelSink;
 use crate::listener::{ServeOptions, serve};
 use crate::prewarm::PrewarmConsumer;
@@ -38,6 +38,7 @@ use crate::proxy::{serve_node, serve_node_tls};
 use crate::publisher::EventPublisher;
 use crate::reload::{refuse_reload, reload_node};
 use crate::tls::ListenerCert;
+use crate::warmup::Warmup;
 
 /// Why a node could not start.
 #[derive(Debug, thiserror::Error)]
@@ -127,6 +128,10 @@ pub async fn spawn_node_with(
         }
         None => (None, None),
     };
+    let token = match &config.warmup {
+        Some(warmup) => warmup.token()?,
+        None => None,
+    };
     let kafka = config.kafka.enabled();
     let prewarm_keys = if kafka {
         config.kafka.prewarm_keys()?
@@ -205,6 +210,16 @@ pub async fn spawn_node_with(
             options.serve.clone(),
         )));
     }
+    match &config.warmup {
+        Some(warmup) => tasks.push(spawn_warmup(
+            &node,
+            &config,
+            warmup.clone(),
+            token,
+            stopped(shutdown_rx.clone()),
+        )),
+        None => tracing::info!("no [warmup]: ready at once"),
+    }
     if let Some((publisher, events_rx, consumer)) = kafka_parts {
         tasks.push(tokio::spawn(publisher.run(
             events_rx,
@@ -223,6 +238,54 @@ pub async fn spawn_node_with(
         kafka,
         shutdown_tx,
         tasks,
+    })
+}
+
+/// The warm-up at start (`crate::warmup`): `/readyz` says warming from now until the
+/// region's warm set is in through [`Node::warm`] (or the deadline passes); stops
+/// early at shutdown.
+fn spawn_warmup(
+    node: &Node,
+    config: &Config,
+    warmup: WarmupConfig,
+    token: Option<String>,
+    stopped: impl std::future::Future<Output = ()> + Send + 'static,
+) -> JoinHandle<()> {
+    node.readiness().start_warming();
+    let node = node.clone();
+    let region = config
+        .region
+        .clone()
+        .expect("validated: [warmup] needs region");
+    let tenants = config
+        .tenants
+        .iter()
+        .map(|t| (t.id.clone(), t.weight))
+        .collect();
+    tokio::spawn(async move {
+        let run = Warmup {
+            config: &warmup,
+            token,
+            region: &region,
+            tenants,
+            readiness: node.readiness(),
+            metrics: &node.metrics().warmup,
+        }
+        .run(
+            || node.origin().limiter().prefetch_limit(),
+            |tenant, key| {
+                let node = node.clone();
+                async move {
+                    node.warm(&tenant, key)
+                        .await
+                        .unwrap_or(crate::warmup::WarmFill::Failed)
+                }
+            },
+        );
+        tokio::select! {
+            () = run => {}
+            () = stopped => {}
+        }
     })
 }
 

@@ -105,6 +105,9 @@ pub struct AgentConfig {
     pub kafka: KafkaConfig,
     /// Pre-warm requests.
     pub warm: WarmConfig,
+    /// Warm-up at start: the region's warm set from pulse, requested of the local
+    /// cache before `/readyz` says ready; off when absent.
+    pub warmup: Option<crate::config::WarmupConfig>,
 }
 
 impl Default for AgentConfig {
@@ -124,6 +127,7 @@ impl Default for AgentConfig {
             tenants: Vec::new(),
             kafka: KafkaConfig::default(),
             warm: WarmConfig::default(),
+            warmup: None,
         }
     }
 }
@@ -166,6 +170,10 @@ impl AgentConfig {
     pub fn validate(&self) -> Result<(), ConfigError> {
         if self.region.is_none() {
             return Err(invalid("region", "required"));
+        }
+        if let Some(warmup) = &self.warmup {
+            warmup.validate()?;
+            warmup.token()?;
         }
         if self.node.is_none() {
             return Err(invalid("node", "required"));

@@ -61,6 +61,7 @@ use crate::events::OutcomeRef;
 use crate::listener::{ServeOptions, serve};
 use crate::metrics::Metrics;
 use crate::publisher::{EventPublisher, NotSent};
+use crate::warmup::{Readiness, WarmFill, Warmup};
 
 /// Why the agent could not start.
 #[derive(Debug, thiserror::Error)]
@@ -278,6 +279,7 @@ pub async fn spawn_agent(config: AgentConfig) -> Result<AgentHandle, AgentError>
         &metrics,
     )?;
     let warmer = Warmer::new(&config, Arc::clone(&agent_metrics), Arc::clone(&metrics));
+    let readiness = Readiness::default();
     let consumer = WarmConsumer::new(&config, prewarm_keys, warmer.clone(), Arc::clone(&metrics))?;
     let mapper = Arc::new(ArcSwap::from_pointee(LineMapper::new(&config)));
     let reload = AgentReload {
@@ -321,12 +323,29 @@ pub async fn spawn_agent(config: AgentConfig) -> Result<AgentHandle, AgentError>
         let mut rx = shutdown_rx.clone();
         tasks.push(tokio::spawn(serve(
             listener,
-            admin_app(Arc::clone(&metrics), Arc::clone(&agent_metrics)),
+            admin_app(
+                Arc::clone(&metrics),
+                Arc::clone(&agent_metrics),
+                readiness.clone(),
+            ),
             async move {
                 let _ = rx.wait_for(|stop| *stop).await;
             },
             ServeOptions::default(),
         )));
+    }
+    match &config.warmup {
+        Some(warmup) => {
+            let run = warm_up(&config, warmup.clone(), &warmer, &readiness, &metrics);
+            let mut rx = shutdown_rx.clone();
+            tasks.push(tokio::spawn(async move {
+                tokio::select! {
+                    () = run => {}
+                    _ = rx.wait_for(|stop| *stop) => {}
+                }
+            }));
+        }
+        None => tracing::info!("no [warmup]: ready at once"),
     }
     tracing::info!(log = %config.log_path.display(), format = ?config.log_format, ?admin_addr, "edge agent started");
     Ok(AgentHandle {
@@ -343,9 +362,72 @@ pub async fn spawn_agent(config: AgentConfig) -> Result<AgentHandle, AgentError>
     })
 }
 
-/// The admin router: `/metrics` and `/healthz`.
-pub(crate) fn admin_app(metrics: Arc<Metrics>, agent: Arc<AgentMetrics>) -> Router {
+/// The warm-up at start (`crate::warmup`): the region's warm set requested of the
+/// local cache through the [`Warmer`], as pre-warm commands are, before `/readyz`
+/// says ready. Returns the future that runs it.
+fn warm_up(
+    config: &AgentConfig,
+    warmup: crate::config::WarmupConfig,
+    warmer: &Warmer,
+    readiness: &Readiness,
+    metrics: &Arc<Metrics>,
+) -> impl std::future::Future<Output = ()> + Send + 'static {
+    readiness.start_warming();
+    let targets = Arc::new(warm::WarmTargets::new(config));
+    let region = config.region.clone().expect("validated");
+    let tenants = config.tenants.iter().map(|t| (t.id.clone(), 1.0)).collect();
+    let token = warmup.token().ok().flatten();
+    let (warmer, readiness, metrics) = (warmer.clone(), readiness.clone(), Arc::clone(metrics));
+    async move {
+        Warmup {
+            config: &warmup,
+            token,
+            region: &region,
+            tenants,
+            readiness: &readiness,
+            metrics: &metrics.warmup,
+        }
+        .run(
+            || warmer.limit(),
+            |tenant, key| {
+                let (warmer, targets) = (warmer.clone(), Arc::clone(&targets));
+                async move {
+                    // The key as a command's is checked: normalised like a request's.
+                    let key = key
+                        .as_str()
+                        .parse::<http::Uri>()
+                        .ok()
+                        .and_then(|uri| crate::cache_key::normalise_key(&uri).ok());
+                    let (Some(host), Some(key)) = (targets.host(&tenant), key) else {
+                        return WarmFill::Failed;
+                    };
+                    let request = warm::WarmRequest {
+                        host: host.to_owned(),
+                        key,
+                        id: "warmup".to_owned(),
+                        expires_at_ms: u64::MAX,
+                    };
+                    match warmer.warm(request).await {
+                        Some(bytes) => WarmFill::Filled { bytes },
+                        None => WarmFill::Failed,
+                    }
+                }
+            },
+        )
+        .await
+    }
+}
+
+/// The admin router: `/metrics`, `/healthz` (alive) and `/readyz` (503 while the
+/// warm-up at start runs, then 200).
+pub(crate) fn admin_app(
+    metrics: Arc<Metrics>,
+    agent: Arc<AgentMetrics>,
+    readiness: Readiness,
+) -> Router {
+    let readyz = get(move || async move { readiness.response() });
     Router::new()
+        .route("/readyz", readyz)
         .route(
             "/metrics",
             get(

@@ -90,6 +90,11 @@ impl WarmTargets {
         WarmTargets { region, hosts }
     }
 
+    /// The `Host` warm requests of `tenant` carry; `None` for a tenant not configured.
+    pub(crate) fn host(&self, tenant: &TenantId) -> Option<&str> {
+        self.hosts.get(tenant).map(String::as_str)
+    }
+
     /// Checks one message payload: the prefetcher's checks, then the tenant.
     pub(crate) fn check(
         &self,
@@ -169,8 +174,8 @@ impl Warmer {
     }
 
     /// Waits for a slot (or is shed), then sends `request` and reports its latency to
-    /// the limit. Returns whether the node answered with a success.
-    pub(crate) async fn warm(&self, request: WarmRequest) -> bool {
+    /// the limit. Returns the body's size when the node answered with a success.
+    pub(crate) async fn warm(&self, request: WarmRequest) -> Option<u64> {
         self.metrics
             .prefetch_queued
             .set(self.limiter.prefetch_queued() as i64 + 1);
@@ -180,25 +185,25 @@ impl Warmer {
             .set(self.limiter.prefetch_queued() as i64);
         let Ok(slot) = slot else {
             self.metrics.prefetches_shed.inc();
-            return false;
+            return None;
         };
         self.metrics.prefetches_started.inc();
         let started = tokio::time::Instant::now();
         let result = tokio::time::timeout(self.timeout, self.send(&request)).await;
         let ok = match result {
-            Ok(Ok(head_latency)) => {
+            Ok(Ok((head_latency, bytes))) => {
                 slot.record(Some(head_latency));
-                true
+                Some(bytes)
             }
             Ok(Err(error)) => {
                 tracing::debug!(%error, key = %request.key, "pre-warm request failed");
                 slot.record(None);
-                false
+                None
             }
             Err(_) => {
                 tracing::debug!(key = %request.key, "pre-warm request timed out");
                 slot.record(None);
-                false
+                None
             }
         };
         drop(slot);
@@ -208,7 +213,7 @@ impl Warmer {
         self.agent
             .warm_seconds
             .observe(started.elapsed().as_secs_f64());
-        if ok {
+        if ok.is_some() {
             self.agent.warms_ok.inc();
         } else {
             self.agent.warms_failed.inc();
@@ -217,8 +222,8 @@ impl Warmer {
     }
 
     /// Sends one request and reads the body to its end (so the cache stores it);
-    /// the time to the response head on success.
-    async fn send(&self, request: &WarmRequest) -> Result<Duration, String> {
+    /// the time to the response head and the body's size on success.
+    async fn send(&self, request: &WarmRequest) -> Result<(Duration, u64), String> {
         let uri = format!("{}{}", self.cache_url, request.key);
         let http_request = Request::get(&uri)
             .header(header::HOST, &request.host)
@@ -233,15 +238,16 @@ impl Warmer {
             .map_err(|e| e.to_string())?;
         let head = started.elapsed();
         let status = response.status();
-        response
+        let body = response
             .into_body()
             .collect()
             .await
-            .map_err(|e| e.to_string())?;
+            .map_err(|e| e.to_string())?
+            .to_bytes();
         if status.is_server_error() {
             return Err(format!("status {status}"));
         }
-        Ok(head)
+        Ok((head, body.len() as u64))
     }
 }
 
@@ -438,7 +444,7 @@ mod tests {
             id: "c-1".into(),
             expires_at_ms: u64::MAX,
         };
-        assert!(warmer.warm(request).await);
+        assert!(warmer.warm(request).await.is_some());
         assert_eq!(
             *seen.lock().unwrap(),
             [(
@@ -463,7 +469,7 @@ mod tests {
                 id: "c-1".into(),
                 expires_at_ms: u64::MAX,
             };
-            assert!(!warmer.warm(request).await);
+            assert!(warmer.warm(request).await.is_none());
         }
         assert_eq!(agent.warms_failed.get(), 3);
         assert!(warmer.limit() < before, "{} < {before}", warmer.limit());

@@ -37,7 +37,12 @@ use prefetcher::{
 /// and `X-Edge-Pulse-Prewarm: 1`, within an adaptive limit of concurrent pre-warms
 /// that shrinks when the node or its origin slows or fails.
 ///
-/// `/metrics` (Prometheus) and `/healthz` are served on `admin_listen`. SIGINT or
+/// With a `[warmup]` section it asks pulse for its region's hot keyset at start and
+/// requests it of the local cache the same way before it reports ready: `/readyz`
+/// answers 503 `{"state":"warming",...}` until then (at most `warmup.deadline_ms`),
+/// 200 after (docs/warming.md).
+///
+/// `/metrics` (Prometheus), `/healthz` and `/readyz` are served on `admin_listen`. SIGINT or
 /// SIGTERM stops it gracefully: events flushed, read position saved. SIGHUP reads the
 /// config file (and these flags) again and puts its `tenants` in force for the next
 /// lines and commands; a config that fails the check is refused and the running one

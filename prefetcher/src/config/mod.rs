@@ -3,7 +3,8 @@
 //!
 //! One file per part of the node the sections configure: `client` (`[tls]`,
 //! `[limits]`, `[server]`, `[http2]`), `caching` (`[cache]`, `[flight]`,
-//! `[prefetch]`), `kafka`, `origin` (`[origin]`, `[[tenants]]`); this file the whole
+//! `[prefetch]`), `kafka`, `origin` (`[origin]`, `[[tenants]]`), `warmup` (`[warmup]`,
+//! shared with the edge agent); this file the whole
 //! [`Config`], its errors and its validation.
 //!
 //! ```
@@ -34,6 +35,7 @@ mod client;
 mod kafka;
 mod origin;
 mod shares;
+mod warmup;
 
 pub use caching::{CacheConfig, FlightConfig, PrefetchConfig, WaitTimeoutPolicy};
 pub(crate) use client::IpNetwork;
@@ -43,6 +45,7 @@ pub use origin::{FillFields, OriginConfig, TenantConfig};
 pub(crate) use origin::{check_forward_headers, check_tenant_hosts, parse_origin, tls_server_name};
 pub(crate) use shares::check_tenant_share;
 pub use shares::{RouteConfig, TrafficClass, class_of};
+pub use warmup::WarmupConfig;
 
 /// Why a configuration was refused.
 #[derive(Debug, thiserror::Error)]
@@ -122,6 +125,9 @@ pub struct Config {
     pub tls: Option<TlsListenConfig>,
     /// Bounds on what one HTTP/2 client connection may make the node do.
     pub http2: Http2Config,
+    /// Warm-up at start from pulse's hot keyset of the region; off when absent (the
+    /// node is ready at once).
+    pub warmup: Option<WarmupConfig>,
 }
 
 impl Serialize for Config {
@@ -155,6 +161,7 @@ impl Default for Config {
             server: ConnectionLimits::default(),
             tls: None,
             http2: Http2Config::default(),
+            warmup: None,
         }
     }
 }
@@ -217,6 +224,15 @@ impl Config {
 
     /// Checks every field that could make the node misbehave; the error names it.
     pub fn validate(&self) -> Result<()> {
+        if let Some(w) = &self.warmup {
+            w.validate()?;
+            if self.region.is_none() {
+                return Err(invalid(
+                    "region",
+                    "required by [warmup]: the warm set is the region's",
+                ));
+            }
+        }
         let c = &self.cache;
         if c.max_bytes == 0 {
             return Err(invalid("cache.max_bytes", "must be positive"));

@@ -80,9 +80,9 @@ impl Node {
         tenant: Arc<Tenant>,
         request: FillRequest,
         force: bool,
-    ) {
+    ) -> tokio::task::JoinHandle<()> {
         let node = self.clone();
-        tokio::spawn(async move { node.fill(permit, tenant, request, force).await });
+        tokio::spawn(async move { node.fill(permit, tenant, request, force).await })
     }
 
     /// Publishes a stored response to the flight's subscribers, then runs `store`.

@@ -81,6 +81,8 @@ struct NodeInner {
     trusted: crate::forward::TrustedProxies,
     /// Slots of pass-through uploads (`upload`).
     uploads: upload::UploadLimiter,
+    /// Whether the node takes traffic yet (`/readyz`): warming at start, or ready.
+    readiness: crate::warmup::Readiness,
     /// Panics injected into fill tasks by tests (feature `testing` only).
     #[cfg(feature = "testing")]
     faults: crate::faults::FillFaults,
@@ -136,11 +138,16 @@ pub fn app(node: Node) -> Router {
     Router::new().fallback(handle).with_state(node)
 }
 
-/// The admin router: `/metrics` (Prometheus text) and `/healthz`.
+/// The admin router: `/metrics` (Prometheus text), `/healthz` (alive) and `/readyz`
+/// (503 while warming at start, then 200: `crate::warmup`).
 pub fn admin_app(node: Node) -> Router {
     Router::new()
         .route("/metrics", get(metrics))
         .route("/healthz", get(|| async { "ok\n" }))
+        .route(
+            "/readyz",
+            get(|State(node): State<Node>| async move { node.readiness().response() }),
+        )
         .with_state(node)
 }
 
@@ -204,6 +211,7 @@ impl Node {
                 trusted: crate::forward::TrustedProxies::new(&config.server.trusted_proxies),
                 uploads: upload::UploadLimiter::new(&config.server),
                 config,
+                readiness: crate::warmup::Readiness::default(),
                 #[cfg(feature = "testing")]
                 faults: crate::faults::FillFaults::default(),
             }),
@@ -231,6 +239,11 @@ impl Node {
     /// Puts `live` in force for the requests that start from now on.
     pub(crate) fn replace_live(&self, live: Live) {
         self.inner.live.store(Arc::new(live));
+    }
+
+    /// Whether the node takes traffic yet (`/readyz`).
+    pub fn readiness(&self) -> &crate::warmup::Readiness {
+        &self.inner.readiness
     }
 
     /// The node's metrics.

@@ -9,9 +9,10 @@ use super::fill::FillRequest;
 use crate::cache::Lookup;
 use crate::cache_key::normalise_key;
 use crate::events::{OutcomeRecord, unix_now_ms};
-use crate::flight::{Acquire, FlightKey};
+use crate::flight::{Acquire, FlightKey, FlightSubscriber, HeadOutcome};
 use crate::forward::prewarm_headers;
 use crate::status::RejectReason;
+use crate::warmup::WarmFill;
 
 /// What [`Node::prewarm`] did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -50,6 +51,14 @@ impl PrewarmError {
     }
 }
 
+/// A pre-warm once started: what [`Node::prewarm`] reports, and what
+/// [`Node::warm`] waits on.
+enum Started {
+    Cached,
+    Lead(tokio::task::JoinHandle<()>),
+    Join(FlightSubscriber),
+}
+
 impl Node {
     /// Pre-warms `key` through the same single-flight path at background priority:
     /// joins a fill in flight instead of starting another, and marks the stored entry
@@ -61,6 +70,47 @@ impl Node {
         tenant: &TenantId,
         key: CacheKey,
     ) -> Result<PrewarmOutcome, PrewarmError> {
+        Ok(match self.start_prewarm(tenant, key)?.0 {
+            Started::Cached => PrewarmOutcome::Cached,
+            Started::Lead(_) => PrewarmOutcome::Started,
+            Started::Join(_) => PrewarmOutcome::Joined,
+        })
+    }
+
+    /// [`Node::prewarm`], waiting for the fill to end: what a warm-up at start
+    /// (`crate::warmup`) counts. `Filled` with the stored body's size when the key is
+    /// fresh in the cache afterwards.
+    pub async fn warm(&self, tenant: &TenantId, key: CacheKey) -> Result<WarmFill, PrewarmError> {
+        let (started, primary) = self.start_prewarm(tenant, key)?;
+        match started {
+            Started::Cached => return Ok(WarmFill::Cached),
+            Started::Lead(fill) => {
+                let _ = fill.await;
+            }
+            Started::Join(mut subscriber) => {
+                if let HeadOutcome::Head(_) = subscriber.head().await {
+                    while let Some(Ok(_)) = subscriber.next_chunk().await {}
+                }
+            }
+        }
+        let fkey = self
+            .inner
+            .cache
+            .key_for(&primary, &prewarm_headers(primary.scheme()));
+        Ok(match self.inner.cache.lookup(&fkey) {
+            Lookup::Fresh { entry, .. } => WarmFill::Filled {
+                bytes: entry.body.len() as u64,
+            },
+            _ => WarmFill::Failed,
+        })
+    }
+
+    /// Starts a pre-warm; also returns the key's primary flight key.
+    fn start_prewarm(
+        &self,
+        tenant: &TenantId,
+        key: CacheKey,
+    ) -> Result<(Started, FlightKey), PrewarmError> {
         let Some(t) = self.live().by_id.get(tenant).cloned() else {
             return Err(PrewarmError::UnknownTenant(tenant.to_string()));
         };
@@ -73,10 +123,8 @@ impl Node {
         // A URL whose responses vary is warmed in the variant a plain GET selects.
         let scheme = self.prewarm_scheme();
         let headers = prewarm_headers(scheme);
-        let fkey = self.inner.cache.key_for(
-            &FlightKey::new(tenant.clone(), key.clone()).with_scheme(scheme),
-            &headers,
-        );
+        let primary = FlightKey::new(tenant.clone(), key.clone()).with_scheme(scheme);
+        let fkey = self.inner.cache.key_for(&primary, &headers);
         let metrics = &self.inner.metrics;
         // An expired entry is warmed by revalidating it (a 304 costs the origin less).
         let stale = match self.inner.cache.lookup(&fkey) {
@@ -94,7 +142,7 @@ impl Node {
                         referrer: None,
                     });
                 }
-                return Ok(PrewarmOutcome::Cached);
+                return Ok((Started::Cached, primary));
             }
             Lookup::Stale(entry) | Lookup::Expired(entry) => Some(entry),
             Lookup::Miss => None,
@@ -103,12 +151,12 @@ impl Node {
             Acquire::Lead(permit) => {
                 metrics.prefetches_started.inc();
                 let request = FillRequest { headers, stale };
-                self.spawn_fill(permit, t, request, false);
-                Ok(PrewarmOutcome::Started)
+                let fill = self.spawn_fill(permit, t, request, false);
+                Ok((Started::Lead(fill), primary))
             }
-            Acquire::Join(_) => {
+            Acquire::Join(subscriber) => {
                 metrics.prefetches_joined.inc();
-                Ok(PrewarmOutcome::Joined)
+                Ok((Started::Join(subscriber), primary))
             }
             Acquire::Full => Err(PrewarmError::Full),
         }

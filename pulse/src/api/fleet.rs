@@ -283,13 +283,14 @@ mod tests {
         url
     }
 
-    const QUESTIONS: [&str; 6] = [
+    const QUESTIONS: [&str; 7] = [
         "/api/tenants",
         "/api/heatmap?tenant=acme&window=60s&n=50&now_ms=1764470010000",
         "/api/heatmap?tenant=globex&region=us-east&window=10s&now_ms=1764470010000",
         "/api/rates?tenant=acme&now_ms=1764470010000",
         "/api/edges",
         "/api/keys/acme/k/3?now_ms=1764470010000",
+        "/api/warmset?region=eu-west&tenant=acme&tenant=globex&limit=50&now_ms=1764470010000",
     ];
 
     /// Two instances owning half the partitions each answer every question exactly as
@@ -309,6 +310,8 @@ mod tests {
         }
         // The key is routed by the partitioner that placed every event: whichever
         // side owns it, the answer names that partition.
+        let (_, warmset) = get(&a, QUESTIONS[6]).await;
+        assert!(!warmset["keys"].as_array().unwrap().is_empty(), "{warmset}");
         let (_, key) = get(&a, QUESTIONS[5]).await;
         let owner = partition_for_key(b"acme/k/3", PARTITIONS);
         assert_eq!(key["ownership"]["partitions"], serde_json::json!([owner]));

@@ -9,6 +9,7 @@
 //! - `fleet`: a `scope=fleet` answer, merged with the peers' parts.
 //! - `auth`: the bearer-token check; `dashboard`: the page at `/`.
 //! - `warm`: operators' warm-ups (`POST /api/warm`, `GET /api/warm/{id}`).
+//! - `warmset`: a region's hot keyset, what a node starting cold warms.
 
 mod auth;
 mod dashboard;
@@ -20,6 +21,7 @@ mod heat;
 mod predictions;
 mod rates;
 mod warm;
+mod warmset;
 
 use auth::BearerTokenDoc;
 pub(crate) use auth::require_api_token;
@@ -138,7 +140,8 @@ fn per_partition<T>(
         health::healthz,
         warm::start,
         warm::progress,
-        warm::list
+        warm::list,
+        warmset::warmset
     ),
     components(schemas(
         PredictionsResponse,
@@ -179,7 +182,9 @@ fn per_partition<T>(
         warm::WarmListResponse,
         crate::warm::Progress,
         crate::warm::RegionProgress,
-        crate::warm::Phase
+        crate::warm::Phase,
+        warmset::WarmsetResponse,
+        warmset::WarmKey
     )),
     modifiers(&BearerTokenDoc)
 )]
@@ -205,7 +210,8 @@ pub fn app(state: AppState) -> Router {
         .route("/api/rates", get(rates::rates))
         .route("/api/edges", get(edges::edges))
         .route("/api/warm", post(warm::start).get(warm::list))
-        .route("/api/warm/{id}", get(warm::progress));
+        .route("/api/warm/{id}", get(warm::progress))
+        .route("/api/warmset", get(warmset::warmset));
     for (path, content_type, body) in dashboard::ASSETS {
         router = router.route(
             path,

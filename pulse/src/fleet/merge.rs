@@ -29,7 +29,7 @@ use crate::heat::{
     SketchKind, TenantSummary, Trend,
 };
 
-fn coverage<'a>(parts: impl IntoIterator<Item = &'a Coverage>) -> Coverage {
+pub(crate) fn coverage<'a>(parts: impl IntoIterator<Item = &'a Coverage>) -> Coverage {
     Coverage::merge(parts)
 }
 

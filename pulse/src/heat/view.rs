@@ -50,7 +50,7 @@ impl Window {
         }
     }
 
-    pub(super) fn seconds(self) -> f64 {
+    pub(crate) fn seconds(self) -> f64 {
         self.millis() as f64 / 1_000.0
     }
 
