@@ -59,7 +59,7 @@ impl Node {
         let shed = tokio::select! {
             biased;
             () = permit.promoted() => None,
-            slot = limiter.acquire_prefetch() => match slot {
+            slot = limiter.acquire_prefetch(Some(key.tenant())) => match slot {
                 Ok(slot) => return Ok(slot),
                 Err(e) => Some(e),
             },

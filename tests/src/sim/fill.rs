@@ -53,7 +53,7 @@ impl Slot {
     /// capacity.
     pub(super) fn waiting(limiter: FillLimiter, prefetch: bool, tenant: TenantId) -> Slot {
         Slot::Waiting(if prefetch {
-            Box::pin(async move { limiter.acquire_prefetch().await })
+            Box::pin(async move { limiter.acquire_prefetch(Some(&tenant)).await })
         } else {
             Box::pin(async move { limiter.acquire_user(&tenant, TrafficClass::Static).await })
         })
