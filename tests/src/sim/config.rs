@@ -56,7 +56,8 @@ pub struct SimConfig {
     pub hot_keys: usize,
     /// One simulated tail request stands for this many. Above 1 its fill weighs as
     /// many at the origin but holds one slot, and they arrive at one node at once:
-    /// the fill limits are then not what they are with every request on its own.
+    /// where the fill limits bind (`--tail-sample 1` in the death-spiral table) it
+    /// must be 1, every request on its own.
     pub tail_sample: u32,
     /// Object TTL (`max-age`).
     pub ttl_s: u64,
@@ -105,7 +106,7 @@ impl Default for SimConfig {
             keys: 20_000,
             zipf_exponent: 1.3,
             hot_keys: 1_000,
-            tail_sample: 1,
+            tail_sample: 20,
             ttl_s: 300,
             ttl_jitter: 0.1,
             viral_at_s: 60,
@@ -169,8 +170,6 @@ impl SimConfig {
         SimConfig {
             node_flight: unbounded.clone(),
             shield_flight: unbounded,
-            // No limit to distort: the tail may be sampled.
-            tail_sample: 20,
             ..SimConfig::default()
         }
     }
