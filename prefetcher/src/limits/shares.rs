@@ -498,6 +498,7 @@ mod tests {
             weight,
             peak_fills: None,
             routes: Vec::new(),
+            origin_hints: None,
         }
     }
 

@@ -16,6 +16,7 @@ fn tenant(name: &str, weight: f64) -> TenantConfig {
         weight,
         peak_fills: None,
         routes: Vec::new(),
+        origin_hints: None,
     }
 }
 

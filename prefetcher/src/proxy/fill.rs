@@ -233,6 +233,10 @@ impl Node {
         inner
             .faults
             .check(&key, crate::faults::PanicPoint::BeforeHead);
+        // A user's fill (or a pre-warm a user joined) reads the origin's hints.
+        if permit.priority() == Priority::User && parts.status.is_success() {
+            self.follow_hints(key.tenant(), key.key(), &head.headers);
+        }
         permit.publish_head(head);
         // A body that will be stored is worth finishing for the next request; one
         // that will not be is worth nothing once no one reads it.
