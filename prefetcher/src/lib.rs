@@ -130,8 +130,8 @@ pub use changes::Reloaded;
 pub use config::FillFields;
 pub use config::{
     CacheConfig, Config, ConfigError, ConnectionLimits, FlightConfig, Http2Config, KafkaConfig,
-    OffsetReset, OriginConfig, PrefetchConfig, RequestLimits, RouteConfig, TenantConfig,
-    TlsListenConfig, TrafficClass, WaitTimeoutPolicy, WarmupConfig, class_of,
+    OffsetReset, OriginConfig, OriginHintsConfig, PrefetchConfig, RequestLimits, RouteConfig,
+    TenantConfig, TlsListenConfig, TrafficClass, WaitTimeoutPolicy, WarmupConfig, class_of,
 };
 pub use events::{ChannelSink, Dropped, EventSink, NoopSink, OutcomeRecord, OutcomeRef};
 pub use flight::{

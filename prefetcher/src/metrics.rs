@@ -163,6 +163,8 @@ pub struct Metrics {
     /// Access events Kafka acknowledged.
     pub events_published: Counter,
     prefetches_rejected: Family<RejectLabels, Counter>,
+    /// Origin hints, by what became of them (`proxy::hints`).
+    origin_hints: Family<ResultLabels, Counter>,
     /// Pre-warm commands read from Kafka (before any check).
     pub prefetches_received: Counter,
     /// Pre-warms that started a new (background) fill.
@@ -361,6 +363,7 @@ impl Metrics {
             events_dropped: Counter::default(),
             events_published: Counter::default(),
             prefetches_rejected: Family::default(),
+            origin_hints: Family::default(),
             prefetches_received: Counter::default(),
             prefetches_started: Counter::default(),
             prefetches_joined: Counter::default(),
@@ -452,6 +455,11 @@ impl Metrics {
             "prefetches_rejected",
             "Pre-warm commands refused, by reason",
             m.prefetches_rejected.clone(),
+        );
+        registry.register(
+            "origin_hints",
+            "Successors named by origin responses (Link rel=prefetch/next), by result",
+            m.origin_hints.clone(),
         );
         for (name, help, counter) in [
             (
@@ -606,6 +614,20 @@ impl Metrics {
                 reason: error.label(),
             })
             .inc();
+    }
+
+    /// Counts `n` origin hints with `result` (a bounded label of `proxy::hints`).
+    pub(crate) fn origin_hint(&self, result: &'static str, n: u64) {
+        self.origin_hints
+            .get_or_create(&ResultLabels { result })
+            .inc_by(n);
+    }
+
+    /// Origin hints counted with `result` so far.
+    pub fn origin_hints(&self, result: &'static str) -> u64 {
+        self.origin_hints
+            .get_or_create(&ResultLabels { result })
+            .get()
     }
 
     /// Counts one refused pre-warm command.

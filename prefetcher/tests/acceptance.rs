@@ -213,6 +213,7 @@ async fn two_tenants_with_the_same_path_get_separate_fills_and_their_own_bodies(
             weight: 1.0,
             peak_fills: None,
             routes: Vec::new(),
+            origin_hints: None,
         },
         TenantConfig {
             id: TenantId::new("globex").unwrap(),
@@ -222,6 +223,7 @@ async fn two_tenants_with_the_same_path_get_separate_fills_and_their_own_bodies(
             weight: 1.0,
             peak_fills: None,
             routes: Vec::new(),
+            origin_hints: None,
         },
     ];
     let node = TestNode::start(c).await;

@@ -179,7 +179,7 @@ impl Warmer {
         self.metrics
             .prefetch_queued
             .set(self.limiter.prefetch_queued() as i64 + 1);
-        let slot = self.limiter.acquire_prefetch().await;
+        let slot = self.limiter.acquire_prefetch(None).await;
         self.metrics
             .prefetch_queued
             .set(self.limiter.prefetch_queued() as i64);

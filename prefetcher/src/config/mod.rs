@@ -32,6 +32,7 @@ use serde::{Deserialize, Serialize};
 
 mod caching;
 mod client;
+mod hints;
 mod kafka;
 mod origin;
 mod shares;
@@ -40,6 +41,7 @@ mod warmup;
 pub use caching::{CacheConfig, FlightConfig, PrefetchConfig, WaitTimeoutPolicy};
 pub(crate) use client::IpNetwork;
 pub use client::{ConnectionLimits, Http2Config, RequestLimits, TlsListenConfig};
+pub use hints::OriginHintsConfig;
 pub use kafka::{KafkaConfig, OffsetReset};
 pub use origin::{FillFields, OriginConfig, TenantConfig};
 pub(crate) use origin::{check_forward_headers, check_tenant_hosts, parse_origin, tls_server_name};
@@ -179,6 +181,7 @@ impl Config {
                 weight: 1.0,
                 peak_fills: None,
                 routes: Vec::new(),
+                origin_hints: None,
             }],
             ..Config::default()
         }
@@ -348,6 +351,9 @@ impl Config {
             parse_origin(&t.origin).map_err(|r| invalid(format!("tenants[{i}].origin"), r))?;
             check_tenant_hosts(i, &t.hosts, &mut hosts)?;
             check_tenant_share(i, t)?;
+            if let Some(hints) = &t.origin_hints {
+                hints::check_origin_hints(i, hints)?;
+            }
             if let Some(h) = &t.host_header
                 && http::HeaderValue::from_str(h).is_err()
             {
@@ -412,6 +418,7 @@ mod tests {
             weight: 1.0,
             peak_fills: None,
             routes: Vec::new(),
+            origin_hints: None,
         }
     }
 

@@ -95,6 +95,10 @@ pub struct TenantConfig {
     /// Path prefix (and method) → priority class; unmatched paths are `static`.
     #[serde(default)]
     pub routes: Vec<RouteConfig>,
+    /// Fill the successors its origin's responses name (`Link: rel=prefetch`),
+    /// within these bounds; none: hints are ignored.
+    #[serde(default)]
+    pub origin_hints: Option<super::OriginHintsConfig>,
 }
 
 fn default_weight() -> f64 {

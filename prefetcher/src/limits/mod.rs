@@ -14,10 +14,13 @@
 //!   refused clients do not all return together).
 //! - **Each origin** runs at most its [`adaptive`] limit of user fills: it shrinks
 //!   when the origin slows down and grows back as it recovers.
-//! - **Prefetch** fills use only spare capacity: a slot is taken only while more than
-//!   `flight.reserved_for_user` are free, no user fill is waiting, and fewer prefetches
-//!   run than the node's adaptive prefetch limit (the same [`adaptive`] rule on every
-//!   fill's latency). Otherwise the prefetch waits in a bounded queue for at most
+//! - **Prefetch** (pre-warm) fills use only spare capacity, below every user class:
+//!   a slot is taken only while more than `flight.reserved_for_user` are free, no user
+//!   fill is waiting, fewer prefetches run than the node's adaptive prefetch limit
+//!   (the same [`adaptive`] rule on every fill's latency), and the fill's tenant has
+//!   room for a `background` fill (within its committed share, never borrowing, and
+//!   under its origin's adaptive limit; the fill then counts in both). Otherwise the
+//!   prefetch waits in a bounded queue for at most
 //!   `prefetch.queue_timeout_ms`, and is *shed* (fails with [`FillError::NoCapacity`])
 //!   when the queue is full, the wait runs out, or a user fill starts waiting for a
 //!   slot: queued prefetches always go before users wait.
@@ -51,7 +54,7 @@ use shares::{Shares, Waiter};
 pub enum FillClass {
     /// A user request's fill (or a promoted prefetch).
     User,
-    /// A pre-warm fill within spare capacity.
+    /// A pre-warm fill within spare capacity (its tenant's lowest class).
     Prefetch,
 }
 
@@ -122,7 +125,7 @@ pub struct FillLimiter {
 pub struct FillSlot {
     inner: Arc<Inner>,
     class: FillClass,
-    /// The tenant a user slot counts against.
+    /// The tenant the slot counts against (every user slot; a tenant's pre-warm).
     tenant: Option<TenantId>,
 }
 
@@ -394,8 +397,11 @@ impl FillLimiter {
     }
 
     /// A prefetch fill slot from spare capacity, waiting at most the queue timeout;
-    /// [`FillError::NoCapacity`] when shed.
-    pub async fn acquire_prefetch(&self) -> Result<FillSlot, FillError> {
+    /// [`FillError::NoCapacity`] when shed. A pre-warm fill of `tenant` also needs
+    /// room in the tenant's share as its lowest class, and counts there and at its
+    /// origin; `None` (the edge agent's warmer, which fills a cache that is not its
+    /// own) counts in the node-wide spare capacity only.
+    pub async fn acquire_prefetch(&self, tenant: Option<&TenantId>) -> Result<FillSlot, FillError> {
         let inner = &*self.inner;
         let deadline = Instant::now() + inner.prefetch_queue_timeout;
         let mut queued: Option<(QueuedPrefetch<'_>, u64)> = None;
@@ -412,18 +418,28 @@ impl FillLimiter {
                     return Err(FillError::NoCapacity);
                 }
                 let free = inner.max_fills - state.active;
+                let now = Instant::now();
+                let share = tenant.map(|tenant| state.shares.index_of(tenant));
                 if state.prefetch_active < state.prefetch_limit.get()
                     && state.user_queued == 0
                     && free > inner.reserved_for_user
+                    && share.is_none_or(|t| {
+                        state
+                            .shares
+                            .has_room(t, TrafficClass::Background, free, now)
+                    })
                 {
                     state.active += 1;
                     state.prefetch_active += 1;
+                    if let Some(t) = share {
+                        state.shares.start_prefetch(t);
+                    }
                     drop(state);
                     drop(queued);
                     return Ok(FillSlot {
                         inner: Arc::clone(&self.inner),
                         class: FillClass::Prefetch,
-                        tenant: None,
+                        tenant: tenant.cloned(),
                     });
                 }
                 if queued.is_none() {
@@ -472,11 +488,12 @@ impl FillSlot {
         let now = Instant::now();
         let mut state = inner.lock();
         let prefetching = state.prefetch_active;
-        let grew = state.prefetch_limit.record(latency, now, prefetching);
+        let mut grew = state.prefetch_limit.record(latency, now, prefetching);
         if let Some(tenant) = &self.tenant {
             let t = state.shares.index_of(tenant);
             if state.shares.record(t, latency, now) {
                 inner.dispatch(&mut state);
+                grew = true;
             }
         }
         drop(state);
@@ -491,14 +508,17 @@ impl Drop for FillSlot {
         let inner = &self.inner;
         {
             let mut state = inner.lock();
-            match &self.tenant {
-                Some(tenant) => {
-                    let t = state.shares.index_of(tenant);
-                    inner.release_user(&mut state, t);
-                }
-                None => {
+            let share = self.tenant.as_ref().map(|t| state.shares.index_of(t));
+            match (self.class, share) {
+                (FillClass::User, Some(t)) => inner.release_user(&mut state, t),
+                // A prefetch slot (a user slot always has its tenant).
+                (_, share) => {
                     state.active -= 1;
                     state.prefetch_active -= 1;
+                    if let Some(t) = share {
+                        state.shares.finish_prefetch(t);
+                        state.shares.prune(t);
+                    }
                     inner.dispatch(&mut state);
                 }
             }

@@ -11,6 +11,10 @@
 //!
 //! So a flooding tenant holds its own share plus what idle tenants lend it, and a
 //! tenant that wakes up finds its share free, or gets the next released slot.
+//!
+//! A pre-warm fill passes the same rule as the `background` class (it never
+//! borrows) and counts in its tenant's fills and its origin's: one tenant's
+//! pre-warms never take another's share, and an origin at its limit gets none.
 
 use std::collections::{HashMap, VecDeque};
 use std::time::Duration;
@@ -48,7 +52,10 @@ struct Share {
     routes: Vec<RouteConfig>,
     committed: usize,
     queue_bound: usize,
+    /// Fills it runs, pre-warm fills included.
     active: usize,
+    /// The pre-warm fills among them (no sign of user demand).
+    prefetching: usize,
     /// Highest class first, first come first served within a class.
     queue: VecDeque<Waiter>,
     deficit: f64,
@@ -155,6 +162,7 @@ impl Shares {
             committed: 1,
             queue_bound: 1,
             active: 0,
+            prefetching: 0,
             queue: VecDeque::new(),
             deficit: 0.0,
             last_demand: None,
@@ -280,7 +288,7 @@ impl Shares {
     }
 
     fn recently_active(&self, s: &Share, now: Instant) -> bool {
-        s.active > 0
+        s.active > s.prefetching
             || !s.queue.is_empty()
             || s.last_demand
                 .is_some_and(|at| now.saturating_duration_since(at) < self.idle)
@@ -411,6 +419,18 @@ impl Shares {
         origin.active = origin.active.saturating_sub(1);
     }
 
+    /// Tenant `t` starts a pre-warm fill (after `has_room` for `background`).
+    pub(super) fn start_prefetch(&mut self, t: usize) {
+        self.start(t);
+        self.shares[t].prefetching += 1;
+    }
+
+    /// Tenant `t` ends a pre-warm fill.
+    pub(super) fn finish_prefetch(&mut self, t: usize) {
+        self.shares[t].prefetching -= 1;
+        self.finish(t);
+    }
+
     /// Feeds a fill's latency to tenant `t`'s origin limit; whether it grew.
     pub(super) fn record(&mut self, t: usize, latency: Option<Duration>, now: Instant) -> bool {
         let origin = &mut self.origins[self.shares[t].origin];
@@ -478,6 +498,7 @@ mod tests {
             weight,
             peak_fills: None,
             routes: Vec::new(),
+            origin_hints: None,
         }
     }
 

@@ -16,6 +16,7 @@ fn tenant(name: &str, weight: f64) -> TenantConfig {
         weight,
         peak_fills: None,
         routes: Vec::new(),
+        origin_hints: None,
     }
 }
 
@@ -77,12 +78,12 @@ async fn prefetches_use_spare_capacity_only_and_time_out_when_shed() {
     assert_eq!(l.prefetch_limit(), 3, "capped at max_fills - reserved");
     let mut held = Vec::new();
     for _ in 0..3 {
-        held.push(l.acquire_prefetch().await.unwrap());
+        held.push(l.acquire_prefetch(None).await.unwrap());
     }
     assert_eq!(l.free_slots(), 1, "the user reserve stays free");
     let started = Instant::now();
     assert_eq!(
-        l.acquire_prefetch().await.unwrap_err(),
+        l.acquire_prefetch(None).await.unwrap_err(),
         FillError::NoCapacity
     );
     assert_eq!(
@@ -94,7 +95,7 @@ async fn prefetches_use_spare_capacity_only_and_time_out_when_shed() {
     assert_eq!(u.class(), FillClass::User);
     let waiter = tokio::spawn({
         let l = l.clone();
-        async move { l.acquire_prefetch().await.map(|s| s.class()) }
+        async move { l.acquire_prefetch(None).await.map(|s| s.class()) }
     });
     tokio::task::yield_now().await;
     assert_eq!(l.prefetch_queued(), 1);
@@ -110,11 +111,11 @@ async fn prefetches_use_spare_capacity_only_and_time_out_when_shed() {
 #[tokio::test(start_paused = true)]
 async fn a_waiting_user_sheds_queued_prefetches_and_the_user_queue_is_bounded() {
     let l = limiter(2, 1, 1);
-    let p = l.acquire_prefetch().await.unwrap();
+    let p = l.acquire_prefetch(None).await.unwrap();
     let u = user(&l, "a").await.unwrap();
     let queued = tokio::spawn({
         let l = l.clone();
-        async move { l.acquire_prefetch().await.map(|s| s.class()) }
+        async move { l.acquire_prefetch(None).await.map(|s| s.class()) }
     });
     tokio::task::yield_now().await;
     assert_eq!(l.prefetch_queued(), 1);
@@ -184,7 +185,7 @@ async fn released_slots_go_to_queued_tenants_in_weighted_fair_order() {
     // Pre-warm fills hold every slot, so both tenants are within their shares.
     let mut prewarm = Vec::new();
     for _ in 0..3 {
-        prewarm.push(l.acquire_prefetch().await.unwrap());
+        prewarm.push(l.acquire_prefetch(None).await.unwrap());
     }
     let mut queued = Vec::new();
     for name in ["a", "a", "a", "b", "b", "b", "b"] {
@@ -357,4 +358,95 @@ fn retry_after_grows_with_the_error_and_is_jittered_and_capped() {
         .map(|i| retry_after_secs(1.0, 8.0, i as f64 / 10.0, 60))
         .sum();
     assert!(high > low);
+}
+
+/// A pre-warm fill is its tenant's lowest class: it never borrows another tenant's
+/// share (a user fill does), and an origin at its adaptive limit gets none while
+/// slots are free.
+#[tokio::test(start_paused = true)]
+async fn a_prewarm_is_refused_first_under_pressure() {
+    let l = shared(4, 8, &[tenant("a", 1.0), tenant("b", 1.0)]);
+    let a = Some(id("a"));
+    let held = [
+        l.acquire_prefetch(a.as_ref()).await.unwrap(),
+        l.acquire_prefetch(a.as_ref()).await.unwrap(),
+    ];
+    assert_eq!(
+        l.acquire_prefetch(a.as_ref()).await.unwrap_err(),
+        FillError::NoCapacity,
+        "b's share is not a's to pre-warm with"
+    );
+    let borrowed = user(&l, "a")
+        .await
+        .expect("a user fill borrows idle b's share");
+    assert!(l.acquire_prefetch(Some(&id("b"))).await.is_ok());
+    drop((held, borrowed));
+
+    // A slow origin: its limit shrinks below the free slots.
+    let flight = FlightConfig {
+        origin_min_fills: 1,
+        ..flight(16, 0, 8)
+    };
+    let l = FillLimiter::new(&flight, &PrefetchConfig::default());
+    l.set_tenants(&[tenant("a", 1.0)]);
+    let probe = user(&l, "a").await.unwrap();
+    probe.record(Some(Duration::from_millis(20)));
+    for _ in 0..8 {
+        tokio::time::advance(adaptive::DECREASE_EVERY).await;
+        probe.record(Some(Duration::from_millis(500)));
+    }
+    let limit = l.tenants()[0].origin_limit;
+    let mut users = vec![probe];
+    while users.len() < limit {
+        users.push(user(&l, "a").await.unwrap());
+    }
+    assert!(l.free_slots() > 8, "slots are free");
+    assert_eq!(
+        l.acquire_prefetch(a.as_ref()).await.unwrap_err(),
+        FillError::NoCapacity,
+        "an origin at its limit gets no pre-warm"
+    );
+    drop(users.pop());
+    assert!(l.acquire_prefetch(a.as_ref()).await.is_ok());
+}
+
+/// A tenant's pre-warm fill counts in its fills and at its origin (a user fill
+/// then waits for the origin's limit), but is no sign of demand: the tenant's
+/// unused share stays lendable.
+#[tokio::test(start_paused = true)]
+async fn a_prewarm_counts_in_its_tenants_fills_and_at_its_origin() {
+    let l = shared(20, 8, &[tenant("a", 1.0), tenant("b", 1.0)]);
+    let prewarm = l.acquire_prefetch(Some(&id("a"))).await.unwrap();
+    assert_eq!(fills(&l, "a"), (1, 0));
+    let limit = l.tenants()[0].origin_limit;
+    assert_eq!(limit, 10, "a new origin's slow start");
+    let mut users = Vec::new();
+    while users.len() + 1 < limit {
+        users.push(user(&l, "a").await.unwrap());
+    }
+    let next = waiting(&l, "a");
+    tokio::task::yield_now().await;
+    assert_eq!(
+        fills(&l, "a"),
+        (limit, 1),
+        "the pre-warm holds its origin's room"
+    );
+    drop(prewarm);
+    let _next = next
+        .await
+        .unwrap()
+        .expect("the pre-warm's room is free again");
+    assert_eq!(fills(&l, "a"), (limit, 0));
+
+    let l = shared(4, 8, &[tenant("a", 1.0), tenant("b", 1.0)]);
+    let _b_prewarm = l.acquire_prefetch(Some(&id("b"))).await.unwrap();
+    let mut a_users = Vec::new();
+    for _ in 0..3 {
+        a_users.push(
+            user(&l, "a")
+                .await
+                .expect("b only pre-warms: its share is lent"),
+        );
+    }
+    assert_eq!(fills(&l, "b"), (1, 0));
 }

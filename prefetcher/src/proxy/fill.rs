@@ -59,7 +59,7 @@ impl Node {
         let shed = tokio::select! {
             biased;
             () = permit.promoted() => None,
-            slot = limiter.acquire_prefetch() => match slot {
+            slot = limiter.acquire_prefetch(Some(key.tenant())) => match slot {
                 Ok(slot) => return Ok(slot),
                 Err(e) => Some(e),
             },
@@ -233,6 +233,10 @@ impl Node {
         inner
             .faults
             .check(&key, crate::faults::PanicPoint::BeforeHead);
+        // A user's fill (or a pre-warm a user joined) reads the origin's hints.
+        if permit.priority() == Priority::User && parts.status.is_success() {
+            self.follow_hints(key.tenant(), key.key(), &head.headers);
+        }
         permit.publish_head(head);
         // A body that will be stored is worth finishing for the next request; one
         // that will not be is worth nothing once no one reads it.

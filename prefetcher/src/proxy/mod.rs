@@ -18,9 +18,12 @@
 //!   [`serve_node_tls`]): the node's hyper service, plugged into `crate::listener`.
 //! - `prewarm`: the pre-warm entry into the same single-flight path (the Kafka
 //!   consumer that calls it is `crate::prewarm`).
+//! - `hints`: origin hints, the successors a response names, pre-warmed through
+//!   `prewarm` for the tenants that opt in.
 
 mod fill;
 mod fill_body;
+mod hints;
 mod pass_through;
 mod prewarm;
 mod range;
@@ -98,6 +101,8 @@ pub(crate) struct Live {
     by_host: HashMap<String, Arc<Tenant>>,
     fallback: Option<Arc<Tenant>>,
     by_id: HashMap<TenantId, Arc<Tenant>>,
+    /// The origin-hint budgets of the tenants that opt in.
+    hints: HashMap<TenantId, Arc<hints::HintBudget>>,
 }
 
 impl Live {
@@ -107,7 +112,11 @@ impl Live {
         let mut by_host = HashMap::new();
         let mut by_id = HashMap::new();
         let mut fallback = None;
+        let mut hint_budgets = HashMap::new();
         for (i, t) in config.tenants.iter().enumerate() {
+            if let Some(h) = &t.origin_hints {
+                hint_budgets.insert(t.id.clone(), Arc::new(hints::HintBudget::new(h)));
+            }
             let tenant =
                 Arc::new(
                     Tenant::from_config(t).map_err(|reason| ConfigError::Invalid {
@@ -129,6 +138,7 @@ impl Live {
             by_host,
             fallback,
             by_id,
+            hints: hint_budgets,
         })
     }
 }
@@ -192,6 +202,9 @@ impl Node {
         origin
             .limiter()
             .count_refusals_in(metrics.tenant_fills_refused.clone());
+        for result in hints::HintResult::ALL {
+            metrics.origin_hint(result.as_str(), 0);
+        }
         let connections = ConnectionLimiter::new(&config.server, metrics.client_counters());
         Ok(Node {
             inner: Arc::new(NodeInner {

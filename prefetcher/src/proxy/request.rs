@@ -305,6 +305,10 @@ impl Node {
                 }
                 let status = if entry.take_prefetched() {
                     self.inner.metrics.prefetches_useful.inc();
+                    // A user reached a pre-warmed entry: its origin hints lead on.
+                    if entry.status.is_success() {
+                        self.follow_hints(ctx.key.tenant(), ctx.key.key(), &entry.headers);
+                    }
                     CacheStatus::Prefetched
                 } else {
                     CacheStatus::Hit

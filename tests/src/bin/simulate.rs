@@ -69,6 +69,10 @@ struct Args {
     /// Background keys simulated exactly per node (the rest are sampled).
     #[arg(long)]
     hot_keys: Option<usize>,
+    /// One simulated tail request stands for this many (one fill holding as many
+    /// fill slots); 1 simulates every tail request on its own.
+    #[arg(long)]
+    tail_sample: Option<u32>,
     /// Object TTL in seconds.
     #[arg(long)]
     ttl_s: Option<u64>,
@@ -119,6 +123,7 @@ fn main() -> anyhow::Result<()> {
         seed,
         keys,
         hot_keys,
+        tail_sample,
         ttl_s,
         regions,
         pops_per_region,

@@ -54,7 +54,10 @@ pub struct SimConfig {
     pub zipf_exponent: f64,
     /// The most popular keys simulated per node exactly; the rest (the tail) sampled.
     pub hot_keys: usize,
-    /// One simulated tail request stands for this many.
+    /// One simulated tail request stands for this many. Above 1 its fill weighs as
+    /// many at the origin but holds one slot, and they arrive at one node at once:
+    /// where the fill limits bind (`--tail-sample 1` in the death-spiral table) it
+    /// must be 1, every request on its own.
     pub tail_sample: u32,
     /// Object TTL (`max-age`).
     pub ttl_s: u64,

@@ -51,11 +51,19 @@ pub(super) enum Slot {
 impl Slot {
     /// A request for a user slot in `tenant`'s share, or a prefetch slot from spare
     /// capacity.
+    /// Each is polled outside tokio's cooperative budget: the engine polls every
+    /// waiting slot of the fleet in one task, and a budget of 128 per task poll would
+    /// leave the rest pending (a granted slot untaken, a queue deadline unseen) until
+    /// a later tick.
     pub(super) fn waiting(limiter: FillLimiter, prefetch: bool, tenant: TenantId) -> Slot {
         Slot::Waiting(if prefetch {
-            Box::pin(async move { limiter.acquire_prefetch().await })
+            Box::pin(tokio::task::unconstrained(async move {
+                limiter.acquire_prefetch(Some(&tenant)).await
+            }))
         } else {
-            Box::pin(async move { limiter.acquire_user(&tenant, TrafficClass::Static).await })
+            Box::pin(tokio::task::unconstrained(async move {
+                limiter.acquire_user(&tenant, TrafficClass::Static).await
+            }))
         })
     }
 }

@@ -38,6 +38,8 @@ pub struct Counters {
     pub retries: u64,
     /// Most fills the origin served at once (sampled tail fills weigh several).
     pub origin_peak_active: f64,
+    /// Virtual ms the origin served more fills than its capacity (read each tick).
+    pub origin_over_capacity_ms: u64,
 }
 
 /// The figures of one set-up.
@@ -216,7 +218,7 @@ impl Recorder {
 /// The reference table: one row per set-up.
 pub fn table(rows: &[SimReport]) -> String {
     let mut out = format!(
-        "{:<28} {:>10} {:>10} {:>8} {:>8} {:>9} {:>9} {:>8} {:>7} {:>7} {:>11} {:>11}\n",
+        "{:<28} {:>10} {:>10} {:>8} {:>8} {:>9} {:>9} {:>8} {:>7} {:>7} {:>11} {:>11} {:>10}\n",
         "set-up",
         "origin/s",
         "peak/s",
@@ -228,13 +230,14 @@ pub fn table(rows: &[SimReport]) -> String {
         "useful",
         "wasted",
         "prewarm MB",
-        "origin max"
+        "origin max",
+        "over cap s"
     );
     for r in rows {
         let pre = r.setup == Setup::Prewarm;
         let opt = |v: String| if pre { v } else { "-".to_owned() };
         out.push_str(&format!(
-            "{:<28} {:>10.0} {:>10.0} {:>8.1}x {:>7.2}% {:>9.0} {:>9.0} {:>8} {:>7} {:>7} {:>11} {:>11.0}\n",
+            "{:<28} {:>10.0} {:>10.0} {:>8.1}x {:>7.2}% {:>9.0} {:>9.0} {:>8} {:>7} {:>7} {:>11} {:>11.0} {:>10.1}\n",
             r.setup.as_str(),
             r.origin_baseline_rps,
             r.origin_peak_rps,
@@ -247,6 +250,7 @@ pub fn table(rows: &[SimReport]) -> String {
             opt(r.prewarm_wasted.to_string()),
             opt(format!("{:.1}", r.prewarm_origin_bytes / 1e6)),
             r.counters.origin_peak_active,
+            r.counters.origin_over_capacity_ms as f64 / 1000.0,
         ));
     }
     out

@@ -180,6 +180,9 @@ impl<'a> World<'a> {
             now += dt;
             tokio::time::advance(Duration::from_millis(dt)).await;
             self.tick(now, dt);
+            if self.origin_active > self.cfg.origin.capacity {
+                self.rec.counters.origin_over_capacity_ms += dt;
+            }
             if now % 1000 == 0 {
                 let in_flight = self.tiers.iter().map(|t| t.registry.len() as u64).sum();
                 self.rec.counters.registry_peak_in_flight =
