@@ -1,6 +1,8 @@
-//! Turning scores into pre-warm commands: a confidence threshold, a per-key cooldown
-//! and a per-tenant token bucket (rate plus burst), every refusal a counted [`Skip`].
-//! It closes the loop: a command is useful once a region it warmed asks, else wasted.
+//! The decision state: the score stage's streaks, the cost rule of the regions
+//! stage, the gate's per-tenant token buckets, and the record of the commands sent:
+//! cooldowns, follow-ups, verdicts (a command is useful once a region it warmed asks,
+//! else wasted), and each listed key's last decision. The stages themselves are
+//! called in order from `predict::pipeline`.
 
 use std::collections::{HashMap, VecDeque};
 
@@ -8,111 +10,13 @@ use models::{CacheKey, Outcome, PrewarmCommand, RegionId, RegionRef, RegionTarge
 use serde::Serialize;
 
 use super::model::Score;
+use super::pipeline::policy::{DecisionPolicy, STREAK_GAP_MS};
+use super::pipeline::{LastDecision, Skip, Stage};
 
 mod follow;
 mod memory;
 
 pub(crate) use memory::RegionRecord;
-
-/// The decision rules.
-#[derive(Debug, Clone, PartialEq)]
-pub struct DecisionPolicy {
-    /// Minimum confidence to send a command.
-    pub threshold: f64,
-    /// After a command, the same key gets no other for this long.
-    pub cooldown_ms: u64,
-    /// How long a command stays valid at the edges.
-    pub command_ttl_ms: u64,
-    /// Each tenant's committed rate of commands per second.
-    pub tenant_rate_per_s: f64,
-    /// Each tenant's burst allowance, in commands.
-    pub tenant_burst: f64,
-    /// How many recent decisions to keep for the API.
-    pub history: usize,
-    /// A key needs this many consecutive scorings (ticks) at or above the threshold
-    /// before it gets a command: one noisy crossing is not enough.
-    pub confirmations: u32,
-    /// What a wasted pre-warm fill costs, in client misses: a command is sent only when
-    /// `confidence × saved misses ≥ (1 − confidence) × cost` (see [`Decider::consider`]).
-    pub wasted_fill_cost: f64,
-    /// Per-tenant overrides of [`DecisionPolicy::wasted_fill_cost`].
-    pub tenant_fill_costs: HashMap<TenantId, f64>,
-    /// A key is scored for a command only once this many of the tenant's regions asked
-    /// for it in the last minute: 2 waits for spread evidence (a one-region crowd never
-    /// gets a command) at the cost of the second region's warm-up.
-    pub min_regions_reached: usize,
-    /// Follow-up commands per burst, while the key keeps spreading, each with a fresh
-    /// TTL for the regions it has not reached yet (0: none; see `decide::follow`).
-    pub follow_ups: u32,
-}
-
-impl Default for DecisionPolicy {
-    fn default() -> Self {
-        DecisionPolicy {
-            threshold: 0.85,
-            cooldown_ms: 60_000,
-            command_ttl_ms: 60_000,
-            tenant_rate_per_s: 2.0,
-            tenant_burst: 20.0,
-            history: 500,
-            // 2 would need a second scoring within a second: a backlog read in big
-            // batches scores a key once per burst, so live pulse keeps 1 (see README).
-            confirmations: 1,
-            min_regions_reached: 1,
-            // A fleet of 12 regions crossed slowly needs a few; each needs new spread.
-            follow_ups: 6,
-            // A wasted fill costs about what one client miss does: the threshold binds
-            // first; a tenant with a costly origin raises it.
-            wasted_fill_cost: 1.0,
-            tenant_fill_costs: HashMap::new(),
-        }
-    }
-}
-
-/// Why a scored key got no command.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Skip {
-    /// Confidence below the threshold.
-    BelowThreshold,
-    /// At the threshold, not yet for [`DecisionPolicy::confirmations`] scorings in a row.
-    Unconfirmed,
-    /// The misses a command would save do not outweigh the fills it may waste.
-    NotWorthIt,
-    /// Every region has already seen the key: nothing to warm.
-    NothingToWarm,
-    /// The key had a command within the cooldown.
-    Cooldown,
-    /// The tenant's budget is spent.
-    OverBudget,
-    /// Not scored: fewer regions reached than the waits ask (`Predictor::regions_needed`).
-    AwaitingRegions,
-}
-
-impl Skip {
-    /// Every reason, in declaration order: `Skip as usize` indexes [`DecisionCounts::skipped`].
-    pub const ALL: [Skip; 7] = [
-        Skip::BelowThreshold,
-        Skip::Unconfirmed,
-        Skip::NotWorthIt,
-        Skip::NothingToWarm,
-        Skip::Cooldown,
-        Skip::OverBudget,
-        Skip::AwaitingRegions,
-    ];
-
-    /// The metric label `reason`, and the key in `/api/predictions`' totals.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Skip::BelowThreshold => "below_threshold",
-            Skip::Unconfirmed => "unconfirmed",
-            Skip::NotWorthIt => "not_worth_it",
-            Skip::NothingToWarm => "nothing_to_warm",
-            Skip::Cooldown => "cooldown",
-            Skip::OverBudget => "over_budget",
-            Skip::AwaitingRegions => "awaiting_regions",
-        }
-    }
-}
 
 /// What became of a command.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -146,22 +50,18 @@ pub struct Decision {
     quiet_by_ms: Option<u64>,
 }
 
-/// One scored key, as [`Decider::consider`] weighs it.
+/// A key the regions stage found worth a command, for the gate.
 #[derive(Debug)]
-pub(crate) struct Candidate<'a> {
+pub(crate) struct Proposal {
     /// Whose key.
-    pub tenant: &'a TenantId,
+    pub tenant: TenantId,
     /// The key.
-    pub key: &'a CacheKey,
+    pub key: CacheKey,
     /// The model's score.
-    pub score: &'a Score,
-    /// The regions that have not requested it lately: the ones to warm.
-    pub unseen: Vec<RegionId>,
-    /// Each of `unseen`'s chance of asking while the command is valid, if the key
-    /// spreads (`predict::pace`; 1 where the pace is unknown).
-    pub chances: Vec<f64>,
-    /// Client misses warming one of them would save if it then asks (its first miss
-    /// and the requests that would wait on that fill).
+    pub score: Score,
+    /// The regions worth a fill.
+    pub named: Vec<RegionId>,
+    /// Client misses warming one of them would save if it then asks.
     pub saved_misses: f64,
     /// When the key's current burst began (event time, ms): with the tenant, key and
     /// model it names the decision.
@@ -217,9 +117,6 @@ fn worth_naming(
         .collect()
 }
 
-/// Two scorings of a key further apart than this are not consecutive.
-const STREAK_GAP_MS: u64 = 1_000;
-
 /// A token bucket: `rate` tokens a second up to `burst`.
 #[derive(Debug, Clone)]
 struct TokenBucket {
@@ -272,6 +169,8 @@ pub(crate) struct Decider {
     memory: memory::Memory,
     // Newest last; bounded by `policy.history`.
     decisions: VecDeque<Decision>,
+    /// The last decision of each key with a command in `decisions` (so bounded by it).
+    last: HashMap<TenantId, HashMap<CacheKey, LastDecision>>,
     counts: DecisionCounts,
 }
 
@@ -286,6 +185,7 @@ impl Decider {
             following: follow::Following::default(),
             memory: memory::Memory::default(),
             decisions: VecDeque::new(),
+            last: HashMap::new(),
             counts: DecisionCounts::default(),
         }
     }
@@ -302,10 +202,36 @@ impl Decider {
             .is_some_and(|last| now_ms < last + self.policy.cooldown_ms)
     }
 
-    /// Counts a refused key under its reason.
-    pub(crate) fn refuse(&mut self, why: Skip) -> Skip {
+    /// Counts a refused key under its reason, and notes it as the key's last decision
+    /// if the key is listed (has a command in the history).
+    pub(crate) fn refuse(
+        &mut self,
+        now_ms: u64,
+        tenant: &TenantId,
+        key: &CacheKey,
+        stage: Stage,
+        why: Skip,
+    ) {
         self.counts.skipped[why as usize] += 1;
-        why
+        self.note_last(now_ms, tenant, key, stage, Some(why));
+    }
+
+    fn note_last(
+        &mut self,
+        at_ms: u64,
+        tenant: &TenantId,
+        key: &CacheKey,
+        stage: Stage,
+        skip: Option<Skip>,
+    ) {
+        if let Some(last) = self.last.get_mut(tenant).and_then(|keys| keys.get_mut(key)) {
+            *last = LastDecision { at_ms, stage, skip };
+        }
+    }
+
+    /// The last decision of a key with a command in the history.
+    pub(crate) fn last_decision(&self, tenant: &TenantId, key: &CacheKey) -> Option<LastDecision> {
+        self.last.get(tenant)?.get(key).copied()
     }
 
     /// What a wasted fill costs the tenant, in client misses.
@@ -317,35 +243,22 @@ impl Decider {
             .unwrap_or(self.policy.wasted_fill_cost)
     }
 
-    /// Decides on one scored key ([`Candidate`]).
-    ///
-    /// The cost rule, per warmed region: with probability `confidence` × the region's
-    /// chance of asking in time the region asks and the pre-warm saves `saved_misses`;
-    /// otherwise its fill is wasted, at the tenant's `wasted_fill_cost`. A command goes
-    /// out only when the expected saving is at least the expected cost, and names only
-    /// the regions for which it is.
-    pub(crate) fn consider(
+    /// The score stage's rule: `confidence` at the threshold for
+    /// [`DecisionPolicy::confirmations`] consecutive scorings of the key.
+    pub(crate) fn confirm(
         &mut self,
         now_ms: u64,
-        candidate: Candidate<'_>,
-    ) -> Result<PrewarmCommand, Skip> {
-        let Candidate {
-            tenant,
-            key,
-            score,
-            unseen,
-            chances,
-            saved_misses,
-            burst_start_ms,
-            reached,
-        } = candidate;
+        tenant: &TenantId,
+        key: &CacheKey,
+        confidence: f64,
+    ) -> Result<(), Skip> {
         let flight = (tenant.clone(), key.clone());
-        if score.confidence < self.policy.threshold {
+        if confidence < self.policy.threshold {
             self.streaks.remove(&flight);
-            return Err(self.refuse(Skip::BelowThreshold));
+            return Err(Skip::BelowThreshold);
         }
         // Consecutive: the previous scoring of the key was at most a second ago.
-        let streak = self.streaks.entry(flight.clone()).or_insert((0, now_ms));
+        let streak = self.streaks.entry(flight).or_insert((0, now_ms));
         if now_ms > streak.1 + STREAK_GAP_MS {
             streak.0 = 0;
         }
@@ -355,38 +268,58 @@ impl Decider {
                 self.streaks
                     .retain(|_, (_, last)| *last + STREAK_GAP_MS >= now_ms);
             }
-            return Err(self.refuse(Skip::Unconfirmed));
+            return Err(Skip::Unconfirmed);
         }
+        Ok(())
+    }
+
+    /// The regions stage's cost rule, per region: with probability `confidence` × the
+    /// region's chance of asking in time the region asks and the pre-warm saves
+    /// `saved_misses`; otherwise its fill is wasted, at the tenant's wasted-fill cost.
+    /// A command goes out only when that pays at `confidence` alone, and names only the
+    /// regions for which it pays with their chance.
+    pub(crate) fn name_regions(
+        &self,
+        tenant: &TenantId,
+        confidence: f64,
+        saved_misses: f64,
+        unseen: Vec<RegionId>,
+        chances: &[f64],
+    ) -> Result<Vec<RegionId>, Skip> {
         let cost = self.fill_cost(tenant);
-        let confidence = score.confidence.clamp(0.0, 1.0);
+        let confidence = confidence.clamp(0.0, 1.0);
         if !worth_a_fill(confidence, saved_misses, cost) {
-            return Err(self.refuse(Skip::NotWorthIt));
+            return Err(Skip::NotWorthIt);
         }
         if unseen.is_empty() {
-            return Err(self.refuse(Skip::NothingToWarm));
+            return Err(Skip::NothingToWarm);
         }
-        let named = worth_naming(unseen, &chances, confidence, saved_misses, cost);
+        let named = worth_naming(unseen, chances, confidence, saved_misses, cost);
         if named.is_empty() {
-            return Err(self.refuse(Skip::NotWorthIt));
+            return Err(Skip::NotWorthIt);
         }
-        if self.cooling_down(&flight, now_ms) {
-            return Err(self.refuse(Skip::Cooldown));
+        Ok(named)
+    }
+
+    /// The gate stage: a token from the tenant's budget, then the command, recorded as
+    /// sent (its cooldown, its history entry, its key followed).
+    pub(crate) fn gate(&mut self, now_ms: u64, p: Proposal) -> Result<PrewarmCommand, Skip> {
+        if !self.take_token(&p.tenant, now_ms) {
+            return Err(Skip::OverBudget);
         }
-        if !self.take_token(tenant, now_ms) {
-            return Err(self.refuse(Skip::OverBudget));
-        }
+        let confidence = p.score.confidence.clamp(0.0, 1.0);
         let command = PrewarmCommand::new(
-            command_id(tenant, key, burst_start_ms, &score.reason.model),
-            tenant.clone(),
-            key.clone(),
-            score.confidence.clamp(0.0, 1.0),
+            command_id(&p.tenant, &p.key, p.burst_start_ms, &p.score.reason.model),
+            p.tenant,
+            p.key,
+            confidence,
             now_ms,
             now_ms + self.policy.command_ttl_ms,
-            RegionTargets::Only(named),
-            score.reason.clone(),
+            RegionTargets::Only(p.named),
+            p.score.reason,
         );
-        self.issue(now_ms, &command, reached.len());
-        self.follow(&command, burst_start_ms, reached, saved_misses);
+        self.issue(now_ms, &command, p.reached.len());
+        self.follow(&command, p.burst_start_ms, p.reached, p.saved_misses);
         Ok(command)
     }
 
@@ -421,9 +354,36 @@ impl Decider {
             sent_at_regions,
             quiet_by_ms: self.memory.quiet_by(command, sent_at_regions),
         });
+        self.last.entry(command.tenant.clone()).or_default().insert(
+            command.key.clone(),
+            LastDecision {
+                at_ms: now_ms,
+                stage: Stage::Gate,
+                skip: None,
+            },
+        );
         while self.decisions.len() > self.policy.history {
             if let Some(old) = self.decisions.pop_front() {
                 self.settle(&old, now_ms);
+                self.unlist(&old.command);
+            }
+        }
+    }
+
+    /// Forgets the last decision of a command's key once none of its commands is left
+    /// in the history.
+    fn unlist(&mut self, command: &PrewarmCommand) {
+        let listed = self
+            .decisions
+            .iter()
+            .any(|d| d.command.tenant == command.tenant && d.command.key == command.key);
+        if listed {
+            return;
+        }
+        if let Some(keys) = self.last.get_mut(&command.tenant) {
+            keys.remove(&command.key);
+            if keys.is_empty() {
+                self.last.remove(&command.tenant);
             }
         }
     }
@@ -499,12 +459,12 @@ impl Decider {
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use models::Reason;
 
     use super::*;
 
-    pub(super) fn score(confidence: f64) -> Score {
+    pub(crate) fn score(confidence: f64) -> Score {
         Score {
             confidence,
             raw: confidence,
@@ -516,7 +476,63 @@ mod tests {
         }
     }
 
-    pub(super) fn cand<'a>(
+    /// One scored key, as a test weighs it.
+    #[derive(Debug)]
+    pub(crate) struct Candidate<'a> {
+        pub tenant: &'a TenantId,
+        pub key: &'a CacheKey,
+        pub score: &'a Score,
+        pub unseen: Vec<RegionId>,
+        pub chances: Vec<f64>,
+        pub saved_misses: f64,
+        pub burst_start_ms: u64,
+        pub reached: Vec<usize>,
+    }
+
+    impl Decider {
+        /// The decider's part of the pipeline, in its order (`predict::pipeline`):
+        /// the score stage's confirmation, the regions stage's cooldown and cost rule,
+        /// the gate; a refusal counted.
+        pub(crate) fn consider(
+            &mut self,
+            now_ms: u64,
+            c: Candidate<'_>,
+        ) -> Result<PrewarmCommand, Skip> {
+            let (tenant, key) = (c.tenant, c.key);
+            let decided = (|| {
+                self.confirm(now_ms, tenant, key, c.score.confidence)
+                    .map_err(|s| (Stage::Score, s))?;
+                if self.cooling_down(&(tenant.clone(), key.clone()), now_ms) {
+                    return Err((Stage::Regions, Skip::Cooldown));
+                }
+                let named = self
+                    .name_regions(
+                        tenant,
+                        c.score.confidence,
+                        c.saved_misses,
+                        c.unseen,
+                        &c.chances,
+                    )
+                    .map_err(|s| (Stage::Regions, s))?;
+                let proposal = Proposal {
+                    tenant: tenant.clone(),
+                    key: key.clone(),
+                    score: c.score.clone(),
+                    named,
+                    saved_misses: c.saved_misses,
+                    burst_start_ms: c.burst_start_ms,
+                    reached: c.reached,
+                };
+                self.gate(now_ms, proposal).map_err(|s| (Stage::Gate, s))
+            })();
+            decided.map_err(|(stage, skip)| {
+                self.refuse(now_ms, tenant, key, stage, skip);
+                skip
+            })
+        }
+    }
+
+    pub(crate) fn cand<'a>(
         tenant: &'a TenantId,
         key: &'a CacheKey,
         score: &'a Score,
@@ -668,7 +684,7 @@ mod tests {
             .unwrap();
         assert_eq!(c.regions, RegionTargets::Only(regions(&["eu"])));
         assert_eq!(c.expires_at_ms, DecisionPolicy::default().command_ttl_ms);
-        d.refuse(Skip::AwaitingRegions);
+        d.refuse(0, &t, &k, Stage::Candidate, Skip::AwaitingRegions);
         assert_eq!(
             d.counts().skips(),
             [
