@@ -182,6 +182,7 @@ pub(crate) fn candidate(x: &Extracted, min: usize, waits: &Waits) -> Result<(), 
 impl Predictor {
     /// Runs one candidate through the stages in order. A command, or `None` with the
     /// refusal counted; either way the key's last decision is noted.
+    #[allow(clippy::too_many_arguments)]
     pub(super) fn decide(
         &mut self,
         now_ms: u64,
