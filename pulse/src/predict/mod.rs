@@ -236,7 +236,7 @@ impl Predictor {
                 // busy: a spread the first region could not foretell (a crowd and a
                 // viral look alike there) is decided at its second region.
                 let early = burst_start.is_some_and(|start| now_ms < start + EARLY_BURST_MS)
-                    || (v1 >= features::BURST_MIN_RPS
+                    || (v1 >= pipeline::policy::BURST_MIN_RPS
                         && self
                             .tracker
                             .spread_lately(tenant, &key, now_ms, EARLY_BURST_MS));
