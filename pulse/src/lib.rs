@@ -124,8 +124,9 @@ pub use metrics::{
 pub use partition::{PartitionHealth, PartitionState, PartitionTemplate, Partitions, Snapshot};
 pub use predict::{
     Calibration, Decision, DecisionCounts, DecisionPolicy, Evaluation, FEATURE_COUNT, Features,
-    ModelError, Predictor, PredictorConfig, RETRAIN_INTERVAL_SECS, ReliabilityBin, Sample, Score,
-    ScoringModel, Skip, TrainOptions, TrainingMetrics, Transform, Verdict, default_model,
+    LastDecision, ModelError, Predictor, PredictorConfig, RETRAIN_INTERVAL_SECS, ReliabilityBin,
+    Sample, Score, ScoringModel, Skip, Stage, TrainOptions, TrainingMetrics, Transform, Verdict,
+    default_model,
 };
 pub use prewarm::PrewarmPublisher;
 pub use reject::RejectReason;

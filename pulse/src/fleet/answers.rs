@@ -15,7 +15,8 @@ use crate::heat::{
     Window,
 };
 use crate::predict::{
-    Decision, DecisionPolicy, Evaluation, Predictor, ScoringModel, Transform, Verdict,
+    Decision, DecisionPolicy, Evaluation, LastDecision, Predictor, ScoringModel, Stage, Transform,
+    Verdict,
 };
 
 /// `GET /api/tenants`.
@@ -335,10 +336,24 @@ pub(crate) struct DecisionView {
     pub intercept: f64,
     /// Each feature's value and contribution, largest contribution first.
     pub features: Vec<ContributionView>,
+    /// The key's last decision (this command's, or a later one): the pipeline stage
+    /// it ended at, `candidate`, `score`, `regions` or `gate` (`gate` with no
+    /// `last_skip`: a command was sent).
+    pub last_stage: String,
+    /// Why that decision sent no command (a `pulse_prewarm_skipped` reason), or null.
+    pub last_skip: Option<String>,
+    /// When that decision was made (event time, ms since the epoch).
+    pub last_decided_at_ms: u64,
 }
 
-impl From<&Decision> for DecisionView {
-    fn from(d: &Decision) -> Self {
+impl DecisionView {
+    /// A decision, with its key's last decision (`None`: the command itself).
+    fn new(d: &Decision, last: Option<LastDecision>) -> Self {
+        let last = last.unwrap_or(LastDecision {
+            at_ms: d.command.issued_at_ms,
+            stage: Stage::Gate,
+            skip: None,
+        });
         let c = &d.command;
         let mut features: Vec<ContributionView> = c
             .reason
@@ -379,6 +394,9 @@ impl From<&Decision> for DecisionView {
             model: c.reason.model.clone(),
             intercept: c.reason.intercept,
             features,
+            last_stage: last.stage.as_str().to_owned(),
+            last_skip: last.skip.map(|skip| skip.as_str().to_owned()),
+            last_decided_at_ms: last.at_ms,
         }
     }
 }
@@ -434,7 +452,7 @@ impl PredictionsResponse {
                 .decisions()
                 .filter(|d| tenant.is_none_or(|t| &d.command.tenant == t))
                 .take(limit)
-                .map(DecisionView::from)
+                .map(|d| DecisionView::new(d, p.last_decision(&d.command.tenant, &d.command.key)))
                 .collect(),
             coverage,
         }

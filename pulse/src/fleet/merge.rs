@@ -525,6 +525,9 @@ mod tests {
             model: "m".into(),
             intercept: 0.0,
             features: Vec::new(),
+            last_stage: "gate".into(),
+            last_skip: None,
+            last_decided_at_ms: issued_at_ms,
         }
     }
 

@@ -114,6 +114,8 @@ async fn openapi_matches_the_prediction_handlers() {
     assert_eq!(properties(&doc, "DecisionTotals"), keys(&body["totals"]));
     let d = &body["decisions"][0];
     assert_eq!(properties(&doc, "DecisionView"), keys(d));
+    let stages = ["candidate", "score", "regions", "gate"];
+    assert!(stages.contains(&d["last_stage"].as_str().unwrap()), "{d}");
     assert_eq!(
         properties(&doc, "ContributionView"),
         keys(&d["features"][0])

@@ -1,6 +1,8 @@
-//! Turning scores into pre-warm commands: a confidence threshold, a per-key cooldown
-//! and a per-tenant token bucket (rate plus burst), every refusal a counted [`Skip`].
-//! It closes the loop: a command is useful once a region it warmed asks, else wasted.
+//! The decision state: the score stage's streaks, the cost rule of the regions
+//! stage, the gate's per-tenant token buckets, and the record of the commands sent:
+//! cooldowns, follow-ups, verdicts (a command is useful once a region it warmed asks,
+//! else wasted), and each listed key's last decision. The stages themselves are
+//! called in order from `predict::pipeline`.
 
 use std::collections::{HashMap, VecDeque};
 
@@ -8,111 +10,13 @@ use models::{CacheKey, Outcome, PrewarmCommand, RegionId, RegionRef, RegionTarge
 use serde::Serialize;
 
 use super::model::Score;
+use super::pipeline::policy::{DecisionPolicy, STREAK_GAP_MS};
+use super::pipeline::{LastDecision, Skip, Stage};
 
 mod follow;
 mod memory;
 
 pub(crate) use memory::RegionRecord;
-
-/// The decision rules.
-#[derive(Debug, Clone, PartialEq)]
-pub struct DecisionPolicy {
-    /// Minimum confidence to send a command.
-    pub threshold: f64,
-    /// After a command, the same key gets no other for this long.
-    pub cooldown_ms: u64,
-    /// How long a command stays valid at the edges.
-    pub command_ttl_ms: u64,
-    /// Each tenant's committed rate of commands per second.
-    pub tenant_rate_per_s: f64,
-    /// Each tenant's burst allowance, in commands.
-    pub tenant_burst: f64,
-    /// How many recent decisions to keep for the API.
-    pub history: usize,
-    /// A key needs this many consecutive scorings (ticks) at or above the threshold
-    /// before it gets a command: one noisy crossing is not enough.
-    pub confirmations: u32,
-    /// What a wasted pre-warm fill costs, in client misses: a command is sent only when
-    /// `confidence × saved misses ≥ (1 − confidence) × cost` (see [`Decider::consider`]).
-    pub wasted_fill_cost: f64,
-    /// Per-tenant overrides of [`DecisionPolicy::wasted_fill_cost`].
-    pub tenant_fill_costs: HashMap<TenantId, f64>,
-    /// A key is scored for a command only once this many of the tenant's regions asked
-    /// for it in the last minute: 2 waits for spread evidence (a one-region crowd never
-    /// gets a command) at the cost of the second region's warm-up.
-    pub min_regions_reached: usize,
-    /// Follow-up commands per burst, while the key keeps spreading, each with a fresh
-    /// TTL for the regions it has not reached yet (0: none; see `decide::follow`).
-    pub follow_ups: u32,
-}
-
-impl Default for DecisionPolicy {
-    fn default() -> Self {
-        DecisionPolicy {
-            threshold: 0.85,
-            cooldown_ms: 60_000,
-            command_ttl_ms: 60_000,
-            tenant_rate_per_s: 2.0,
-            tenant_burst: 20.0,
-            history: 500,
-            // 2 would need a second scoring within a second: a backlog read in big
-            // batches scores a key once per burst, so live pulse keeps 1 (see README).
-            confirmations: 1,
-            min_regions_reached: 1,
-            // A fleet of 12 regions crossed slowly needs a few; each needs new spread.
-            follow_ups: 6,
-            // A wasted fill costs about what one client miss does: the threshold binds
-            // first; a tenant with a costly origin raises it.
-            wasted_fill_cost: 1.0,
-            tenant_fill_costs: HashMap::new(),
-        }
-    }
-}
-
-/// Why a scored key got no command.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Skip {
-    /// Confidence below the threshold.
-    BelowThreshold,
-    /// At the threshold, not yet for [`DecisionPolicy::confirmations`] scorings in a row.
-    Unconfirmed,
-    /// The misses a command would save do not outweigh the fills it may waste.
-    NotWorthIt,
-    /// Every region has already seen the key: nothing to warm.
-    NothingToWarm,
-    /// The key had a command within the cooldown.
-    Cooldown,
-    /// The tenant's budget is spent.
-    OverBudget,
-    /// Not scored: fewer regions reached than the waits ask (`Predictor::regions_needed`).
-    AwaitingRegions,
-}
-
-impl Skip {
-    /// Every reason, in declaration order: `Skip as usize` indexes [`DecisionCounts::skipped`].
-    pub const ALL: [Skip; 7] = [
-        Skip::BelowThreshold,
-        Skip::Unconfirmed,
-        Skip::NotWorthIt,
-        Skip::NothingToWarm,
-        Skip::Cooldown,
-        Skip::OverBudget,
-        Skip::AwaitingRegions,
-    ];
-
-    /// The metric label `reason`, and the key in `/api/predictions`' totals.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Skip::BelowThreshold => "below_threshold",
-            Skip::Unconfirmed => "unconfirmed",
-            Skip::NotWorthIt => "not_worth_it",
-            Skip::NothingToWarm => "nothing_to_warm",
-            Skip::Cooldown => "cooldown",
-            Skip::OverBudget => "over_budget",
-            Skip::AwaitingRegions => "awaiting_regions",
-        }
-    }
-}
 
 /// What became of a command.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -146,22 +50,18 @@ pub struct Decision {
     quiet_by_ms: Option<u64>,
 }
 
-/// One scored key, as [`Decider::consider`] weighs it.
+/// A key the regions stage found worth a command, for the gate.
 #[derive(Debug)]
-pub(crate) struct Candidate<'a> {
+pub(crate) struct Proposal {
     /// Whose key.
-    pub tenant: &'a TenantId,
+    pub tenant: TenantId,
     /// The key.
-    pub key: &'a CacheKey,
+    pub key: CacheKey,
     /// The model's score.
-    pub score: &'a Score,
-    /// The regions that have not requested it lately: the ones to warm.
-    pub unseen: Vec<RegionId>,
-    /// Each of `unseen`'s chance of asking while the command is valid, if the key
-    /// spreads (`predict::pace`; 1 where the pace is unknown).
-    pub chances: Vec<f64>,
-    /// Client misses warming one of them would save if it then asks (its first miss
-    /// and the requests that would wait on that fill).
+    pub score: Score,
+    /// The regions worth a fill.
+    pub named: Vec<RegionId>,
+    /// Client misses warming one of them would save if it then asks.
     pub saved_misses: f64,
     /// When the key's current burst began (event time, ms): with the tenant, key and
     /// model it names the decision.
@@ -217,9 +117,6 @@ fn worth_naming(
         .collect()
 }
 
-/// Two scorings of a key further apart than this are not consecutive.
-const STREAK_GAP_MS: u64 = 1_000;
-
 /// A token bucket: `rate` tokens a second up to `burst`.
 #[derive(Debug, Clone)]
 struct TokenBucket {
@@ -272,6 +169,8 @@ pub(crate) struct Decider {
     memory: memory::Memory,
     // Newest last; bounded by `policy.history`.
     decisions: VecDeque<Decision>,
+    /// The last decision of each key with a command in `decisions` (so bounded by it).
+    last: HashMap<TenantId, HashMap<CacheKey, LastDecision>>,
     counts: DecisionCounts,
 }
 
@@ -286,6 +185,7 @@ impl Decider {
             following: follow::Following::default(),
             memory: memory::Memory::default(),
             decisions: VecDeque::new(),
+            last: HashMap::new(),
             counts: DecisionCounts::default(),
         }
     }
@@ -302,10 +202,36 @@ impl Decider {
             .is_some_and(|last| now_ms < last + self.policy.cooldown_ms)
     }
 
-    /// Counts a refused key under its reason.
-    pub(crate) fn refuse(&mut self, why: Skip) -> Skip {
+    /// Counts a refused key under its reason, and notes it as the key's last decision
+    /// if the key is listed (has a command in the history).
+    pub(crate) fn refuse(
+        &mut self,
+        now_ms: u64,
+        tenant: &TenantId,
+        key: &CacheKey,
+        stage: Stage,
+        why: Skip,
+    ) {
         self.counts.skipped[why as usize] += 1;
-        why
+        self.note_last(now_ms, tenant, key, stage, Some(why));
+    }
+
+    fn note_last(
+        &mut self,
+        at_ms: u64,
+        tenant: &TenantId,
+        key: &CacheKey,
+        stage: Stage,
+        skip: Option<Skip>,
+    ) {
+        if let Some(last) = self.last.get_mut(tenant).and_then(|keys| keys.get_mut(key)) {
+            *last = LastDecision { at_ms, stage, skip };
+        }
+    }
+
+    /// The last decision of a key with a command in the history.
+    pub(crate) fn last_decision(&self, tenant: &TenantId, key: &CacheKey) -> Option<LastDecision> {
+        self.last.get(tenant)?.get(key).copied()
     }
 
     /// What a wasted fill costs the tenant, in client misses.
@@ -317,35 +243,22 @@ impl Decider {
             .unwrap_or(self.policy.wasted_fill_cost)
     }
 
-    /// Decides on one scored key ([`Candidate`]).
-    ///
-    /// The cost rule, per warmed region: with probability `confidence` × the region's
-    /// chance of asking in time the region asks and the pre-warm saves `saved_misses`;
-    /// otherwise its fill is wasted, at the tenant's `wasted_fill_cost`. A command goes
-    /// out only when the expected saving is at least the expected cost, and names only
-    /// the regions for which it is.
-    pub(crate) fn consider(
+    /// The score stage's rule: `confidence` at the threshold for
+    /// [`DecisionPolicy::confirmations`] consecutive scorings of the key.
+    pub(crate) fn confirm(
         &mut self,
         now_ms: u64,
-        candidate: Candidate<'_>,
-    ) -> Result<PrewarmCommand, Skip> {
-        let Candidate {
-            tenant,
-            key,
-            score,
-            unseen,
-            chances,
-            saved_misses,
-            burst_start_ms,
-            reached,
-        } = candidate;
+        tenant: &TenantId,
+        key: &CacheKey,
+        confidence: f64,
+    ) -> Result<(), Skip> {
         let flight = (tenant.clone(), key.clone());
-        if score.confidence < self.policy.threshold {
+        if confidence < self.policy.threshold {
             self.streaks.remove(&flight);
-            return Err(self.refuse(Skip::BelowThreshold));
+            return Err(Skip::BelowThreshold);
         }
         // Consecutive: the previous scoring of the key was at most a second ago.
-        let streak = self.streaks.entry(flight.clone()).or_insert((0, now_ms));
+        let streak = self.streaks.entry(flight).or_insert((0, now_ms));
         if now_ms > streak.1 + STREAK_GAP_MS {
             streak.0 = 0;
         }
@@ -355,38 +268,58 @@ impl Decider {
                 self.streaks
                     .retain(|_, (_, last)| *last + STREAK_GAP_MS >= now_ms);
             }
-            return Err(self.refuse(Skip::Unconfirmed));
+            return Err(Skip::Unconfirmed);
         }
+        Ok(())
+    }
+
+    /// The regions stage's cost rule, per region: with probability `confidence` × the
+    /// region's chance of asking in time the region asks and the pre-warm saves
+    /// `saved_misses`; otherwise its fill is wasted, at the tenant's wasted-fill cost.
+    /// A command goes out only when that pays at `confidence` alone, and names only the
+    /// regions for which it pays with their chance.
+    pub(crate) fn name_regions(
+        &self,
+        tenant: &TenantId,
+        confidence: f64,
+        saved_misses: f64,
+        unseen: Vec<RegionId>,
+        chances: &[f64],
+    ) -> Result<Vec<RegionId>, Skip> {
         let cost = self.fill_cost(tenant);
-        let confidence = score.confidence.clamp(0.0, 1.0);
+        let confidence = confidence.clamp(0.0, 1.0);
         if !worth_a_fill(confidence, saved_misses, cost) {
-            return Err(self.refuse(Skip::NotWorthIt));
+            return Err(Skip::NotWorthIt);
         }
         if unseen.is_empty() {
-            return Err(self.refuse(Skip::NothingToWarm));
+            return Err(Skip::NothingToWarm);
         }
-        let named = worth_naming(unseen, &chances, confidence, saved_misses, cost);
+        let named = worth_naming(unseen, chances, confidence, saved_misses, cost);
         if named.is_empty() {
-            return Err(self.refuse(Skip::NotWorthIt));
+            return Err(Skip::NotWorthIt);
         }
-        if self.cooling_down(&flight, now_ms) {
-            return Err(self.refuse(Skip::Cooldown));
+        Ok(named)
+    }
+
+    /// The gate stage: a token from the tenant's budget, then the command, recorded as
+    /// sent (its cooldown, its history entry, its key followed).
+    pub(crate) fn gate(&mut self, now_ms: u64, p: Proposal) -> Result<PrewarmCommand, Skip> {
+        if !self.take_token(&p.tenant, now_ms) {
+            return Err(Skip::OverBudget);
         }
-        if !self.take_token(tenant, now_ms) {
-            return Err(self.refuse(Skip::OverBudget));
-        }
+        let confidence = p.score.confidence.clamp(0.0, 1.0);
         let command = PrewarmCommand::new(
-            command_id(tenant, key, burst_start_ms, &score.reason.model),
-            tenant.clone(),
-            key.clone(),
-            score.confidence.clamp(0.0, 1.0),
+            command_id(&p.tenant, &p.key, p.burst_start_ms, &p.score.reason.model),
+            p.tenant,
+            p.key,
+            confidence,
             now_ms,
             now_ms + self.policy.command_ttl_ms,
-            RegionTargets::Only(named),
-            score.reason.clone(),
+            RegionTargets::Only(p.named),
+            p.score.reason,
         );
-        self.issue(now_ms, &command, reached.len());
-        self.follow(&command, burst_start_ms, reached, saved_misses);
+        self.issue(now_ms, &command, p.reached.len());
+        self.follow(&command, p.burst_start_ms, p.reached, p.saved_misses);
         Ok(command)
     }
 
@@ -421,9 +354,36 @@ impl Decider {
             sent_at_regions,
             quiet_by_ms: self.memory.quiet_by(command, sent_at_regions),
         });
+        self.last.entry(command.tenant.clone()).or_default().insert(
+            command.key.clone(),
+            LastDecision {
+                at_ms: now_ms,
+                stage: Stage::Gate,
+                skip: None,
+            },
+        );
         while self.decisions.len() > self.policy.history {
             if let Some(old) = self.decisions.pop_front() {
                 self.settle(&old, now_ms);
+                self.unlist(&old.command);
+            }
+        }
+    }
+
+    /// Forgets the last decision of a command's key once none of its commands is left
+    /// in the history.
+    fn unlist(&mut self, command: &PrewarmCommand) {
+        let listed = self
+            .decisions
+            .iter()
+            .any(|d| d.command.tenant == command.tenant && d.command.key == command.key);
+        if listed {
+            return;
+        }
+        if let Some(keys) = self.last.get_mut(&command.tenant) {
+            keys.remove(&command.key);
+            if keys.is_empty() {
+                self.last.remove(&command.tenant);
             }
         }
     }
@@ -499,301 +459,4 @@ impl Decider {
 }
 
 #[cfg(test)]
-mod tests {
-    use models::Reason;
-
-    use super::*;
-
-    pub(super) fn score(confidence: f64) -> Score {
-        Score {
-            confidence,
-            raw: confidence,
-            reason: Reason {
-                model: "m".into(),
-                intercept: 0.0,
-                features: vec![],
-            },
-        }
-    }
-
-    pub(super) fn cand<'a>(
-        tenant: &'a TenantId,
-        key: &'a CacheKey,
-        score: &'a Score,
-        unseen: Vec<RegionId>,
-        saved_misses: f64,
-    ) -> Candidate<'a> {
-        Candidate {
-            tenant,
-            key,
-            score,
-            chances: vec![1.0; unseen.len()],
-            unseen,
-            saved_misses,
-            burst_start_ms: 0,
-            reached: vec![],
-        }
-    }
-
-    fn ids(tenant: &str, key: &str) -> (TenantId, CacheKey) {
-        (tenant.parse().unwrap(), key.parse().unwrap())
-    }
-
-    fn regions(names: &[&str]) -> Vec<RegionId> {
-        names.iter().map(|r| r.parse().unwrap()).collect()
-    }
-
-    fn unconfirmed() -> DecisionPolicy {
-        DecisionPolicy {
-            confirmations: 1,
-            ..DecisionPolicy::default()
-        }
-    }
-
-    /// The cost rule: a command goes out only when confidence × saved misses is at
-    /// least (1 − confidence) × the tenant's wasted-fill cost.
-    #[test]
-    fn a_command_must_save_more_than_it_may_waste() {
-        let (t, k) = ids("acme", "/a");
-        let (cheap, _) = ids("cheap", "/a");
-        let mut d = Decider::new(DecisionPolicy {
-            wasted_fill_cost: 20.0,
-            tenant_fill_costs: HashMap::from([(cheap.clone(), 1.0)]),
-            ..DecisionPolicy::default()
-        });
-        let eu = || regions(&["eu"]);
-        // 0.9 × 2 = 1.8 < 0.1 × 20 = 2: not worth a possibly wasted fill.
-        assert_eq!(
-            d.consider(0, cand(&t, &k, &score(0.9), eu(), 2.0)),
-            Err(Skip::NotWorthIt)
-        );
-        assert_eq!(d.counts().skipped[Skip::NotWorthIt as usize], 1);
-        // 0.9 × 3 = 2.7 ≥ 2: worth it.
-        assert!(d.consider(10, cand(&t, &k, &score(0.9), eu(), 3.0)).is_ok());
-        // The same key of a tenant whose fills cost little.
-        assert!(
-            d.consider(0, cand(&cheap, &k, &score(0.9), eu(), 1.0))
-                .is_ok()
-        );
-    }
-
-    /// Each region is weighed on its own: one whose chance of asking in time, times
-    /// the confidence, does not pay for its fill is not named; with none left, no
-    /// command.
-    #[test]
-    fn a_region_unlikely_to_ask_in_time_is_not_named() {
-        let (t, k) = ids("acme", "/a");
-        let mut d = Decider::new(DecisionPolicy::default());
-        let s = score(0.9);
-        let mut c = cand(&t, &k, &s, regions(&["eu", "us", "ap"]), 1.0);
-        // 0.9 × 0.6 = 0.54 saves 0.54 ≥ 0.46 wasted; 0.9 × 0.5 = 0.45 does not.
-        c.chances = vec![0.6, 0.5, 1.0];
-        let command = d.consider(0, c).unwrap();
-        assert_eq!(command.regions, RegionTargets::Only(regions(&["eu", "ap"])));
-        let (_, other) = ids("acme", "/b");
-        let mut c = cand(&t, &other, &s, regions(&["eu"]), 1.0);
-        c.chances = vec![0.2];
-        assert_eq!(d.consider(0, c), Err(Skip::NotWorthIt));
-    }
-
-    /// The same tenant, key, burst and model give the same id, whenever and by
-    /// whichever decider the decision is made; any other field gives another.
-    #[test]
-    fn a_decision_made_again_carries_the_same_id() {
-        let (t, k) = ids("acme", "/a");
-        let s = score(0.9);
-        let decide = |now_ms: u64, burst_start_ms: u64| {
-            let mut fresh = Decider::new(DecisionPolicy::default());
-            let mut c = cand(&t, &k, &s, regions(&["eu"]), 1.0);
-            c.burst_start_ms = burst_start_ms;
-            fresh.consider(now_ms, c).unwrap().id
-        };
-        assert_eq!(decide(1_000, 500), decide(1_400, 500), "replayed later");
-        assert_ne!(decide(1_000, 500), decide(1_000, 900), "another burst");
-        let id = command_id(&t, &k, 500, "m");
-        assert_eq!(id, decide(1_000, 500));
-        let (other_tenant, other_key) = ids("beta", "/b");
-        assert_ne!(id, command_id(&other_tenant, &k, 500, "m"));
-        assert_ne!(id, command_id(&t, &other_key, 500, "m"));
-        assert_ne!(id, command_id(&t, &k, 500, "m2"));
-        // Field boundaries count: ("acme", "/ab") is not ("acme/", "b").
-        assert!(id.starts_with("pw-500-") && id.len() == "pw-500-".len() + 16);
-    }
-
-    #[test]
-    fn one_crossing_is_not_enough() {
-        let mut d = Decider::new(DecisionPolicy {
-            confirmations: 2,
-            ..DecisionPolicy::default()
-        });
-        let (t, k) = ids("acme", "/a");
-        let eu = || regions(&["eu"]);
-        assert_eq!(
-            d.consider(0, cand(&t, &k, &score(0.9), eu(), 1.0)),
-            Err(Skip::Unconfirmed)
-        );
-        assert_eq!(
-            d.consider(50, cand(&t, &k, &score(0.5), eu(), 1.0)),
-            Err(Skip::BelowThreshold)
-        );
-        assert_eq!(
-            d.consider(100, cand(&t, &k, &score(0.9), eu(), 1.0)),
-            Err(Skip::Unconfirmed)
-        );
-        // Too long after the previous scoring: not consecutive.
-        assert_eq!(
-            d.consider(5_000, cand(&t, &k, &score(0.9), eu(), 1.0)),
-            Err(Skip::Unconfirmed)
-        );
-        assert!(
-            d.consider(5_050, cand(&t, &k, &score(0.9), eu(), 1.0))
-                .is_ok()
-        );
-    }
-
-    #[test]
-    fn threshold_and_nothing_to_warm() {
-        let mut d = Decider::new(unconfirmed());
-        let (t, k) = ids("acme", "/a");
-        assert_eq!(
-            d.consider(0, cand(&t, &k, &score(0.84), regions(&["eu"]), 1.0)),
-            Err(Skip::BelowThreshold)
-        );
-        assert_eq!(
-            d.consider(0, cand(&t, &k, &score(0.95), vec![], 1.0)),
-            Err(Skip::NothingToWarm)
-        );
-        let c = d
-            .consider(0, cand(&t, &k, &score(0.85), regions(&["eu"]), 1.0))
-            .unwrap();
-        assert_eq!(c.regions, RegionTargets::Only(regions(&["eu"])));
-        assert_eq!(c.expires_at_ms, DecisionPolicy::default().command_ttl_ms);
-        d.refuse(Skip::AwaitingRegions);
-        assert_eq!(
-            d.counts().skips(),
-            [
-                (Skip::BelowThreshold, 1),
-                (Skip::Unconfirmed, 0),
-                (Skip::NotWorthIt, 0),
-                (Skip::NothingToWarm, 1),
-                (Skip::Cooldown, 0),
-                (Skip::OverBudget, 0),
-                (Skip::AwaitingRegions, 1)
-            ]
-        );
-    }
-
-    #[test]
-    fn one_command_per_wave() {
-        let policy = unconfirmed();
-        let mut d = Decider::new(policy.clone());
-        let (t, k) = ids("acme", "/a");
-        assert!(
-            d.consider(1_000, cand(&t, &k, &score(0.9), regions(&["eu"]), 1.0))
-                .is_ok()
-        );
-        assert_eq!(
-            d.consider(2_000, cand(&t, &k, &score(0.99), regions(&["eu"]), 1.0)),
-            Err(Skip::Cooldown)
-        );
-        assert!(
-            d.consider(
-                1_000 + policy.cooldown_ms,
-                cand(&t, &k, &score(0.9), regions(&["eu"]), 1.0)
-            )
-            .is_ok()
-        );
-    }
-
-    #[test]
-    fn a_tenant_budget_caps_its_commands_but_not_others() {
-        let policy = DecisionPolicy {
-            tenant_burst: 3.0,
-            tenant_rate_per_s: 1.0,
-            ..unconfirmed()
-        };
-        let mut d = Decider::new(policy);
-        let loud: TenantId = "loud".parse().unwrap();
-        let sent = (0..10)
-            .filter(|i| {
-                let key: CacheKey = format!("/k{i}").parse().unwrap();
-                d.consider(0, cand(&loud, &key, &score(0.9), regions(&["eu"]), 1.0))
-                    .is_ok()
-            })
-            .count();
-        assert_eq!(sent, 3);
-        let (quiet, key) = ids("quiet", "/k0");
-        assert!(
-            d.consider(0, cand(&quiet, &key, &score(0.9), regions(&["eu"]), 1.0))
-                .is_ok()
-        );
-        // One second later the loud tenant has earned one more.
-        let key: CacheKey = "/k-late".parse().unwrap();
-        assert!(
-            d.consider(1_000, cand(&loud, &key, &score(0.9), regions(&["eu"]), 1.0))
-                .is_ok()
-        );
-        let key: CacheKey = "/k-later".parse().unwrap();
-        assert_eq!(
-            d.consider(1_000, cand(&loud, &key, &score(0.9), regions(&["eu"]), 1.0)),
-            Err(Skip::OverBudget)
-        );
-    }
-
-    #[test]
-    fn useful_when_a_warmed_region_asks_and_wasted_when_none_does() {
-        let mut d = Decider::new(unconfirmed());
-        let (t, k) = ids("acme", "/a");
-        let (_, other) = ids("acme", "/b");
-        d.consider(
-            1_000,
-            cand(&t, &k, &score(0.9), regions(&["eu", "ap"]), 1.0),
-        )
-        .unwrap();
-        d.consider(1_000, cand(&t, &other, &score(0.9), regions(&["eu"]), 1.0))
-            .unwrap();
-        let eu: RegionId = "eu".parse().unwrap();
-        let us: RegionId = "us".parse().unwrap();
-        let (t_, k_) = (t.as_str(), k.as_str());
-        d.observe(2_500, t_, k_, &us.borrowed(), Outcome::Miss); // not a warmed region
-        d.observe(2_600, t_, k_, &eu.borrowed(), Outcome::PrefetchFill); // the warm-up itself
-        d.observe(3_000, t_, k_, &eu.borrowed(), Outcome::PrefetchUseful);
-        d.expire(1_000 + DecisionPolicy::default().command_ttl_ms);
-        let verdicts: Vec<_> = d
-            .recent()
-            .map(|x| {
-                (
-                    x.command.key.to_string(),
-                    x.verdict,
-                    x.lead_times_ms.clone(),
-                )
-            })
-            .collect();
-        assert_eq!(
-            verdicts,
-            vec![
-                ("/b".to_string(), Verdict::Wasted, vec![]),
-                ("/a".to_string(), Verdict::Useful, vec![(eu, 2_000)]),
-            ]
-        );
-        assert_eq!((d.counts().useful, d.counts().wasted), (1, 1));
-    }
-
-    #[test]
-    fn history_is_bounded() {
-        let policy = DecisionPolicy {
-            history: 5,
-            tenant_burst: 100.0,
-            ..unconfirmed()
-        };
-        let mut d = Decider::new(policy);
-        let t: TenantId = "acme".parse().unwrap();
-        for i in 0..20 {
-            let key: CacheKey = format!("/k{i}").parse().unwrap();
-            d.consider(i, cand(&t, &key, &score(0.9), regions(&["eu"]), 1.0))
-                .unwrap();
-        }
-        assert_eq!(d.recent().count(), 5);
-        assert_eq!(d.counts().sent, 20);
-    }
-}
+pub(super) mod tests;

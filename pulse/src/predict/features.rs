@@ -5,6 +5,7 @@
 use models::{CacheKey, RegionId, TenantId};
 use serde::{Deserialize, Serialize};
 
+use super::pipeline::policy::{BURST_FACTOR, BURST_MIN_RPS};
 use super::tracker::{TrackedKey, Tracker};
 use crate::heat::{Window, WindowStats};
 
@@ -166,14 +167,6 @@ pub(crate) fn referrer_class(domain: &str) -> ReferrerClass {
     }
 }
 
-/// A key is bursting while its last second runs at least this many requests per second…
-/// A floor against counting noise only: the model, not the floor, tells a spread from
-/// a crowd, and a higher floor scores a fast viral too late for the regions it reaches
-/// in its first second (fast-spread at seed 1000, threshold 0.85: recall 0.783 at 12,
-/// 0.800 at 8, its first command 0.1 s sooner; precision 1.000 at both).
-pub(crate) const BURST_MIN_RPS: f64 = 8.0;
-/// …and this many times its minute average.
-const BURST_FACTOR: f64 = 4.0;
 /// Two bursts are "at the same phase" when their second of the minute is this close.
 const PHASE_TOLERANCE_S: u64 = 2;
 /// A key's own referrer baseline needs this many older requests; else the tenant's.

@@ -13,8 +13,7 @@ use serde::Serialize;
 use super::features::Features;
 use super::tracker::Tracker;
 
-/// Requests a newly reached region must make for the label to be viral.
-pub(crate) const MIN_REGION_DEMAND: u32 = 5;
+pub(crate) use super::pipeline::policy::MIN_REGION_DEMAND;
 
 /// One scoring moment with its label.
 #[derive(Debug, Clone, Serialize)]

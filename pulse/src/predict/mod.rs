@@ -16,8 +16,10 @@
 //! - `features`: [`Features`], the feature vector of one key, and its extraction.
 //! - `model`: [`ScoringModel`] (linfa-linear regression, calibrated), its file format,
 //!   its model card and training; [`default_model`], the one shipped in the binary.
-//! - `decide`: [`Decider`], threshold, cooldown and tenant budgets, and the
-//!   useful/wasted verdict of each command.
+//! - `pipeline`: the decision, stage by stage (candidate, score, regions worth a fill,
+//!   gate), every refusal a [`Skip`]; `pipeline::policy`, every constant of it.
+//! - `decide`: [`Decider`], the decision's state (streaks, token buckets, cooldowns,
+//!   follow-ups) and the useful/wasted verdict of each command.
 //! - `labels`: labels each scoring moment by whether demand came, for training.
 //! - `lateness`: how late the partition's events arrive, so how far behind the
 //!   watermark a key's last second is complete.
@@ -34,6 +36,7 @@ mod model;
 mod model_file;
 mod online;
 mod pace;
+mod pipeline;
 mod retrain;
 mod tracker;
 
@@ -42,8 +45,8 @@ use std::sync::Arc;
 use models::{AccessEventRef, CacheKey, PrewarmCommand, TenantId};
 
 pub(crate) use calibrate::split_moments;
-pub(crate) use decide::{Candidate, Decider};
-pub use decide::{Decision, DecisionCounts, DecisionPolicy, Skip, Verdict};
+pub(crate) use decide::Decider;
+pub use decide::{Decision, DecisionCounts, Verdict};
 pub use features::{FEATURE_COUNT, Features};
 pub(crate) use labels::MIN_REGION_DEMAND;
 pub use labels::Sample;
@@ -62,11 +65,11 @@ use labels::Labeler;
 use lateness::Lateness;
 use online::OnlineCalibration;
 pub(crate) use online::SavedCalibration;
-use pace::{Pace, Paces};
+use pace::Paces;
+pub use pipeline::policy::DecisionPolicy;
+use pipeline::policy::EARLY_BURST_MS;
+pub use pipeline::{LastDecision, Skip, Stage};
 use tracker::Tracker;
-
-/// How long after a key starts bursting it is still scored.
-pub(crate) const EARLY_BURST_MS: u64 = 5_000;
 
 /// The predictor's settings.
 #[derive(Debug, Clone)]
@@ -233,7 +236,7 @@ impl Predictor {
                 // busy: a spread the first region could not foretell (a crowd and a
                 // viral look alike there) is decided at its second region.
                 let early = burst_start.is_some_and(|start| now_ms < start + EARLY_BURST_MS)
-                    || (v1 >= features::BURST_MIN_RPS
+                    || (v1 >= pipeline::policy::BURST_MIN_RPS
                         && self
                             .tracker
                             .spread_lately(tenant, &key, now_ms, EARLY_BURST_MS));
@@ -246,109 +249,36 @@ impl Predictor {
                     .flatten()
                     .and_then(|windows| extract(&windows, &self.tracker, tenant, &key, now_ms));
                 self.tracker.note_burst(tenant, &key, bursting, now_ms);
-                if decide
-                    && let Some(command) = follow_up(
-                        &mut self.decider,
-                        &self.tracker,
-                        &mut self.paces,
-                        tenant,
-                        &key,
-                        now_ms,
-                    )
-                {
+                if decide && let Some(command) = self.follow_up(tenant, &key, now_ms) {
                     commands.push(command);
                 }
                 let Some(x) = extracted else {
                     continue;
                 };
-                if x.unseen.is_empty() {
-                    continue;
+                // Which unseen regions share an audience with the reached ones:
+                // computed at most once, for the label or the decision.
+                let mut audience = None;
+                // A label over the regions a command would name only: a late moment of
+                // a viral that reached all its audience names none, though another
+                // audience's silence would teach the calibration that such moments do
+                // not spread.
+                if !x.unseen.is_empty() {
+                    let tracker = &self.tracker;
+                    self.labeler.offer(now_ms, tenant, &key, &x.features, || {
+                        x.unseen_counts
+                            .iter()
+                            .zip(pipeline::audience_of(tracker, tenant, &x, &mut audience))
+                            .filter_map(|(count, named)| named.then_some(*count))
+                            .collect()
+                    });
                 }
-                // The regions a command would name: those of the audiences the key
-                // reached (the others rarely follow). Computed at most once, for the
-                // label or the decision, whichever wants it first.
-                let mut in_audience = None;
-                let tracker = &self.tracker;
-                let mut audience = || {
-                    in_audience
-                        .get_or_insert_with(|| {
-                            let ids: Vec<usize> = x.unseen_counts.iter().map(|(i, _)| *i).collect();
-                            tracker.tenants[tenant].same_audience(&x.reached, &ids)
-                        })
-                        .clone()
-                };
-                // A label over the named regions only: a late moment of a viral that
-                // reached all its audience names none, though another audience's
-                // silence would teach the calibration that such moments do not spread.
-                self.labeler.offer(now_ms, tenant, &key, &x.features, || {
-                    x.unseen_counts
-                        .iter()
-                        .zip(audience())
-                        .filter_map(|(count, named)| named.then_some(*count))
-                        .collect()
-                });
-                let Some(model) = &self.model else {
+                // Without a model (`pulse train`) there is nothing to decide.
+                let Some(model) = self.model.clone() else {
                     continue;
                 };
-                if x.reached.len()
-                    < self.regions_needed(tenant, &key, &x.features, x.reached.len(), now_ms)
-                {
-                    self.decider.refuse(Skip::AwaitingRegions);
-                    continue;
-                }
-                self.scored += 1;
-                let mut score = model.score(&x.features);
-                score.confidence =
-                    self.calibration
-                        .confidence(tenant, at_spread(&x.features), score.raw, |raw| {
-                            model.confidence_of(raw)
-                        });
-                let mut unseen = x.unseen;
-                let mut chances = vec![1.0; unseen.len()];
-                if score.confidence >= self.decider.policy().threshold
-                    && !self
-                        .decider
-                        .cooling_down(&(tenant.clone(), key.clone()), now_ms)
-                {
-                    // The regions of the audiences reached (tracker ids), then their names.
-                    let ids: Vec<usize> = x
-                        .unseen_counts
-                        .iter()
-                        .zip(audience())
-                        .filter_map(|((i, _), keep)| keep.then_some(*i))
-                        .collect();
-                    unseen = ids
-                        .iter()
-                        .map(|i| self.tracker.regions[*i].clone())
-                        .collect();
-                    let start = burst_start.or_else(|| self.tracker.last_burst(tenant, &key));
-                    let measured = measured_pace(&self.tracker, tenant, &key, start, now_ms);
-                    chances = chances_of(
-                        &self.tracker,
-                        &mut self.paces,
-                        tenant,
-                        measured,
-                        &ids,
-                        self.decider.policy().command_ttl_ms,
-                    );
-                }
-                let candidate = Candidate {
-                    tenant,
-                    key: &key,
-                    score: &score,
-                    unseen,
-                    chances,
-                    saved_misses: saved_misses(
-                        &x.features,
-                        x.reached.len(),
-                        self.tracker.fill_seconds(tenant),
-                    ),
-                    burst_start_ms: burst_start.unwrap_or(now_ms),
-                    reached: x.reached.clone(),
-                };
-                if let Ok(command) = self.decider.consider(now_ms, candidate) {
-                    commands.push(command);
-                }
+                let command =
+                    self.decide(now_ms, tenant, &key, x, burst_start, &model, &mut audience);
+                commands.extend(command);
             }
         }
         if decide {
@@ -368,53 +298,6 @@ impl Predictor {
             self.decider.expire(now_ms);
         }
         commands
-    }
-
-    /// Regions that must have asked for the key before it can get a command:
-    /// [`DecisionPolicy::min_regions_reached`], and at least 2 for a key whose last
-    /// command was wasted or that bursts on a schedule (an earlier burst at the same
-    /// second of an earlier minute): for those the first region is no evidence; and
-    /// at least 2 while the online calibration has judged too few first-region moments;
-    /// and for a key that `reached` two regions, 3 while the fleet's commands at a second
-    /// region lately failed (spreads stop there).
-    fn regions_needed(
-        &self,
-        tenant: &TenantId,
-        key: &CacheKey,
-        features: &Features,
-        reached: usize,
-        now_ms: u64,
-    ) -> usize {
-        // Until the fleet's outcomes have judged some first-region moments, the model's
-        // confidence there is what it learnt elsewhere: crowds and virals look alike at
-        // the first region, in proportions that differ from fleet to fleet. A model
-        // retrained online learnt it here: its own calibration is this traffic's.
-        let cold = self.calibrate_online
-            && self.calibration.first_region_evidence() < online::PRIOR_WEIGHT
-            && !self.model.as_deref().is_some_and(retrain::retrained_online);
-        // One node's burst, where the tenant's clients use several, is one client's (a
-        // bot, a retry loop, a hammer): its first region is no evidence that people
-        // elsewhere will want the key.
-        let one_node = self.tracker.one_node_of_several(tenant, key);
-        // The fleet's commands at a first region were lately useful far less often than
-        // their confidence said: the traffic changed under the model.
-        let not_holding = !self.decider.first_regions_hold(now_ms);
-        let wary = cold
-            || not_holding
-            || one_node
-            || features.phase_bursts_before >= 1.0
-            || self.decider.last_command_wasted(tenant, key, now_ms)
-            || self.decider.tenant_quiet(tenant, now_ms);
-        let needed = self
-            .decider
-            .policy()
-            .min_regions_reached
-            .max(if wary { 2 } else { 1 });
-        if reached == 2 && !self.decider.second_regions_hold(now_ms) {
-            needed.max(3)
-        } else {
-            needed
-        }
     }
 
     /// How far behind its watermark a tick also measures a key's last second: how late
@@ -512,6 +395,12 @@ impl Predictor {
         self.decider.recent()
     }
 
+    /// The last decision of a key with a recent decision (one of [`Self::decisions`]):
+    /// the stage it ended at, and why it was refused if it was.
+    pub fn last_decision(&self, tenant: &TenantId, key: &CacheKey) -> Option<LastDecision> {
+        self.decider.last_decision(tenant, key)
+    }
+
     /// Decision totals.
     pub fn counts(&self) -> DecisionCounts {
         self.decider.counts()
@@ -556,114 +445,6 @@ fn last_second(
     })
 }
 
-/// A follow-up command for a followed key that spread since its last command
-/// (`decide::follow`): a region it had not reached then has asked at least
-/// [`MIN_REGION_DEMAND`] times. It names the tenant's regions the burst has not reached
-/// (none of their clients asked since it began, or in the last minute: a pre-warm is no
-/// request, so a region warmed but not asked is named again; one that asked and went
-/// quiet is past its demand) and that share an audience with a reached one.
-fn follow_up(
-    decider: &mut Decider,
-    tracker: &Tracker,
-    paces: &mut Paces,
-    tenant: &TenantId,
-    key: &CacheKey,
-    now_ms: u64,
-) -> Option<PrewarmCommand> {
-    let (before, burst_start_ms) = decider.follow_up_due(tenant, key, now_ms)?;
-    let t = tracker.tenants.get(tenant)?;
-    let k = t.keys.get(key)?;
-    let since = now_ms.saturating_sub(60_000).min(burst_start_ms);
-    let (mut reached, mut unseen) = (Vec::new(), Vec::new());
-    for i in t.regions(now_ms) {
-        let asked = k
-            .regions
-            .get(i)
-            .is_some_and(|r| r.count > 0 && r.last_ms >= since);
-        if asked {
-            reached.push(i);
-        } else {
-            unseen.push(i);
-        }
-    }
-    let spread = reached
-        .iter()
-        .any(|r| !before.contains(r) && k.region_count(*r) >= MIN_REGION_DEMAND);
-    if !spread || unseen.is_empty() {
-        return None;
-    }
-    let keep = t.same_audience(&reached, &unseen);
-    let unseen: Vec<usize> = unseen
-        .iter()
-        .zip(keep)
-        .filter_map(|(i, keep)| keep.then_some(*i))
-        .collect();
-    let measured = measured_pace(tracker, tenant, key, Some(burst_start_ms), now_ms);
-    let ttl_ms = decider.policy().command_ttl_ms;
-    let chances = chances_of(tracker, paces, tenant, measured, &unseen, ttl_ms);
-    let unseen = unseen.iter().map(|i| tracker.regions[*i].clone()).collect();
-    decider.follow_up(now_ms, tenant, key, reached, unseen, &chances)
-}
-
-/// How far and how fast the key spread in its burst begun at `burst_start_ms`.
-fn measured_pace(
-    tracker: &Tracker,
-    tenant: &TenantId,
-    key: &CacheKey,
-    burst_start_ms: Option<u64>,
-    now_ms: u64,
-) -> Option<Pace> {
-    let k = tracker.tenants.get(tenant)?.keys.get(key)?;
-    let noticed = burst_start_ms?;
-    // A new key's spread began when its demand did, which a slow ramp makes seconds
-    // before its burst is noticed: the busy seconds (5 requests or more each) that lead
-    // up to now, not a trickle before them. An old key's burst began when it was noticed.
-    let first_request = k
-        .regions
-        .iter()
-        .filter(|r| r.count > 0)
-        .map(|r| r.first_ms)
-        .min();
-    let new_key = first_request.is_some_and(|first| first + SPREAD_LOOKBACK_MS >= noticed);
-    let start = k
-        .busy_since_ms(MIN_REGION_DEMAND)
-        .filter(|_| new_key)
-        .map_or(noticed, |busy| busy.min(noticed));
-    // As `Tracker::spread_lately` counts a spread: a second or more after the start.
-    let since = start + 1_000;
-    let newest = k.newest_region_since(since, 1_000, MIN_REGION_DEMAND);
-    Some(Pace {
-        spread: k.regions_new_since(since, 1_000, MIN_REGION_DEMAND),
-        elapsed_ms: now_ms.saturating_sub(start),
-        silent_ms: now_ms.saturating_sub(newest.unwrap_or(start)),
-    })
-}
-
-/// How long before its burst was noticed a key's first request may be for the key to
-/// count as new, its spread timed from when its demand began. Timed from the notice, a
-/// slow ramp looks faster than it is (b-slow-spread: a region in 5 s after the notice,
-/// 20 s after its demand began).
-const SPREAD_LOOKBACK_MS: u64 = 60_000;
-
-/// Each of `regions`' (tracker ids) chance of asking for a key within `ttl_ms`
-/// (`pace::chances`): at its `measured` pace (remembered as its tenant's), or else at
-/// its tenant's typical one, weighed by the tenant's recent requests from each region.
-fn chances_of(
-    tracker: &Tracker,
-    paces: &mut Paces,
-    tenant: &TenantId,
-    measured: Option<Pace>,
-    regions: &[usize],
-    ttl_ms: u64,
-) -> Vec<f64> {
-    let t = tracker.tenants.get(tenant);
-    let weights: Vec<f64> = regions
-        .iter()
-        .map(|r| t.map_or(0.0, |t| t.region_requests(*r)))
-        .collect();
-    pace::chances(paces.judge(tenant, measured), ttl_ms, &weights)
-}
-
 /// What a partition's predictor learnt of its traffic, whatever the model: its tenants'
 /// typical paces and its records of first- and second-region commands. A checkpoint
 /// keeps it beside the heat map (the calibration's counts go apart: they hold for one
@@ -686,12 +467,4 @@ fn model_identity(model: &ScoringModel) -> (String, u64) {
 /// online calibration counts those apart.
 fn at_spread(features: &Features) -> bool {
     features.new_regions_10s > 0.0
-}
-
-/// Client misses one warmed region would be spared if it then asks: its first miss,
-/// and the requests that would arrive while that miss's fill runs, at the key's current
-/// rate per region that asks for it.
-fn saved_misses(features: &Features, reached: usize, fill_seconds: f64) -> f64 {
-    let per_region_rps = features.velocity_1s / reached.max(1) as f64;
-    1.0 + per_region_rps * fill_seconds
 }

@@ -36,6 +36,8 @@ use std::collections::HashMap;
 use models::TenantId;
 use serde::{Deserialize, Serialize};
 
+use super::pipeline::policy::{PACE_ALPHA, STALL_GRACE_GAPS};
+
 /// How far and how fast a key spread in its current burst.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub(crate) struct Pace {
@@ -56,9 +58,6 @@ pub(crate) struct Outlook {
     pub(crate) spreading: f64,
 }
 
-/// Gaps of silence a spread may keep before its chances fade.
-pub(crate) const STALL_GRACE_GAPS: f64 = 2.0;
-
 /// How likely a spread whose regions come every `gap_ms` is still spreading after
 /// `silent_ms` without a new one.
 fn still_spreading(silent_ms: u64, gap_ms: f64) -> f64 {
@@ -66,9 +65,6 @@ fn still_spreading(silent_ms: u64, gap_ms: f64) -> f64 {
     let beyond = (silent_ms as f64 - STALL_GRACE_GAPS * gap).max(0.0);
     (-beyond / gap).exp()
 }
-
-/// Weight of each newly measured pace in a tenant's (and the fleet's) typical one.
-const PACE_ALPHA: f64 = 0.2;
 
 /// The typical time between two regions of a spread, per tenant and for the fleet:
 /// an EWMA of the paces measured when keys that had spread were decided on.

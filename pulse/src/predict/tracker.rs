@@ -14,6 +14,7 @@ use models::{AccessEventRef, CacheKey, Outcome, RegionId, RegionRef, TenantId};
 mod audience;
 mod key;
 
+use super::pipeline::policy::{DEFAULT_FILL_MS, FILL_ALPHA};
 use key::note_region;
 pub(crate) use key::{ReferrerSecond, TrackedKey};
 
@@ -90,11 +91,6 @@ impl RegionNodes {
 
 /// The "other" domain id for domains past the cap.
 const OTHER_DOMAIN: u32 = u32::MAX;
-
-/// Weight of each new fill time in the tenant's fill-time average.
-const FILL_ALPHA: f64 = 0.05;
-/// The fill time assumed for a tenant no miss has reported one for yet.
-const DEFAULT_FILL_MS: f64 = 100.0;
 
 impl TenantTracker {
     /// The tenant's typical origin fill time, seconds.

@@ -1,7 +1,7 @@
 //! Follow-up commands: a viral that spreads slowly reaches its later regions after its
 //! first command expired. While a commanded key keeps spreading (a region it had not
 //! reached when its last command went out has since asked), once that command is half
-//! its TTL old, the key gets another, with a fresh TTL, for the regions still unreached.
+//! its TTL old (`FOLLOW_UP_WAIT_DIVISOR`), the key gets another, with a fresh TTL, for the regions still unreached.
 //! At most [`DecisionPolicy::follow_ups`](super::DecisionPolicy::follow_ups) per burst;
 //! each takes a token from the tenant's budget like any command.
 
@@ -9,6 +9,8 @@ use std::collections::HashMap;
 
 use models::{CacheKey, PrewarmCommand, RegionId, RegionTargets, TenantId};
 
+use super::super::pipeline::policy::FOLLOW_UP_WAIT_DIVISOR;
+use super::super::pipeline::{Skip, Stage};
 use super::{Decider, command_id, worth_naming};
 
 /// A commanded key being followed.
@@ -24,6 +26,9 @@ pub(super) struct Followed {
     follow_ups: u32,
     /// Client misses a warmed region that asks is spared (as at the first command).
     saved_misses: f64,
+    /// The last refusal counted since the last command: a due follow-up is looked at
+    /// every tick, and is counted once per reason.
+    refused: Option<Skip>,
 }
 
 /// The keys being followed, by tenant then key (looked up by reference, per tick).
@@ -78,6 +83,7 @@ impl Decider {
                     reached,
                     follow_ups: 0,
                     saved_misses,
+                    refused: None,
                 },
             );
         following.len += usize::from(previous.is_none());
@@ -93,17 +99,42 @@ impl Decider {
         now_ms: u64,
     ) -> Option<(&[usize], u64)> {
         let f = self.following.keys.get(tenant)?.get(key)?;
-        let half_ttl = self.policy.command_ttl_ms / 2;
+        let wait_ms = self.policy.command_ttl_ms / FOLLOW_UP_WAIT_DIVISOR;
         (f.follow_ups < self.policy.follow_ups
-            && now_ms >= f.last.issued_at_ms + half_ttl
+            && now_ms >= f.last.issued_at_ms + wait_ms
             && !f.last.is_expired(now_ms))
         .then_some((f.reached.as_slice(), f.burst_start_ms))
     }
 
-    /// Sends a follow-up for a followed key that has spread since its last command, to
-    /// those of `unseen` (the regions it has still not reached) whose `chances` of
-    /// asking in time pay for their fills, if the tenant's budget allows: the last
-    /// command's confidence and reasons, a fresh TTL, an id of its own.
+    /// Counts a refused follow-up of a followed key, once per reason per command, and
+    /// notes it as the key's last decision.
+    pub(crate) fn refuse_follow_up(
+        &mut self,
+        now_ms: u64,
+        tenant: &TenantId,
+        key: &CacheKey,
+        stage: Stage,
+        why: Skip,
+    ) {
+        let Some(f) = self
+            .following
+            .keys
+            .get_mut(tenant)
+            .and_then(|keys| keys.get_mut(key))
+        else {
+            return;
+        };
+        if f.refused.replace(why) != Some(why) {
+            self.refuse(now_ms, tenant, key, stage, why);
+        }
+    }
+
+    /// A follow-up for a followed key that has spread since its last command: the
+    /// regions stage for those of `unseen` (the regions it has still not reached) whose
+    /// `chances` of asking in time pay for their fills, at the last command's
+    /// confidence; then the gate, the tenant's budget. The command carries the last
+    /// command's confidence and reasons, a fresh TTL, an id of its own. `None` when no
+    /// follow-up is due.
     pub(crate) fn follow_up(
         &mut self,
         now_ms: u64,
@@ -112,13 +143,19 @@ impl Decider {
         reached: Vec<usize>,
         unseen: Vec<RegionId>,
         chances: &[f64],
-    ) -> Option<PrewarmCommand> {
+    ) -> Option<Result<PrewarmCommand, (Stage, Skip)>> {
         self.follow_up_due(tenant, key, now_ms)?;
+        if unseen.is_empty() {
+            return Some(Err((Stage::Regions, Skip::NothingToWarm)));
+        }
         let f = self.following.keys.get(tenant)?.get(key)?;
         let cost = self.fill_cost(tenant);
         let unseen = worth_naming(unseen, chances, f.last.confidence, f.saved_misses, cost);
-        if unseen.is_empty() || !self.take_token(tenant, now_ms) {
-            return None;
+        if unseen.is_empty() {
+            return Some(Err((Stage::Regions, Skip::NotWorthIt)));
+        }
+        if !self.take_token(tenant, now_ms) {
+            return Some(Err((Stage::Gate, Skip::OverBudget)));
         }
         let f = self.following.keys.get_mut(tenant)?.get_mut(key)?;
         f.follow_ups += 1;
@@ -140,7 +177,8 @@ impl Decider {
         );
         f.last = command.clone();
         f.reached = reached;
+        f.refused = None;
         self.issue(now_ms, &command, 0);
-        Some(command)
+        Some(Ok(command))
     }
 }

@@ -27,6 +27,10 @@ use std::collections::{HashMap, VecDeque};
 use models::{CacheKey, PrewarmCommand, TenantId};
 use serde::{Deserialize, Serialize};
 
+use super::super::pipeline::policy::{
+    ANSWERS_LEN, ANSWERS_NEEDED, MEMORY_MS, QUIET_FACTOR, RECORD_LEN, RECORD_MS, SIGNIFICANCE,
+    TOLERANCE,
+};
 use super::{Decider, Decision, Verdict};
 
 /// What the decider remembers of its commands' verdicts.
@@ -91,13 +95,6 @@ struct Answers {
     delays_ms: VecDeque<u64>,
 }
 
-/// Delays kept.
-const ANSWERS_LEN: usize = 20;
-/// Delays needed before an unanswered command says anything.
-const ANSWERS_NEEDED: usize = 5;
-/// How much longer than the longest answer a command must wait unanswered.
-const QUIET_FACTOR: u64 = 2;
-
 impl Answers {
     fn note(&mut self, delay_ms: u64) {
         if self.delays_ms.len() == ANSWERS_LEN {
@@ -150,9 +147,6 @@ impl Quiet {
     }
 }
 
-/// How long a wasted command is remembered.
-pub(crate) const MEMORY_MS: u64 = 3_600_000;
-
 /// When each key's last command was found wasted, by tenant then key.
 #[derive(Debug, Default)]
 struct Wasted {
@@ -190,17 +184,6 @@ impl Wasted {
         }
     }
 }
-
-/// How long a first- or second-region command's outcome counts.
-pub(crate) const RECORD_MS: u64 = 900_000;
-/// Newest outcomes kept, per record.
-const RECORD_LEN: usize = 20;
-/// How far below the threshold the useful share may lie before confidence at a first
-/// (or second) region is not trusted: the tolerance of the reliability target.
-const TOLERANCE: f64 = 0.10;
-/// How unlikely the outcomes must be, were each command useful with the threshold's
-/// chance less the tolerance.
-const SIGNIFICANCE: f64 = 0.05;
 
 /// The newest outcomes of the fleet's commands sent at one step of their spread (at a
 /// first region, or at a second): (when known, useful).
@@ -312,9 +295,12 @@ impl Decider {
 mod tests {
     use models::{CacheKey, Outcome, RegionId, TenantId};
 
-    use super::super::tests::{cand, score};
-    use super::super::{Candidate, Decider, DecisionPolicy};
-    use super::{ANSWERS_NEEDED, MEMORY_MS, QUIET_FACTOR, RECORD_MS, RegionRecord, binomial_cdf};
+    use super::super::super::pipeline::policy::{
+        ANSWERS_NEEDED, DecisionPolicy, MEMORY_MS, QUIET_FACTOR, RECORD_MS,
+    };
+    use super::super::Decider;
+    use super::super::tests::{Candidate, cand, score};
+    use super::{RegionRecord, binomial_cdf};
 
     /// A wasted command is remembered for its key (not for others); a useful one
     /// clears the memory; the memory fades after [`MEMORY_MS`].

@@ -1,14 +1,8 @@
 //! Audiences: which of a tenant's regions share a taste, so that a command names the
 //! regions of the audiences a key has reached and not the others.
 
+use super::super::pipeline::policy::{MIN_AUDIENCE_REQUESTS, SAME_AUDIENCE_SHARE};
 use super::{TenantTracker, TrackedKey};
-
-/// A region whose taste is at least this share as alike a reached region's as the
-/// most alike region's is shares its audience (see [`TenantTracker::same_audience`]):
-/// regions of one taste come out within 0.85 of the best, of other tastes below 0.45.
-const SAME_AUDIENCE_SHARE: f64 = 0.6;
-/// A region's taste is known once it asked for the tenant's tracked keys this often.
-const MIN_AUDIENCE_REQUESTS: f64 = 200.0;
 
 impl TenantTracker {
     /// Which of `unseen` share an audience with some region of `reached` (together,
