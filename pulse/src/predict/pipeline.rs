@@ -25,7 +25,7 @@
 
 pub(crate) mod policy;
 
-use models::{CacheKey, PrewarmCommand, TenantId};
+use models::{CacheKey, PrewarmCommand, RegionId, TenantId};
 use serde::Serialize;
 
 #[cfg(doc)]
@@ -300,20 +300,7 @@ impl Predictor {
             .filter_map(|((i, _), keep)| keep.then_some(*i))
             .collect();
         let start = burst_start.or_else(|| self.tracker.last_burst(tenant, key));
-        let measured = measured_pace(&self.tracker, tenant, key, start, now_ms);
-        let ttl_ms = self.decider.policy().command_ttl_ms;
-        let chances = chances_of(
-            &self.tracker,
-            &mut self.paces,
-            tenant,
-            measured,
-            &ids,
-            ttl_ms,
-        );
-        let unseen = ids
-            .iter()
-            .map(|i| self.tracker.regions[*i].clone())
-            .collect();
+        let (unseen, chances) = self.chances_at_pace(tenant, key, start, now_ms, &ids);
         let saved = saved_misses(
             &x.features,
             x.reached.len(),
@@ -331,6 +318,34 @@ impl Predictor {
             burst_start_ms: burst_start.unwrap_or(now_ms),
             reached: x.reached,
         })
+    }
+
+    /// The unreached regions `ids` (tracker indices) as region ids, each with its
+    /// chance of asking within a command's TTL at the key's pace measured since
+    /// `burst_start_ms`: what the cost rule weighs, for a first command and a follow-up.
+    fn chances_at_pace(
+        &mut self,
+        tenant: &TenantId,
+        key: &CacheKey,
+        burst_start_ms: Option<u64>,
+        now_ms: u64,
+        ids: &[usize],
+    ) -> (Vec<RegionId>, Vec<f64>) {
+        let measured = measured_pace(&self.tracker, tenant, key, burst_start_ms, now_ms);
+        let ttl_ms = self.decider.policy().command_ttl_ms;
+        let chances = chances_of(
+            &self.tracker,
+            &mut self.paces,
+            tenant,
+            measured,
+            ids,
+            ttl_ms,
+        );
+        let regions = ids
+            .iter()
+            .map(|i| self.tracker.regions[*i].clone())
+            .collect();
+        (regions, chances)
     }
 
     /// A follow-up for a followed key that spread since its last command
@@ -382,20 +397,8 @@ impl Predictor {
             .zip(keep)
             .filter_map(|(i, keep)| keep.then_some(*i))
             .collect();
-        let measured = measured_pace(&self.tracker, tenant, key, Some(burst_start_ms), now_ms);
-        let ttl_ms = self.decider.policy().command_ttl_ms;
-        let chances = chances_of(
-            &self.tracker,
-            &mut self.paces,
-            tenant,
-            measured,
-            &unseen,
-            ttl_ms,
-        );
-        let unseen = unseen
-            .iter()
-            .map(|i| self.tracker.regions[*i].clone())
-            .collect();
+        let (unseen, chances) =
+            self.chances_at_pace(tenant, key, Some(burst_start_ms), now_ms, &unseen);
         match self
             .decider
             .follow_up(now_ms, tenant, key, reached, unseen, &chances)?
