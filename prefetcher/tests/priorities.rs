@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use http::{StatusCode, header};
 use models::{CacheKey, Outcome, TenantId};
-use prefetcher::testing::{SyntheticOrigin, TestClient, TestNode, wait_until};
+use prefetcher::testing::{Fetched, SyntheticOrigin, TestClient, TestNode, wait_until};
 use prefetcher::{CacheStatus, ChannelSink, Config, Node, PrewarmOutcome};
 
 const HOST: &str = "edge.test";
@@ -19,14 +19,22 @@ fn config(origin: &str) -> Config {
     )
 }
 
-#[tokio::test]
-async fn an_overloaded_origin_gets_503_with_a_growing_jittered_retry_after() {
+/// A node with one fill slot, none of it reserved for users, set up further by `tune`,
+/// whose slot a held fill of `/slow` takes: the origin, the node, a client and that
+/// fill's request (answered once the origin is released).
+async fn one_slot_taken(
+    tune: impl FnOnce(&mut Config),
+) -> (
+    SyntheticOrigin,
+    TestNode,
+    TestClient,
+    tokio::task::JoinHandle<Fetched>,
+) {
     let origin = SyntheticOrigin::start("origin").await;
     let mut c = config(&origin.url());
     c.flight.max_fills = 1;
     c.flight.reserved_for_user = 0;
-    c.flight.max_queued_fills = 0;
-    c.flight.retry_after_max_s = 600;
+    tune(&mut c);
     let node = TestNode::start(c).await;
     let client = TestClient::new();
     origin.hold();
@@ -35,6 +43,16 @@ async fn an_overloaded_origin_gets_503_with_a_growing_jittered_retry_after() {
         tokio::spawn(async move { client.get(addr, HOST, "/slow").await.unwrap() })
     };
     origin.wait_in_flight(1).await;
+    (origin, node, client, leader)
+}
+
+#[tokio::test]
+async fn an_overloaded_origin_gets_503_with_a_growing_jittered_retry_after() {
+    let (origin, node, client, leader) = one_slot_taken(|c| {
+        c.flight.max_queued_fills = 0;
+        c.flight.retry_after_max_s = 600;
+    })
+    .await;
     let mut retry_after = Vec::new();
     for i in 0..20 {
         let r = client
@@ -74,19 +92,7 @@ async fn an_overloaded_origin_gets_503_with_a_growing_jittered_retry_after() {
 /// `Retry-After`, and the origin never sees it.
 #[tokio::test]
 async fn a_queued_user_fill_gets_503_at_its_deadline() {
-    let origin = SyntheticOrigin::start("origin").await;
-    let mut c = config(&origin.url());
-    c.flight.max_fills = 1;
-    c.flight.reserved_for_user = 0;
-    c.flight.queue_timeout_ms = 200;
-    let node = TestNode::start(c).await;
-    let client = TestClient::new();
-    origin.hold();
-    let leader = {
-        let (client, addr) = (client.clone(), node.addr);
-        tokio::spawn(async move { client.get(addr, HOST, "/slow").await.unwrap() })
-    };
-    origin.wait_in_flight(1).await;
+    let (origin, node, client, leader) = one_slot_taken(|c| c.flight.queue_timeout_ms = 200).await;
     let r = client.get(node.addr, HOST, "/queued").await.unwrap();
     assert_eq!(r.status, StatusCode::SERVICE_UNAVAILABLE);
     assert!(r.headers.contains_key(header::RETRY_AFTER));

@@ -430,13 +430,7 @@ async fn edge_feeds_pulse_and_takes_prewarms(kind: &str) {
     .await
     .expect("starting pulse");
 
-    let dir = tempfile::tempdir().unwrap();
-    // Worker processes run as an unprivileged user: they must reach their files.
-    std::fs::set_permissions(
-        dir.path(),
-        std::os::unix::fs::PermissionsExt::from_mode(0o755),
-    )
-    .unwrap();
+    let dir = worker_dir();
     let origin = SyntheticOrigin::start(kind).await;
     origin.set_cache_control(Some("public, max-age=300"));
     let edge = match kind {
@@ -689,6 +683,18 @@ async fn varnish_edge_feeds_pulse_and_takes_prewarms() {
     edge_feeds_pulse_and_takes_prewarms("varnish").await;
 }
 
+/// A temporary folder for an nginx or Varnish node's files: its worker processes run
+/// as an unprivileged user, so they must reach them.
+fn worker_dir() -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(
+        dir.path(),
+        std::os::unix::fs::PermissionsExt::from_mode(0o755),
+    )
+    .unwrap();
+    dir
+}
+
 /// An operator's warm-up (`POST /api/warm`, issue #55) through the edge agent in front
 /// of nginx: pulse's gate sends the commands, the agent warms nginx, and its events
 /// (`prefetch_fill` for the key it filled, `prefetch_cached` for the one nginx held)
@@ -711,12 +717,7 @@ async fn nginx_edge_takes_an_operators_warm_up() {
     })
     .await
     .expect("starting pulse");
-    let dir = tempfile::tempdir().unwrap();
-    std::fs::set_permissions(
-        dir.path(),
-        std::os::unix::fs::PermissionsExt::from_mode(0o755),
-    )
-    .unwrap();
+    let dir = worker_dir();
     let origin = SyntheticOrigin::start("nginx").await;
     origin.set_cache_control(Some("public, max-age=300"));
     let edge = start_nginx(dir.path(), origin.addr()).await;
@@ -735,17 +736,7 @@ async fn nginx_edge_takes_an_operators_warm_up() {
                     .body(axum::body::Body::from(body.to_string())),
                 None => http::Request::get(uri).body(axum::body::Body::empty()),
             };
-            let response = tower::ServiceExt::oneshot(app, request.unwrap())
-                .await
-                .unwrap();
-            let status = response.status();
-            let bytes = axum::body::to_bytes(response.into_body(), 1 << 20)
-                .await
-                .unwrap();
-            (
-                status,
-                serde_json::from_slice::<serde_json::Value>(&bytes).unwrap(),
-            )
+            pulse::testing::send_json(&app, request.unwrap()).await
         }
     };
     let deadline = tokio::time::Instant::now() + Duration::from_secs(30);

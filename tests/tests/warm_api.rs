@@ -22,11 +22,11 @@ use http::{Request, StatusCode};
 use models::{CommandClass, PrewarmCommand, Reason, RegionTargets, encode};
 use prefetcher::testing::{SyntheticOrigin, TestClient, wait_until};
 use prefetcher::{Config, NodeHandle, spawn_node};
+use pulse::testing::send_json;
 use pulse::{PulseConfig, PulseHandle};
 use serde_json::{Value, json};
 use tests::fleet::{pulse_bin, read_commands};
 use tests::{TestKafka, produce, wall_ms};
-use tower::ServiceExt;
 
 const TENANT: &str = "acme";
 const HOST: &str = "acme.example";
@@ -124,18 +124,7 @@ async fn call(
         }
         None => Body::empty(),
     };
-    let response = app
-        .clone()
-        .oneshot(request.body(body).unwrap())
-        .await
-        .unwrap();
-    let status = response.status();
-    let bytes = axum::body::to_bytes(response.into_body(), 1 << 20)
-        .await
-        .unwrap();
-    let value = serde_json::from_slice(&bytes)
-        .unwrap_or_else(|_| Value::String(String::from_utf8_lossy(&bytes).into_owned()));
-    (status, value)
+    send_json(app, request.body(body).unwrap()).await
 }
 
 async fn progress(app: &Router, id: &str) -> Value {

@@ -9,12 +9,12 @@
 //!   embedded mock cluster when that is unset; [`produce`], one message produced and
 //!   acknowledged; [`produce_events`] and [`produce_paced`], events keyed as edges key
 //!   them; [`committed_offsets`], a group's offsets as the broker has them.
-//! - `api`: [`get_json`], pulse's API asked in-process.
+//! - `api`: [`get_json`] and [`send_json`], pulse's API asked in-process.
 
 mod api;
 mod kafka;
 
-pub use api::get_json;
+pub use api::{get_json, send_json};
 pub use kafka::{
     BOOTSTRAP_ENV, TestKafka, committed_offsets, produce, produce_events, produce_paced,
     unique_name,
