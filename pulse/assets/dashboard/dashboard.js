@@ -400,14 +400,7 @@
       );
       return tr;
     });
-    if (!rows.length) {
-      const tr = el('tr');
-      const td = el('td', 'No pre-warm decision yet.');
-      td.colSpan = 8;
-      tr.append(td);
-      rows.push(tr);
-    }
-    $('decisions').tBodies[0].replaceChildren(...rows);
+    fillTable('decisions', rows, 'No pre-warm decision yet.');
   }
 
   // ---- warm-ups --------------------------------------------------------------
@@ -442,14 +435,20 @@
       );
       return tr;
     });
+    fillTable('warm-table', rows, 'No warm-up on this instance.');
+  }
+
+  // A table's rows, or one row across all its columns saying why there is none.
+  function fillTable(id, rows, none) {
+    const table = $(id);
     if (!rows.length) {
+      const td = el('td', none);
+      td.colSpan = table.tHead.rows[0].cells.length;
       const tr = el('tr');
-      const td = el('td', 'No warm-up on this instance.');
-      td.colSpan = 6;
       tr.append(td);
       rows.push(tr);
     }
-    $('warm-table').tBodies[0].replaceChildren(...rows);
+    table.tBodies[0].replaceChildren(...rows);
   }
 
   function predictionOff(section, message) {
