@@ -34,6 +34,9 @@ pub struct Tenant {
     base: String,
     prefix: String,
     host: HeaderValue,
+    /// The `Host` a peer node selects this tenant by: its first host name (none for
+    /// a fallback-only tenant, which any name selects).
+    client_host: Option<HeaderValue>,
 }
 
 impl Tenant {
@@ -47,11 +50,16 @@ impl Tenant {
                 .trim_start_matches("https://")
                 .to_string(),
         };
+        let client_host = match config.hosts.iter().find(|h| *h != "*") {
+            Some(h) => Some(HeaderValue::from_str(h).map_err(|e| e.to_string())?),
+            None => None,
+        };
         Ok(Tenant {
             id: config.id.clone(),
             base,
             prefix,
             host: HeaderValue::from_str(&host).map_err(|e| e.to_string())?,
+            client_host,
         })
     }
 
@@ -212,6 +220,41 @@ impl OriginClient {
         let mut request = Request::builder()
             .method(Method::GET)
             .uri(tenant.uri(key.as_str())?)
+            .body(Body::empty())
+            .map_err(|e| FillError::Connect(e.to_string()))?;
+        *request.headers_mut() = headers;
+        self.send(request).await
+    }
+
+    /// `GET` of `key` from `peer`'s cache alone (`Cache-Control: only-if-cached`):
+    /// a node of the same region answers from its cache or `504`, never from its
+    /// origin. `peer` is `http://host[:port]`; the tenant is selected by its host.
+    pub async fn get_cached(
+        &self,
+        peer: &Uri,
+        tenant: &Tenant,
+        key: &CacheKey,
+        mut headers: HeaderMap,
+    ) -> Result<Response<Incoming>, FillError> {
+        let path = key.as_str().split('?').next().unwrap_or("");
+        check_target(path).map_err(|e| FillError::Connect(format!("refused target: {e}")))?;
+        let host = match (&tenant.client_host, peer.authority()) {
+            (Some(host), _) => host.clone(),
+            (None, Some(authority)) => HeaderValue::from_str(authority.as_str())
+                .map_err(|e| FillError::Connect(e.to_string()))?,
+            (None, None) => return Err(FillError::Connect("peer without a host".into())),
+        };
+        headers.insert(header::HOST, host);
+        headers.insert(
+            header::CACHE_CONTROL,
+            HeaderValue::from_static("only-if-cached"),
+        );
+        let uri = format!("{}{}", peer.to_string().trim_end_matches('/'), key.as_str())
+            .parse::<Uri>()
+            .map_err(|e| FillError::Connect(format!("bad peer URL: {e}")))?;
+        let mut request = Request::builder()
+            .method(Method::GET)
+            .uri(uri)
             .body(Body::empty())
             .map_err(|e| FillError::Connect(e.to_string()))?;
         *request.headers_mut() = headers;

@@ -21,6 +21,7 @@
 //! ```
 
 use std::net::SocketAddr;
+use std::sync::Arc;
 use std::time::Duration;
 
 use rdkafka::error::KafkaError;
@@ -262,6 +263,7 @@ fn spawn_warmup(
         .iter()
         .map(|t| (t.id.clone(), t.weight))
         .collect();
+    let peers: Arc<[http::Uri]> = warmup.peer_urls().expect("validated: warmup.peers").into();
     tokio::spawn(async move {
         let run = Warmup {
             config: &warmup,
@@ -275,8 +277,9 @@ fn spawn_warmup(
             || node.origin().limiter().prefetch_limit(),
             |tenant, key| {
                 let node = node.clone();
+                let peers = Arc::clone(&peers);
                 async move {
-                    node.warm(&tenant, key)
+                    node.warm(&tenant, key, peers)
                         .await
                         .unwrap_or(crate::warmup::WarmFill::Failed)
                 }

@@ -200,6 +200,43 @@ async fn no_pulse_answering_means_ready_at_once() {
     node.shutdown().await;
 }
 
+/// With `warmup.peers`, a key a region peer holds comes from the peer's cache (asked
+/// `only-if-cached`, so the peer fetches nothing), the rest from the origin; a peer
+/// that is down is passed over.
+#[tokio::test]
+async fn a_peers_cached_copy_spares_the_origin() {
+    let origin = SyntheticOrigin::start("o").await;
+    let (_pulse, url) = StubPulse::start(&[("acme", "/held"), ("acme", "/not-held")]).await;
+    let mut peer_config = config(&origin, &url, |_| {});
+    peer_config.warmup = None;
+    let peer = spawn_node(peer_config).await.unwrap();
+    let got = reqwest::get(format!("{}/held", peer.url())).await.unwrap();
+    assert_eq!(got.status(), 200);
+    assert_eq!(origin.fills(), 1);
+
+    let closed = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let down = format!("http://{}", closed.local_addr().unwrap());
+    drop(closed);
+    let node = spawn_node(config(&origin, &url, |w| w.peers = vec![down, peer.url()]))
+        .await
+        .unwrap();
+    let body = until_ready(&node).await;
+    assert_eq!(body["reason"], "warmed", "{body}");
+    assert_eq!(
+        origin.fills_for("/held"),
+        1,
+        "the peer's copy, not a second fill"
+    );
+    assert_eq!(origin.fills_for("/not-held"), 1);
+    assert_eq!(origin.fills(), 2);
+    assert!(metric(&node, "prefetcher_warmup_peer_asks_total{result=\"hit\"} 1").await);
+    let got = reqwest::get(format!("{}/held", node.url())).await.unwrap();
+    assert_eq!(got.headers()["x-cache"], "PREFETCHED");
+    assert_eq!(origin.fills(), 2);
+    node.shutdown().await;
+    peer.shutdown().await;
+}
+
 #[tokio::test]
 async fn bounded_by_count_and_by_bytes() {
     let origin = SyntheticOrigin::start("o").await;

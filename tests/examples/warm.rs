@@ -1,8 +1,9 @@
 //! The bench of `scripts/bench/warm`: a region of 4 edge nodes under an open-loop Zipf
 //! load on a real broker, pulse reading their events; one node is restarted with an
-//! empty cache twice, first without warming (it takes traffic at once), then with
+//! empty cache three times, first without warming (it takes traffic at once), then with
 //! `[warmup]` (it takes traffic once its `/readyz` says 200, as a load balancer
-//! would). Prints one row per restart for that node's first `--measure` seconds.
+//! would), then with `[warmup]` and the region's other nodes as `warmup.peers`.
+//! Prints one row per restart for that node's first `--measure` seconds.
 //!
 //! ```sh
 //! KAFKA_BOOTSTRAP_SERVERS=127.0.0.1:9092 \
@@ -231,7 +232,7 @@ async fn restart(
     let warming = warmup.is_some();
     let started = Instant::now();
     let node = spawn_node(node_config(
-        &format!("edge-{RESTARTED}-{setup}"),
+        &format!("edge-{RESTARTED}-{}", setup.replace(' ', "-")),
         &o.url(),
         kafka,
         topics,
@@ -248,7 +249,11 @@ async fn restart(
     let end = started + Duration::from_secs(args.measure);
     tokio::time::sleep_until(end.into()).await;
     let fills = o.fills();
-    let warm_fills = node.node().metrics().warmup.keys("filled");
+    let warmup = &node.node().metrics().warmup;
+    // The warm-up's fills that reached the origin: those no peer answered.
+    let warm_fills = warmup
+        .keys("filled")
+        .saturating_sub(warmup.peer_asks("hit"));
     // Answers of requests sent in the window have all returned 10 s later at most.
     tokio::time::sleep(Duration::from_secs(2)).await;
     let all = answers.lock().unwrap();
@@ -356,7 +361,25 @@ async fn main() -> anyhow::Result<()> {
         &mut nodes,
         &kafka,
         &topics,
-        Some(warmup),
+        Some(warmup.clone()),
+    )
+    .await;
+    rows.push(row);
+    eprintln!("warm bench: restart cold, with [warmup] and the region's nodes as peers");
+    let peers = nodes[..RESTARTED]
+        .iter()
+        .flatten()
+        .map(NodeHandle::url)
+        .collect();
+    let (row, _peers_origin) = restart(
+        "warmed from peers",
+        &args,
+        &pool,
+        &answers,
+        &mut nodes,
+        &kafka,
+        &topics,
+        Some(WarmupConfig { peers, ..warmup }),
     )
     .await;
     rows.push(row);
@@ -388,13 +411,17 @@ async fn main() -> anyhow::Result<()> {
             r.all.0
         );
     }
-    let (cold, warm) = (&rows[0], &rows[1]);
-    println!(
-        "\nwarmed / cold: origin fills {:.2}, fills clients waited on {:.2}, p99 {:.2}",
-        warm.fills as f64 / cold.fills.max(1) as f64,
-        warm.user_fills as f64 / cold.user_fills.max(1) as f64,
-        warm.p99_ms / cold.p99_ms.max(f64::MIN_POSITIVE)
-    );
+    let cold = &rows[0];
+    println!();
+    for warm in &rows[1..] {
+        println!(
+            "{} / cold: origin fills {:.2}, fills clients waited on {:.2}, p99 {:.2}",
+            warm.setup,
+            warm.fills as f64 / cold.fills.max(1) as f64,
+            warm.user_fills as f64 / cold.user_fills.max(1) as f64,
+            warm.p99_ms / cold.p99_ms.max(f64::MIN_POSITIVE)
+        );
+    }
     for node in nodes.into_iter().flatten() {
         node.shutdown().await;
     }

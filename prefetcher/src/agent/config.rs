@@ -174,6 +174,13 @@ impl AgentConfig {
         if let Some(warmup) = &self.warmup {
             warmup.validate()?;
             warmup.token()?;
+            if !warmup.peers.is_empty() {
+                // The agent's cache is nginx's or Varnish's: it fills through them.
+                return Err(invalid(
+                    "warmup.peers",
+                    "the edge agent warms through its own cache, from no peer",
+                ));
+            }
         }
         if self.node.is_none() {
             return Err(invalid("node", "required"));
@@ -302,7 +309,7 @@ pub(crate) mod tests {
     #[test]
     fn each_bad_field_is_named() {
         type Breaker = fn(&mut AgentConfig);
-        let cases: [(&str, Breaker); 8] = [
+        let cases: [(&str, Breaker); 9] = [
             ("region", |c| c.region = None),
             ("log_path", |c| c.log_path = PathBuf::new()),
             ("cache_url", |c| c.cache_url = "ftp://x".into()),
@@ -315,6 +322,13 @@ pub(crate) mod tests {
                 c.kafka.events_topic = "a/b".into()
             }),
             ("warm.limit.min_fills", |c| c.warm.limit.min_fills = 99),
+            ("warmup.peers", |c| {
+                c.warmup = Some(crate::config::WarmupConfig {
+                    pulse: "http://pulse:8081".into(),
+                    peers: vec!["http://peer:8080".into()],
+                    ..Default::default()
+                })
+            }),
         ];
         for (field, break_it) in cases {
             let mut config = valid();

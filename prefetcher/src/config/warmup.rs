@@ -10,6 +10,9 @@ use super::{Result, invalid};
 /// Most keys one warm-up may ask pulse for (pulse's own bound on `/api/warmset`).
 const MAX_WARMUP_KEYS: usize = 1_000;
 
+/// Most peers a warm-up asks: a region's nodes, each asked at most once per key.
+const MAX_WARMUP_PEERS: usize = 16;
+
 /// Warm-up at start: the region's hot keyset, asked of pulse, filled at background
 /// priority before `/readyz` answers 200.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -29,6 +32,11 @@ pub struct WarmupConfig {
     /// Most bytes warmed, split among the tenants by their `weight`: past a tenant's
     /// part no further key of it is started.
     pub max_bytes: u64,
+    /// The region's other nodes (`http://host:port`, their client listeners): each
+    /// warm-set key is asked of them from their caches only (`only-if-cached`)
+    /// before the origin, so a restart costs the origin what no peer holds. At most
+    /// 16; the edge agent takes none (its cache fills through its own proxy).
+    pub peers: Vec<String>,
 }
 
 impl Default for WarmupConfig {
@@ -40,6 +48,7 @@ impl Default for WarmupConfig {
             request_timeout_ms: 2_000,
             max_keys: 500,
             max_bytes: 256 << 20,
+            peers: Vec::new(),
         }
     }
 }
@@ -77,7 +86,32 @@ impl WarmupConfig {
         if self.max_bytes == 0 {
             return Err(invalid("warmup.max_bytes", "must be positive"));
         }
+        self.peer_urls()?;
         Ok(())
+    }
+
+    /// `peers`, parsed: each `http://host[:port]` with nothing after it.
+    pub fn peer_urls(&self) -> Result<Vec<http::Uri>> {
+        if self.peers.len() > MAX_WARMUP_PEERS {
+            return Err(invalid(
+                "warmup.peers",
+                format!("{} peers: at most {MAX_WARMUP_PEERS}", self.peers.len()),
+            ));
+        }
+        self.peers
+            .iter()
+            .map(|peer| {
+                let bad = |why: &str| invalid("warmup.peers", format!("{peer:?}: {why}"));
+                let url: http::Uri = peer.parse().map_err(|_| bad("not a URL"))?;
+                if url.scheme_str() != Some("http") || url.host().is_none() {
+                    return Err(bad("must be http://host[:port]"));
+                }
+                if url.path_and_query().is_some_and(|p| p.as_str() != "/") {
+                    return Err(bad("must have no path or query"));
+                }
+                Ok(url)
+            })
+            .collect()
     }
 
     /// Reads `token_file`: its first line, trimmed. A file that cannot be read or is
@@ -111,13 +145,22 @@ mod tests {
         };
         good.validate().unwrap();
         type Spoil = fn(&mut WarmupConfig);
-        let cases: [(&str, Spoil); 6] = [
+        let cases: [(&str, Spoil); 9] = [
             ("warmup.pulse", |c| c.pulse = "ftp://x".into()),
             ("warmup.pulse", |c| c.pulse = String::new()),
             ("warmup.deadline_ms", |c| c.deadline_ms = 0),
             ("warmup.request_timeout_ms", |c| c.request_timeout_ms = 0),
             ("warmup.max_keys", |c| c.max_keys = 1_001),
             ("warmup.max_bytes", |c| c.max_bytes = 0),
+            ("warmup.peers", |c| {
+                c.peers = vec!["https://peer:8080".into()]
+            }),
+            ("warmup.peers", |c| {
+                c.peers = vec!["http://peer:8080/x".into()]
+            }),
+            ("warmup.peers", |c| {
+                c.peers = vec!["http://peer:8080".into(); MAX_WARMUP_PEERS + 1]
+            }),
         ];
         for (field, spoil) in cases {
             let mut c = good.clone();

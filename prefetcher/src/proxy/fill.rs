@@ -22,7 +22,7 @@ use http_body_util::BodyExt;
 use models::{Outcome, Priority};
 use tokio::time::Instant;
 
-use http::{HeaderMap, StatusCode, header};
+use http::{HeaderMap, StatusCode, Uri, header};
 
 use super::fill_body::FillBody;
 use super::response::{content_length, origin_head};
@@ -42,6 +42,9 @@ pub(super) struct FillRequest {
     /// The stored response this fill refreshes: its validators make the request
     /// conditional, and it may answer instead of an origin error (`stale-if-error`).
     pub stale: Option<Arc<Entry>>,
+    /// Region peers whose caches are asked first (a warm-up at start's fill; none
+    /// for any other): the first one holding the key answers instead of the origin.
+    pub peers: Arc<[Uri]>,
 }
 
 impl Node {
@@ -83,6 +86,41 @@ impl Node {
     ) -> tokio::task::JoinHandle<()> {
         let node = self.clone();
         tokio::spawn(async move { node.fill(permit, tenant, request, force).await })
+    }
+
+    /// The fill's response, and whether a peer's cache gave it: each peer is asked
+    /// once for its cached copy (a plain fetch only: a conditional one revalidates at
+    /// the origin), starting at one chosen by the key so that a warm-up spreads over
+    /// them; the origin when none holds the key.
+    async fn fetch(
+        &self,
+        tenant: &Tenant,
+        key: &crate::flight::FlightKey,
+        headers: HeaderMap,
+        peers: &[Uri],
+        plain: bool,
+    ) -> Result<(http::Response<hyper::body::Incoming>, bool), FillError> {
+        let origin = &self.inner.origin;
+        if plain && !peers.is_empty() {
+            let first = first_peer(key.key().as_str(), peers.len());
+            for peer in peers.iter().cycle().skip(first).take(peers.len()) {
+                let warmup = &self.inner.metrics.warmup;
+                match origin
+                    .get_cached(peer, tenant, key.key(), headers.clone())
+                    .await
+                {
+                    Ok(r) if r.status() == StatusCode::OK => {
+                        warmup.peer_ask("hit");
+                        return Ok((r, true));
+                    }
+                    _ => warmup.peer_ask("miss"),
+                }
+            }
+        }
+        origin
+            .get(tenant, key.key(), headers)
+            .await
+            .map(|r| (r, false))
     }
 
     /// Publishes a stored response to the flight's subscribers, then runs `store`.
@@ -136,6 +174,7 @@ impl Node {
         let FillRequest {
             headers: mut request_headers,
             stale,
+            peers,
         } = request;
         // The leader's variant, from its request as forwarded (before validators).
         let selecting = request_headers.clone();
@@ -154,7 +193,7 @@ impl Node {
         let started = Instant::now();
         let fetched = tokio::select! {
             biased;
-            fetched = inner.origin.get(&tenant, key.key(), request_headers) => Some(fetched),
+            fetched = self.fetch(&tenant, &key, request_headers, &peers, validating.is_none()) => Some(fetched),
             () = &mut abandoned => None,
         };
         let Some(fetched) = fetched else {
@@ -165,15 +204,18 @@ impl Node {
             return self.abandon(permit);
         };
         let response = match fetched {
-            Ok(r) if r.status().is_server_error() => {
+            Ok((r, _)) if r.status().is_server_error() => {
                 slot.record(None);
                 inner
                     .metrics
                     .fill_failed(&FillError::Upstream(r.status().as_u16()));
                 r
             }
-            Ok(r) => {
-                slot.record(Some(started.elapsed()));
+            Ok((r, from_peer)) => {
+                // A peer's answer says nothing of the origin's latency.
+                if !from_peer {
+                    slot.record(Some(started.elapsed()));
+                }
                 r
             }
             Err(e) => {
@@ -494,4 +536,13 @@ fn scopeguard<F: FnOnce()>(f: F) -> impl Drop {
         }
     }
     Guard(Some(f))
+}
+
+/// Which of `n` peers a warm fill of `key` asks first: the same one for a key, spread
+/// over the peers across keys.
+fn first_peer(key: &str, n: usize) -> usize {
+    use std::hash::{Hash, Hasher};
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    key.hash(&mut h);
+    (h.finish() % n as u64) as usize
 }

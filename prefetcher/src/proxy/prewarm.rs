@@ -1,6 +1,8 @@
 //! The pre-warm entry: a key warmed through the request path's single flight at
 //! background priority. The Kafka consumer that calls it is `crate::prewarm`.
 
+use std::sync::Arc;
+
 use http::Uri;
 use models::{CacheKey, Outcome, Priority, TenantId};
 
@@ -70,7 +72,7 @@ impl Node {
         tenant: &TenantId,
         key: CacheKey,
     ) -> Result<PrewarmOutcome, PrewarmError> {
-        Ok(match self.start_prewarm(tenant, key)?.0 {
+        Ok(match self.start_prewarm(tenant, key, Arc::from([]))?.0 {
             Started::Cached => PrewarmOutcome::Cached,
             Started::Lead(_) => PrewarmOutcome::Started,
             Started::Join(_) => PrewarmOutcome::Joined,
@@ -80,8 +82,14 @@ impl Node {
     /// [`Node::prewarm`], waiting for the fill to end: what a warm-up at start
     /// (`crate::warmup`) counts. `Filled` with the stored body's size when the key is
     /// fresh in the cache afterwards.
-    pub async fn warm(&self, tenant: &TenantId, key: CacheKey) -> Result<WarmFill, PrewarmError> {
-        let (started, primary) = self.start_prewarm(tenant, key)?;
+    /// `peers` (a warm-up's `warmup.peers`) are asked for their cached copy first.
+    pub async fn warm(
+        &self,
+        tenant: &TenantId,
+        key: CacheKey,
+        peers: Arc<[Uri]>,
+    ) -> Result<WarmFill, PrewarmError> {
+        let (started, primary) = self.start_prewarm(tenant, key, peers)?;
         match started {
             Started::Cached => return Ok(WarmFill::Cached),
             Started::Lead(fill) => {
@@ -110,6 +118,7 @@ impl Node {
         &self,
         tenant: &TenantId,
         key: CacheKey,
+        peers: Arc<[Uri]>,
     ) -> Result<(Started, FlightKey), PrewarmError> {
         let Some(t) = self.live().by_id.get(tenant).cloned() else {
             return Err(PrewarmError::UnknownTenant(tenant.to_string()));
@@ -150,7 +159,11 @@ impl Node {
         match self.inner.registry.acquire(&fkey, Priority::Background) {
             Acquire::Lead(permit) => {
                 metrics.prefetches_started.inc();
-                let request = FillRequest { headers, stale };
+                let request = FillRequest {
+                    headers,
+                    stale,
+                    peers,
+                };
                 let fill = self.spawn_fill(permit, t, request, false);
                 Ok((Started::Lead(fill), primary))
             }

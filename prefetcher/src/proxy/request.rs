@@ -97,6 +97,7 @@ impl Ctx {
         FillRequest {
             headers: fields.fill_headers(&self.headers, self.version, &self.peer),
             stale,
+            peers: Arc::from([]),
         }
     }
 

@@ -11,7 +11,8 @@
 //!   `Node::warm`, a background-priority fill within the prefetch limit's spare
 //!   capacity; the agent's background `GET` to its cache); at most `concurrency()`
 //!   at once (the adaptive prefetch limit), so none is shed for want of a place.
-//!   Only this node fetches: no other node is asked anything.
+//!   Only this node fetches: with `warmup.peers`, the region's other nodes are asked
+//!   for their cached copy first (`only-if-cached`: they never fetch for it).
 //! - **Readiness** ([`Readiness`], `/readyz`): `warming` with `done`/`of` from the
 //!   start until every key is in, skipped or failed, or until `warmup.deadline_ms`
 //!   after the start: then ready anyway, counted in
@@ -147,6 +148,9 @@ pub struct WarmupMetrics {
     pub deadline_hit: Counter,
     /// 1 while warming, else 0.
     pub warming: Gauge,
+    /// Warm fills asked of a peer's cache (`warmup.peers`), by `hit` (the peer's
+    /// copy stored) or `miss` (not cached there, or unreachable).
+    peer_asks: Family<ResultLabels, Counter>,
 }
 
 impl WarmupMetrics {
@@ -172,6 +176,21 @@ impl WarmupMetrics {
             "1 while the warm-up at start runs (/readyz answers 503)",
             self.warming.clone(),
         );
+        registry.register(
+            "warmup_peer_asks",
+            "Warm-up fills asked of a peer's cache (warmup.peers), by result (hit, miss)",
+            self.peer_asks.clone(),
+        );
+    }
+
+    /// Asks of a peer's cache counted with `result` (`hit` or `miss`).
+    pub fn peer_asks(&self, result: &'static str) -> u64 {
+        self.peer_asks.get_or_create(&ResultLabels { result }).get()
+    }
+
+    /// Counts one ask of a peer's cache: `hit` or `miss`.
+    pub(crate) fn peer_ask(&self, result: &'static str) {
+        self.peer_asks.get_or_create(&ResultLabels { result }).inc();
     }
 
     /// Keys counted with `result`.
