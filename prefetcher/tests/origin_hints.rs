@@ -166,3 +166,90 @@ async fn a_flood_of_hints_is_bounded_per_response_and_per_second() {
         "{text}"
     );
 }
+
+/// Hints naming a 5 GiB object and an endless chunked one: each pre-warm reads no
+/// more than the cache could store (`cache.max_object_bytes`, here 1 MiB) before it
+/// drops the origin connection, stores nothing, and counts the fill as failed.
+#[tokio::test]
+async fn a_hinted_object_too_large_to_store_is_dropped_early() {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicU64, Ordering};
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    const FIVE_GIB: u64 = 5 << 30;
+    let sent = Arc::new(AtomicU64::new(0));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let origin = format!("http://{}", listener.local_addr().unwrap());
+    let counter = Arc::clone(&sent);
+    tokio::spawn(async move {
+        loop {
+            let (mut conn, _) = listener.accept().await.unwrap();
+            let sent = Arc::clone(&counter);
+            tokio::spawn(async move {
+                let mut head = Vec::new();
+                let mut buf = [0u8; 4096];
+                while !head.windows(4).any(|w| w == b"\r\n\r\n") {
+                    match conn.read(&mut buf).await {
+                        Ok(0) | Err(_) => return,
+                        Ok(n) => head.extend_from_slice(&buf[..n]),
+                    }
+                }
+                let line = String::from_utf8_lossy(&head);
+                if line.starts_with("GET /page ") {
+                    let _ = conn
+                        .write_all(
+                            b"HTTP/1.1 200 OK\r\ncache-control: public, max-age=300\r\n\
+                              link: </big>; rel=prefetch, </endless>; rel=prefetch\r\n\
+                              content-length: 2\r\n\
+                              connection: close\r\n\r\nok",
+                        )
+                        .await;
+                    return;
+                }
+                let chunked = line.starts_with("GET /endless ");
+                let (framing, mut chunk) = if chunked {
+                    let mut c = b"10000\r\n".to_vec();
+                    c.extend(vec![b'x'; 64 * 1024]);
+                    c.extend(b"\r\n");
+                    ("transfer-encoding: chunked".to_owned(), c)
+                } else {
+                    (format!("content-length: {FIVE_GIB}"), vec![b'x'; 64 * 1024])
+                };
+                let head = format!(
+                    "HTTP/1.1 200 OK\r\ncache-control: public, max-age=300\r\n{framing}\r\n\r\n"
+                );
+                if conn.write_all(head.as_bytes()).await.is_err() {
+                    return;
+                }
+                chunk.shrink_to_fit();
+                while conn.write_all(&chunk).await.is_ok() {
+                    sent.fetch_add(chunk.len() as u64, Ordering::Relaxed);
+                }
+            });
+        }
+    });
+    let hints = OriginHintsConfig {
+        max_per_response: 4,
+        fills_per_s: 10.0,
+    };
+    let mut c = config(&origin, Some(hints));
+    c.cache.max_object_bytes = 1 << 20;
+    let node = TestNode::start(c).await;
+    let metrics = node.node.metrics();
+    let client = TestClient::new();
+    let r = client.get(node.addr, HOST, "/page").await.unwrap();
+    assert_eq!(r.status, StatusCode::OK);
+    assert_eq!(metrics.origin_hints("started"), 2);
+    wait_until(|| metrics.flights.get() == 0, "the hinted fills, ended").await;
+    // What the origin could push into the socket buffers before the node stopped
+    // reading, on top of the 1 MiB: far from 5 GiB.
+    let pushed = sent.load(Ordering::Relaxed);
+    assert!(pushed < 128 << 20, "{pushed} bytes sent");
+    let text = metrics.encode();
+    assert!(
+        text.contains("prefetcher_fill_failures_total{reason=\"too_large\"} 2"),
+        "{text}"
+    );
+    let r = client.get(node.addr, HOST, "/page").await.unwrap();
+    assert_eq!(r.x_cache(), Some(CacheStatus::Hit));
+}

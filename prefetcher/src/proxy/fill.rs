@@ -265,8 +265,15 @@ impl Node {
             permit.bypass(head, Body::new(body));
             return;
         }
-        // Too large to store: streamed to every subscriber, paced by the slowest.
+        // Too large to store: streamed to every subscriber, paced by the slowest; a
+        // fill no client waits on (a pre-warm, a hint, a warm-up) would stream it to
+        // no one, so it ends here.
         let too_large = declared.is_some_and(|l| l > max);
+        if let Some(length) =
+            declared.filter(|_| too_large && permit.priority() == Priority::Background)
+        {
+            return self.fail(permit, FillError::TooLarge(length));
+        }
         let mut stored_headers = head.headers.clone();
         super::range::advertise(parts.status, &mut stored_headers);
         let vary = head.vary.clone();
@@ -333,7 +340,10 @@ impl Node {
                 received += data.len() as u64;
                 if before <= max && received > max && declared.is_none() {
                     // An unsized body past the largest stored object: not stored,
-                    // still streamed whole to every subscriber.
+                    // still streamed whole to every subscriber, if it has any.
+                    if permit.priority() == Priority::Background {
+                        return self.fail(permit, FillError::TooLarge(received));
+                    }
                     held.stop_storing();
                     permit.share_window(max);
                 }
