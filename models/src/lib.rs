@@ -24,6 +24,8 @@
 //!   (edge → pulse), and the borrowed [`AccessEventRef`].
 //! - `command`: [`PrewarmCommand`] (pulse → prefetcher) and the gate budget
 //!   [`CommandClass`] it is charged to.
+//! - `purge`: [`PurgeCommand`] (pulse → prefetcher, on the pre-warm topic), told
+//!   apart from a pre-warm by [`command_kind`].
 //! - `codec`: the JSON codec ([`encode`], [`decode`], and [`decode_event_ref`] and
 //!   [`encode_event_into`] that copy no string), its [`DecodeError`] and their
 //!   [`DecodeReason`]s.
@@ -39,6 +41,7 @@ mod compact;
 pub use compact::STRING_STOP;
 mod event;
 mod ids;
+mod purge;
 mod signature;
 mod topic;
 
@@ -48,6 +51,10 @@ pub use codec::{
 pub use command::MAX_COMMAND_ID_LEN;
 pub use command::{
     CommandClass, FeatureContribution, PrewarmCommand, Priority, Reason, RegionTargets,
+};
+pub use purge::{
+    CommandKind, MAX_PURGE_PREFIX_LEN, MAX_REWARM_WINDOW_MS, PurgeCommand, PurgeMode, check_prefix,
+    command_kind,
 };
 pub use event::{AccessEvent, AccessEventRef, EdgeKind, Outcome};
 pub use ids::{
