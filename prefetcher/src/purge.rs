@@ -113,20 +113,29 @@ impl PurgeError {
     }
 }
 
-/// When each key is re-warmed, from the purge: one uniform draw in `[0, window)` per
-/// key, soonest first. Each node draws its own, so the nodes of a region (and the
-/// regions) spread their refills over the window instead of starting them together.
+/// When each key is re-warmed, from the purge: the window cut in one slot per key,
+/// the keys shuffled into the slots, each at a uniform draw inside its slot; soonest
+/// first. The fills are as evenly spread as the window allows (never two in a slot,
+/// so `keys / window` at most per second from one node), and each node draws its own
+/// order and instants, so the nodes of a region (and the regions) do not refill a
+/// key together. `after` shifts the whole plan (an edge behind a shield waits for its
+/// shield's window, `purge.behind_shield`).
 pub fn rewarm_plan(
-    keys: Vec<CacheKey>,
+    mut keys: Vec<CacheKey>,
     window: Duration,
+    after: Duration,
     rng: &mut impl Rng,
 ) -> Vec<(Duration, CacheKey)> {
-    let mut plan: Vec<(Duration, CacheKey)> = keys
-        .into_iter()
-        .map(|k| (window.mul_f64(rng.random::<f64>()), k))
-        .collect();
-    plan.sort_by_key(|(at, _)| *at);
-    plan
+    use rand::seq::SliceRandom;
+    keys.shuffle(rng);
+    let slots = keys.len().max(1) as f64;
+    keys.into_iter()
+        .enumerate()
+        .map(|(i, k)| {
+            let at = window.mul_f64((i as f64 + rng.random::<f64>()) / slots);
+            (after + at.min(window.saturating_sub(Duration::from_nanos(1))), k)
+        })
+        .collect()
 }
 
 /// Compares two tokens in time independent of where they differ.
@@ -261,24 +270,33 @@ mod tests {
 
     use super::*;
 
-    /// Rule: the re-warm of a purge is spread over its window: every draw inside it,
-    /// every tenth of it used about evenly, and two nodes' plans for the same keys
-    /// differ (they never refill a key together).
+    /// Rule: the re-warm of a purge is spread over its window: every instant inside
+    /// it, every tenth of it holding a tenth of the keys, and two nodes' plans for the
+    /// same keys differ (they never refill a key together); behind a shield, the plan
+    /// is the next window.
     #[test]
     fn rewarm_jitter_spreads_fills_over_the_window() {
         let keys: Vec<CacheKey> = (0..2_000)
             .map(|i| CacheKey::new(format!("/k/{i}")).unwrap())
             .collect();
         let window = Duration::from_secs(30);
-        let one = rewarm_plan(keys.clone(), window, &mut StdRng::seed_from_u64(1));
-        let two = rewarm_plan(keys, window, &mut StdRng::seed_from_u64(2));
+        let one = rewarm_plan(keys.clone(), window, Duration::ZERO, &mut StdRng::seed_from_u64(1));
+        let two = rewarm_plan(keys.clone(), window, Duration::ZERO, &mut StdRng::seed_from_u64(2));
         assert!(one.iter().all(|(at, _)| *at < window));
         assert!(one.windows(2).all(|w| w[0].0 <= w[1].0), "soonest first");
         let tenths = deciles(&one, window);
         for d in 0..10 {
             let n = tenths.get(&d).copied().unwrap_or(0);
-            assert!((140..=260).contains(&n), "tenth {d} holds {n} of 2000");
+            assert!((199..=201).contains(&n), "tenth {d} holds {n} of 2000");
         }
+        let slot = window / 2_000;
+        assert!(
+            one.windows(2).all(|w| w[1].0 - w[0].0 < 2 * slot),
+            "no gap longer than two slots"
+        );
+        assert!(one.last().unwrap().0 - one[0].0 > window - 2 * slot, "the whole window");
+        let behind = rewarm_plan(keys, window, window, &mut StdRng::seed_from_u64(3));
+        assert!(behind.iter().all(|(at, _)| *at >= window && *at < 2 * window));
         let at = |plan: &[(Duration, CacheKey)], key: &str| {
             plan.iter().find(|(_, k)| k.as_str() == key).unwrap().0
         };

@@ -20,6 +20,10 @@ pub struct PurgeConfig {
     /// Most URLs a purge re-warms (and, when soft, marks stale); the URLs past it are
     /// removed and left to the next request.
     pub max_rewarm_urls: usize,
+    /// This node fills from a regional shield (another edge-pulse node that gets the
+    /// same purges): it re-warms in the window after the shield's, so the shield
+    /// refills each key first and this node then finds it there.
+    pub behind_shield: bool,
 }
 
 impl Default for PurgeConfig {
@@ -27,6 +31,7 @@ impl Default for PurgeConfig {
         PurgeConfig {
             token_file: None,
             max_rewarm_urls: 10_000,
+            behind_shield: false,
         }
     }
 }

@@ -31,10 +31,16 @@ impl Node {
             return Err(PurgeError::UnknownTenant(request.tenant.to_string()));
         }
         let window = request.rewarm_window_ms.map(Duration::from_millis);
-        let max_urls = self.config().purge.max_rewarm_urls;
+        let config = self.config();
+        let max_urls = config.purge.max_rewarm_urls;
+        // Behind a shield, the re-warm comes in the window after the shield's.
+        let after = match (config.purge.behind_shield, window) {
+            (true, Some(w)) => w,
+            _ => Duration::ZERO,
+        };
         let soft = match (request.mode, window) {
             (PurgeMode::Soft, Some(w)) => Some(SoftPurge {
-                until: Instant::now() + w,
+                until: Instant::now() + after + w,
                 max_urls,
             }),
             _ => None,
@@ -57,7 +63,7 @@ impl Node {
         let mut keys = purged.soft;
         keys.extend(purged.hard);
         keys.truncate(max_urls);
-        let plan = rewarm_plan(keys, window, &mut rand::rng());
+        let plan = rewarm_plan(keys, window, after, &mut rand::rng());
         let report = PurgeReport {
             rewarm: plan.len(),
             ..report
