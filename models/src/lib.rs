@@ -52,14 +52,14 @@ pub use command::MAX_COMMAND_ID_LEN;
 pub use command::{
     CommandClass, FeatureContribution, PrewarmCommand, Priority, Reason, RegionTargets,
 };
-pub use purge::{
-    CommandKind, MAX_PURGE_PREFIX_LEN, MAX_REWARM_WINDOW_MS, PurgeCommand, PurgeMode, check_prefix,
-    command_kind,
-};
 pub use event::{AccessEvent, AccessEventRef, EdgeKind, Outcome};
 pub use ids::{
     CacheKey, CacheKeyRef, Domain, DomainRef, IdError, MAX_DOMAIN_LEN, MAX_ID_LEN, MAX_KEY_LEN,
     NodeId, NodeRef, RegionId, RegionRef, TenantId, TenantRef, is_topic_name,
+};
+pub use purge::{
+    CommandKind, MAX_PURGE_PREFIX_LEN, MAX_REWARM_WINDOW_MS, PurgeCommand, PurgeMode, check_prefix,
+    command_kind,
 };
 
 pub use signature::{

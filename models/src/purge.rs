@@ -38,7 +38,8 @@ pub fn command_kind(bytes: &[u8]) -> CommandKind {
         #[serde(default)]
         kind: CommandKind,
     }
-    if bytes.len() > PurgeCommand::MAX_BYTES.max(<crate::PrewarmCommand as crate::Wire>::MAX_BYTES) {
+    if bytes.len() > PurgeCommand::MAX_BYTES.max(<crate::PrewarmCommand as crate::Wire>::MAX_BYTES)
+    {
         return CommandKind::Prewarm;
     }
     serde_json::from_slice::<Peek>(bytes).map_or(CommandKind::Prewarm, |p| p.kind)
@@ -187,7 +188,10 @@ mod tests {
         let bytes = encode(&purge());
         assert_eq!(decode::<PurgeCommand>(&bytes).unwrap(), purge());
         assert_eq!(command_kind(&bytes), CommandKind::Purge);
-        assert_eq!(command_kind(br#"{"v":1,"id":"pw-1"}"#), CommandKind::Prewarm);
+        assert_eq!(
+            command_kind(br#"{"v":1,"id":"pw-1"}"#),
+            CommandKind::Prewarm
+        );
         assert_eq!(command_kind(b"not json"), CommandKind::Prewarm);
     }
 

@@ -135,10 +135,10 @@ pub use cache_key::{TargetError, check_target, normalise_key};
 pub use changes::Reloaded;
 pub use config::FillFields;
 pub use config::{
-    PurgeConfig,
     CacheConfig, Config, ConfigError, ConnectionLimits, FlightConfig, Http2Config, KafkaConfig,
-    OffsetReset, OriginConfig, OriginHintsConfig, PrefetchConfig, RequestLimits, RouteConfig,
-    TenantConfig, TlsListenConfig, TrafficClass, WaitTimeoutPolicy, WarmupConfig, class_of,
+    OffsetReset, OriginConfig, OriginHintsConfig, PrefetchConfig, PurgeConfig, RequestLimits,
+    RouteConfig, TenantConfig, TlsListenConfig, TrafficClass, WaitTimeoutPolicy, WarmupConfig,
+    class_of,
 };
 pub use events::{ChannelSink, Dropped, EventSink, NoopSink, OutcomeRecord, OutcomeRef};
 pub use flight::{
@@ -158,9 +158,9 @@ pub use metrics::Metrics;
 pub use models::Priority;
 pub use origin::{OriginClient, Tenant};
 pub use prewarm::{PrewarmConsumer, check_prewarm, check_signature, handle_prewarm, handle_purge};
-pub use purge::{PurgeError, PurgeMetrics, PurgeReport, PurgeRequest, rewarm_plan};
 pub use proxy::{Node, PrewarmError, PrewarmOutcome, admin_app, app, serve_node, serve_node_tls};
 pub use publisher::EventPublisher;
+pub use purge::{PurgeError, PurgeMetrics, PurgeReport, PurgeRequest, rewarm_plan};
 pub use reload::{check_config, report_check, until_shutdown};
 pub use request_head::{
     CheckedHead, Framing, HeadCheck, MAX_HEAD_FIELDS, RefusalReason, check_request_head,

@@ -47,8 +47,8 @@ use tokio::sync::watch;
 use crate::config::{Config, KafkaConfig};
 use crate::events::unix_now_ms;
 use crate::proxy::{Node, PrewarmOutcome};
-use crate::purge::PurgeReport;
 use crate::publisher::client_config;
+use crate::purge::PurgeReport;
 use crate::status::RejectReason;
 
 /// Logs rebalances and commits (the edge agent's pre-warm consumer uses it too).

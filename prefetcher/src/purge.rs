@@ -133,7 +133,10 @@ pub fn rewarm_plan(
         .enumerate()
         .map(|(i, k)| {
             let at = window.mul_f64((i as f64 + rng.random::<f64>()) / slots);
-            (after + at.min(window.saturating_sub(Duration::from_nanos(1))), k)
+            (
+                after + at.min(window.saturating_sub(Duration::from_nanos(1))),
+                k,
+            )
         })
         .collect()
 }
@@ -232,7 +235,9 @@ impl PurgeMetrics {
 
     /// Re-warmed URLs so far by `result` (`filled`, `cached`, `failed`).
     pub fn rewarmed(&self, result: &'static str) -> u64 {
-        self.rewarm_keys.get_or_create(&ResultLabels { result }).get()
+        self.rewarm_keys
+            .get_or_create(&ResultLabels { result })
+            .get()
     }
 
     pub(crate) fn urls(&self, mode: &'static str) -> Counter {
@@ -244,7 +249,9 @@ impl PurgeMetrics {
     }
 
     pub(crate) fn rewarm_done(&self, result: &'static str) {
-        self.rewarm_keys.get_or_create(&ResultLabels { result }).inc();
+        self.rewarm_keys
+            .get_or_create(&ResultLabels { result })
+            .inc();
         self.rewarm_pending.dec();
     }
 }
@@ -280,8 +287,18 @@ mod tests {
             .map(|i| CacheKey::new(format!("/k/{i}")).unwrap())
             .collect();
         let window = Duration::from_secs(30);
-        let one = rewarm_plan(keys.clone(), window, Duration::ZERO, &mut StdRng::seed_from_u64(1));
-        let two = rewarm_plan(keys.clone(), window, Duration::ZERO, &mut StdRng::seed_from_u64(2));
+        let one = rewarm_plan(
+            keys.clone(),
+            window,
+            Duration::ZERO,
+            &mut StdRng::seed_from_u64(1),
+        );
+        let two = rewarm_plan(
+            keys.clone(),
+            window,
+            Duration::ZERO,
+            &mut StdRng::seed_from_u64(2),
+        );
         assert!(one.iter().all(|(at, _)| *at < window));
         assert!(one.windows(2).all(|w| w[0].0 <= w[1].0), "soonest first");
         let tenths = deciles(&one, window);
@@ -294,9 +311,16 @@ mod tests {
             one.windows(2).all(|w| w[1].0 - w[0].0 < 2 * slot),
             "no gap longer than two slots"
         );
-        assert!(one.last().unwrap().0 - one[0].0 > window - 2 * slot, "the whole window");
+        assert!(
+            one.last().unwrap().0 - one[0].0 > window - 2 * slot,
+            "the whole window"
+        );
         let behind = rewarm_plan(keys, window, window, &mut StdRng::seed_from_u64(3));
-        assert!(behind.iter().all(|(at, _)| *at >= window && *at < 2 * window));
+        assert!(
+            behind
+                .iter()
+                .all(|(at, _)| *at >= window && *at < 2 * window)
+        );
         let at = |plan: &[(Duration, CacheKey)], key: &str| {
             plan.iter().find(|(_, k)| k.as_str() == key).unwrap().0
         };
@@ -310,9 +334,10 @@ mod tests {
     /// purge needs a window.
     #[test]
     fn purge_requests_are_bounded() {
-        let ok: PurgeRequest =
-            serde_json::from_str(r#"{"tenant":"acme","prefix":"/a/","mode":"soft","rewarm_window_ms":5000}"#)
-                .unwrap();
+        let ok: PurgeRequest = serde_json::from_str(
+            r#"{"tenant":"acme","prefix":"/a/","mode":"soft","rewarm_window_ms":5000}"#,
+        )
+        .unwrap();
         assert_eq!(ok.check(), Ok(()));
         let long = PurgeRequest {
             prefix: CacheKey::new(format!("/{}", "a".repeat(1_100))).unwrap(),
@@ -328,7 +353,12 @@ mod tests {
             rewarm_window_ms: None,
             ..ok.clone()
         };
-        assert!(soft_alone.check().unwrap_err().starts_with("rewarm_window_ms:"));
+        assert!(
+            soft_alone
+                .check()
+                .unwrap_err()
+                .starts_with("rewarm_window_ms:")
+        );
         assert!(
             serde_json::from_str::<PurgeRequest>(r#"{"tenant":"acme","prefix":"/a/","x":1}"#)
                 .is_err(),

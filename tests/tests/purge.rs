@@ -3,21 +3,26 @@
 //! soft purge with a re-warm refills each purged key from the origin once for the
 //! region; unsigned and badly signed purges are refused and counted, and purge
 //! nothing. `POST /purge` on the admin listener refuses each bad input with the
-//! status that says what is wrong.
+//! status that says what is wrong. `POST /api/purge` on pulse signs a purge and
+//! sends it to the fleet, and refuses its bad inputs naming the field.
 
 use std::path::Path;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
-use http::Method;
+use axum::body::Body;
+use http::{Method, Request, StatusCode};
 use models::{
     CacheKey, PurgeCommand, PurgeMode, RegionId, RegionTargets, SIGNATURE_HEADER, SigningKeys,
     TenantId, encode,
 };
 use prefetcher::testing::{SyntheticOrigin, TestClient, wait_until};
 use prefetcher::{CacheStatus, Config, NodeHandle, RejectReason, spawn_node};
+use pulse::PulseConfig;
+use pulse::testing::send_json;
 use rdkafka::message::{Header, OwnedHeaders};
 use rdkafka::producer::{FutureProducer, FutureRecord};
+use serde_json::{Value, json};
 use tests::{TestKafka, wall_ms};
 
 const TENANT: &str = "acme";
@@ -154,7 +159,11 @@ async fn a_region_refills_each_purged_key_once_and_refuses_forged_purges() {
     let good = encode(&purge("pg-good", 1_500));
     produce(&producer, &topic, &good, Some(&signer.sign(&good))).await;
     for node in nodes {
-        wait_until(|| node.node().metrics().purge.rewarm_pending.get() > 0 || rewarmed(node) > 0, "the purge applied").await;
+        wait_until(
+            || node.node().metrics().purge.rewarm_pending.get() > 0 || rewarmed(node) > 0,
+            "the purge applied",
+        )
+        .await;
     }
     // Before the re-warm of every key is done, the edges serve the purged keys stale.
     let during = client.get(edges[1].addr(), HOST, "/p/1").await.unwrap();
@@ -228,7 +237,10 @@ async fn the_purge_endpoint_refuses_bad_requests() {
     let long = post(long, auth).await;
     assert_eq!(long.status, 400);
     assert!(String::from_utf8_lossy(long.body.as_ref().unwrap()).contains("prefix:"));
-    let huge = format!(r#"{{"tenant":"acme","prefix":"/a/","pad":"{}"}}"#, "x".repeat(5_000));
+    let huge = format!(
+        r#"{{"tenant":"acme","prefix":"/a/","pad":"{}"}}"#,
+        "x".repeat(5_000)
+    );
     assert_eq!(post(huge, auth).await.status, 413);
     let done = post(good, auth).await;
     assert_eq!(done.status, 200);
@@ -237,7 +249,124 @@ async fn the_purge_endpoint_refuses_bad_requests() {
     let again = client.get(node.addr(), HOST, "/a/1").await.unwrap();
     assert_eq!(again.x_cache(), Some(CacheStatus::Miss));
     let m = &node.node().metrics().purge;
-    assert_eq!(m.rejected_count(RejectReason::BadSignature), 2, "the two 401s");
+    assert_eq!(
+        m.rejected_count(RejectReason::BadSignature),
+        2,
+        "the two 401s"
+    );
     assert_eq!(m.rejected_count(RejectReason::UnknownTenant), 1);
     node.shutdown().await;
+}
+
+/// Rule: pulse's `POST /api/purge` sends one signed purge the fleet's nodes apply; an
+/// unknown tenant is 404, a soft purge without a window, a prefix over 1024 bytes and
+/// an unknown field are 400 naming the field, no token is 401.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pulse_purges_the_fleet_and_refuses_bad_purges() {
+    const TOKEN: &str = "purge-test-token";
+    let kafka = TestKafka::start();
+    let events = kafka.unique_topic("purge-api-events");
+    let topic = kafka.unique_topic("purge-api-commands");
+    kafka.create_topic(&events, 1).await;
+    kafka.create_topic(&topic, 1).await;
+    let dir = tempfile::tempdir().unwrap();
+    let keys = dir.path().join("command.keys");
+    std::fs::write(&keys, format!("k1 {SECRET}\n")).unwrap();
+    let pulse = pulse::start(PulseConfig {
+        brokers: Some(kafka.bootstrap_servers().to_owned()),
+        group: format!("{events}-pulse"),
+        topic: events.clone(),
+        prewarm_topic: topic.clone(),
+        listen: "127.0.0.1:0".parse().unwrap(),
+        prewarm_signing_keys: Some(keys.clone()),
+        prewarm_signing_key_id: Some("k1".into()),
+        api_token: Some(TOKEN.into()),
+        topic_partitions: 1,
+        ..PulseConfig::default()
+    })
+    .await
+    .expect("starting pulse");
+    let app = pulse.router();
+    let origin = SyntheticOrigin::start("origin").await;
+    origin.set_cache_control(Some("public, max-age=3600"));
+    let mut config = node_config(&origin.url(), &kafka, &topic, &keys);
+    config.kafka.events_topic = events.clone();
+    config.kafka.linger_ms = 5;
+    let node = spawn_node(config).await.unwrap();
+    let client = TestClient::new();
+    for path in ["/img/a.png", "/css/site.css"] {
+        assert_eq!(
+            client.get(node.addr(), HOST, path).await.unwrap().status,
+            200
+        );
+    }
+    let call = |body: Value, token: bool| {
+        let app = app.clone();
+        async move {
+            let mut request = Request::builder()
+                .method("POST")
+                .uri("/api/purge")
+                .header("content-type", "application/json");
+            if token {
+                request = request.header("authorization", format!("Bearer {TOKEN}"));
+            }
+            send_json(&app, request.body(Body::from(body.to_string())).unwrap()).await
+        }
+    };
+    // The tenant becomes known to the heat map through the node's events.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let (status, body) = call(json!({"tenant": TENANT, "prefix": "/img/"}), true).await;
+        if status == StatusCode::ACCEPTED {
+            assert_eq!(body["kind"], "purge", "{body}");
+            break;
+        }
+        assert_eq!(status, StatusCode::NOT_FOUND, "{body}");
+        assert!(tokio::time::Instant::now() < deadline, "{body}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let m = node.node().metrics();
+    wait_until(
+        || {
+            m.encode()
+                .contains("prefetcher_purges_total{source=\"command\"} 1")
+        },
+        "the node applied the purge",
+    )
+    .await;
+    let again = client.get(node.addr(), HOST, "/img/a.png").await.unwrap();
+    assert_eq!(again.x_cache(), Some(CacheStatus::Miss), "purged");
+    let kept = client
+        .get(node.addr(), HOST, "/css/site.css")
+        .await
+        .unwrap();
+    assert_eq!(kept.x_cache(), Some(CacheStatus::Hit), "outside the prefix");
+
+    let (status, _) = call(json!({"tenant": TENANT, "prefix": "/img/"}), false).await;
+    assert_eq!(status, StatusCode::UNAUTHORIZED);
+    let (status, body) = call(json!({"tenant": "globex", "prefix": "/img/"}), true).await;
+    assert_eq!(status, StatusCode::NOT_FOUND, "{body}");
+    let bad = [
+        json!({"tenant": TENANT, "prefix": "/img/", "mode": "soft"}),
+        json!({"tenant": TENANT, "prefix": format!("/{}", "a".repeat(1_100))}),
+        json!({"tenant": TENANT, "prefix": "img/"}),
+        json!({"tenant": TENANT, "prefix": "/img/", "rewarm_window_ms": 0}),
+    ];
+    for (body, field) in bad.into_iter().zip([
+        "rewarm_window_ms:",
+        "prefix:",
+        "prefix:",
+        "rewarm_window_ms:",
+    ]) {
+        let (status, answer) = call(body, true).await;
+        assert_eq!(status, StatusCode::BAD_REQUEST, "{answer}");
+        assert!(
+            answer["message"].as_str().unwrap().starts_with(field),
+            "{answer}"
+        );
+    }
+    let (status, _) = call(json!({"tenant": TENANT, "prefix": "/img/", "x": 1}), true).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST);
+    node.shutdown().await;
+    pulse.shutdown().await;
 }

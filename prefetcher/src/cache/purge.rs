@@ -34,12 +34,7 @@ impl L1Cache {
     /// variant and both schemes of each URL, removed, or with `soft` marked stale
     /// until `soft.until` ([`super::Entry::awaits_rewarm`]). Other tenants' keys are
     /// never touched. One pass over the entries: O(entries), no index kept for it.
-    pub fn purge_prefix(
-        &self,
-        tenant: &TenantId,
-        prefix: &str,
-        soft: Option<SoftPurge>,
-    ) -> Purged {
+    pub fn purge_prefix(&self, tenant: &TenantId, prefix: &str, soft: Option<SoftPurge>) -> Purged {
         let matches = |k: &FlightKey| k.tenant() == tenant && k.key().as_str().starts_with(prefix);
         let found: Vec<(Arc<FlightKey>, Arc<super::Entry>)> =
             self.entries.iter().filter(|(k, _)| matches(k)).collect();
@@ -49,7 +44,8 @@ impl L1Cache {
         for (key, entry) in found {
             let url = key.key();
             let keep_soft = soft.filter(|s| {
-                soft_urls.contains(url) || (!hard_urls.contains(url) && soft_urls.len() < s.max_urls)
+                soft_urls.contains(url)
+                    || (!hard_urls.contains(url) && soft_urls.len() < s.max_urls)
             });
             match keep_soft {
                 Some(s) => {
@@ -145,7 +141,11 @@ mod tests {
         let until = Instant::now() + Duration::from_secs(10);
         let purged = cache.purge_prefix(&acme, "/p/", Some(SoftPurge { until, max_urls: 1 }));
         assert_eq!((purged.soft.len(), purged.hard.len()), (1, 1));
-        let (soft, hard) = if purged.soft == keys(&["/p/a"]) { (a, b) } else { (b, a) };
+        let (soft, hard) = if purged.soft == keys(&["/p/a"]) {
+            (a, b)
+        } else {
+            (b, a)
+        };
         match cache.lookup(&soft) {
             Lookup::Stale(entry) => assert!(entry.awaits_rewarm()),
             other => panic!("{other:?}"),

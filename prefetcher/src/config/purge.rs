@@ -24,6 +24,11 @@ pub struct PurgeConfig {
     /// same purges): it re-warms in the window after the shield's, so the shield
     /// refills each key first and this node then finds it there.
     pub behind_shield: bool,
+    /// Most re-warm fills in flight on this node, all purges together (1 to 1000): a
+    /// purge's re-warm adds at most this many fills to what the origin (or shield)
+    /// sees, whatever its window; past it a key waits for a free slot. Like nginx's
+    /// cache loader, one at a time by default.
+    pub rewarm_concurrency: usize,
 }
 
 impl Default for PurgeConfig {
@@ -32,6 +37,7 @@ impl Default for PurgeConfig {
             token_file: None,
             max_rewarm_urls: 10_000,
             behind_shield: false,
+            rewarm_concurrency: 1,
         }
     }
 }
@@ -43,6 +49,12 @@ impl PurgeConfig {
             return Err(invalid(
                 "purge.max_rewarm_urls",
                 format!("{}: must be in 1..={MAX_REWARM_URLS}", self.max_rewarm_urls),
+            ));
+        }
+        if !(1..=1_000).contains(&self.rewarm_concurrency) {
+            return Err(invalid(
+                "purge.rewarm_concurrency",
+                format!("{}: must be in 1..=1000", self.rewarm_concurrency),
             ));
         }
         Ok(())

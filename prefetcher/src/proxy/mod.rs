@@ -91,6 +91,8 @@ struct NodeInner {
     readiness: crate::warmup::Readiness,
     /// The bearer token `POST /purge` needs (`purge.token_file`); none: it is off.
     purge_token: Option<String>,
+    /// Re-warm fills a purge may have in flight (`purge.rewarm_concurrency`).
+    rewarm_slots: Arc<tokio::sync::Semaphore>,
     /// Panics injected into fill tasks by tests (feature `testing` only).
     #[cfg(feature = "testing")]
     faults: crate::faults::FillFaults,
@@ -214,6 +216,7 @@ impl Node {
         }
         let connections = ConnectionLimiter::new(&config.server, metrics.client_counters());
         let purge_token = config.purge.token()?;
+        let rewarm_slots = Arc::new(tokio::sync::Semaphore::new(config.purge.rewarm_concurrency));
         Ok(Node {
             inner: Arc::new(NodeInner {
                 connections,
@@ -234,6 +237,7 @@ impl Node {
                 config,
                 readiness: crate::warmup::Readiness::default(),
                 purge_token,
+                rewarm_slots,
                 #[cfg(feature = "testing")]
                 faults: crate::faults::FillFaults::default(),
             }),

@@ -1,6 +1,7 @@
 //! The node's side of a purge (`crate::purge` states the model): [`Node::purge`],
 //! its re-warm, and `POST /purge` on the admin listener.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use axum::body::Body;
@@ -77,17 +78,27 @@ impl Node {
         self.config().tenants.iter().any(|t| &t.id == tenant)
     }
 
-    /// Refills each key of `plan` at its instant from now, through [`Node::warm`].
+    /// Refills each key of `plan` at its instant from now (or once a re-warm slot is
+    /// free, if later), through [`Node::warm`].
     fn spawn_rewarm(&self, tenant: TenantId, plan: Vec<(Duration, CacheKey)>) {
         let node = self.clone();
-        node.metrics().purge.rewarm_pending.inc_by(plan.len() as i64);
+        node.metrics()
+            .purge
+            .rewarm_pending
+            .inc_by(plan.len() as i64);
         tokio::spawn(async move {
             let start = Instant::now();
             for (at, key) in plan {
                 tokio::time::sleep_until(start + at).await;
+                // At most `purge.rewarm_concurrency` re-warm fills in flight on the
+                // node, whatever the window: a late key waits for a slot.
+                let Ok(slot) = Arc::clone(&node.inner.rewarm_slots).acquire_owned().await else {
+                    return;
+                };
                 let node = node.clone();
                 let tenant = tenant.clone();
                 tokio::spawn(async move {
+                    let _slot = slot;
                     let result = match node.warm(&tenant, key).await {
                         Ok(WarmFill::Filled { .. }) => "filled",
                         Ok(WarmFill::Cached) => "cached",
@@ -107,7 +118,11 @@ impl Node {
 /// naming the field otherwise.
 pub(super) async fn purge_endpoint(State(node): State<Node>, request: Request) -> Response {
     let Some(token) = node.purge_token() else {
-        return error(StatusCode::NOT_FOUND, "off", "no purge.token_file: purges are off");
+        return error(
+            StatusCode::NOT_FOUND,
+            "off",
+            "no purge.token_file: purges are off",
+        );
     };
     let offered = request
         .headers()
@@ -116,7 +131,11 @@ pub(super) async fn purge_endpoint(State(node): State<Node>, request: Request) -
         .and_then(|v| v.strip_prefix("Bearer "));
     if !offered.is_some_and(|o| same_token(o.as_bytes(), token.as_bytes())) {
         node.metrics().purge.rejected(RejectReason::BadSignature);
-        return error(StatusCode::UNAUTHORIZED, "unauthorized", "a bearer token is required");
+        return error(
+            StatusCode::UNAUTHORIZED,
+            "unauthorized",
+            "a bearer token is required",
+        );
     }
     let body = match axum::body::to_bytes(request.into_body(), MAX_PURGE_BODY).await {
         Ok(body) => body,
@@ -156,4 +175,3 @@ fn error(status: StatusCode, code: &str, message: &str) -> Response {
     );
     response
 }
-
