@@ -30,6 +30,9 @@ pub enum CommandKind {
     Purge,
 }
 
+/// The largest command on the topic (a pre-warm's limit): past it nothing is read.
+const PEEK_LIMIT: usize = 16 * 1024;
+
 /// The kind of the command in `bytes`: its `kind` field, a pre-warm when absent or
 /// when the bytes are not an object (the pre-warm decoder then says what is wrong).
 pub fn command_kind(bytes: &[u8]) -> CommandKind {
@@ -38,8 +41,7 @@ pub fn command_kind(bytes: &[u8]) -> CommandKind {
         #[serde(default)]
         kind: CommandKind,
     }
-    if bytes.len() > PurgeCommand::MAX_BYTES.max(<crate::PrewarmCommand as crate::Wire>::MAX_BYTES)
-    {
+    if bytes.len() > PEEK_LIMIT {
         return CommandKind::Prewarm;
     }
     serde_json::from_slice::<Peek>(bytes).map_or(CommandKind::Prewarm, |p| p.kind)
@@ -166,7 +168,8 @@ pub fn check_prefix(prefix: &str) -> Result<(), String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::{DecodeReason, PrewarmCommand, decode, encode};
+    use crate::codec::{DecodeReason, decode, encode};
+    use crate::command::PrewarmCommand;
 
     fn purge() -> PurgeCommand {
         let mut p = PurgeCommand::new(
@@ -217,7 +220,7 @@ mod tests {
         let mut wide = purge();
         wide.regions = RegionTargets::Only(
             (0..400)
-                .map(|i| crate::RegionId::new(format!("region-{i:04}")).unwrap())
+                .map(|i| crate::ids::RegionId::new(format!("region-{i:04}")).unwrap())
                 .collect(),
         );
         let err = decode::<PurgeCommand>(&encode(&wide)).unwrap_err();
