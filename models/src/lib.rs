@@ -58,8 +58,8 @@ pub use ids::{
     NodeId, NodeRef, RegionId, RegionRef, TenantId, TenantRef, is_topic_name,
 };
 pub use purge::{
-    CommandKind, MAX_PURGE_PREFIX_LEN, MAX_REWARM_WINDOW_MS, PurgeCommand, PurgeMode, check_prefix,
-    command_kind,
+    CommandKind, MAX_PURGE_PREFIX_LEN, MAX_PURGE_TAG_LEN, MAX_REWARM_WINDOW_MS, PurgeCommand,
+    PurgeMode, check_prefix, check_tag, command_kind,
 };
 
 pub use signature::{

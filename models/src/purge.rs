@@ -16,6 +16,9 @@ use crate::ids::{CacheKey, TenantId};
 /// names something shorter than the keys it removes.
 pub const MAX_PURGE_PREFIX_LEN: usize = 1024;
 
+/// Longest purge tag, in bytes.
+pub const MAX_PURGE_TAG_LEN: usize = 128;
+
 /// Longest re-warm window a purge may ask for, in milliseconds (one hour).
 pub const MAX_REWARM_WINDOW_MS: u64 = 3_600_000;
 
@@ -75,6 +78,10 @@ pub struct PurgeCommand {
     pub tenant: TenantId,
     /// Every key starting with it goes (`/` is the whole tenant).
     pub prefix: CacheKey,
+    /// Only the keys under `prefix` whose stored response carries this tag (in its
+    /// `Surrogate-Key` or `Cache-Tag` header, as Fastly and Cloudflare read them).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tag: Option<String>,
     /// Hard (removed) or soft (stale until re-warmed).
     #[serde(default)]
     pub mode: PurgeMode,
@@ -109,6 +116,7 @@ impl PurgeCommand {
             id,
             tenant,
             prefix,
+            tag: None,
             mode: PurgeMode::Hard,
             rewarm_window_ms: None,
             issued_at_ms,
@@ -126,6 +134,9 @@ impl PurgeCommand {
             return Err(format!("id: must be 1-{MAX_COMMAND_ID_LEN} bytes"));
         }
         check_prefix(self.prefix.as_str())?;
+        if let Some(tag) = &self.tag {
+            check_tag(tag)?;
+        }
         if let Some(w) = self.rewarm_window_ms
             && !(1..=MAX_REWARM_WINDOW_MS).contains(&w)
         {
@@ -161,6 +172,19 @@ pub fn check_prefix(prefix: &str) -> Result<(), String> {
             "prefix: {} bytes, longer than {MAX_PURGE_PREFIX_LEN}",
             prefix.len()
         ));
+    }
+    Ok(())
+}
+
+/// The rules of a purge tag: 1 to [`MAX_PURGE_TAG_LEN`] bytes of visible ASCII but
+/// `,` (the separators of `Surrogate-Key` and `Cache-Tag`). The message starts with
+/// the field name.
+pub fn check_tag(tag: &str) -> Result<(), String> {
+    if tag.is_empty() || tag.len() > MAX_PURGE_TAG_LEN {
+        return Err(format!("tag: must be 1-{MAX_PURGE_TAG_LEN} bytes"));
+    }
+    if !tag.bytes().all(|b| b.is_ascii_graphic() && b != b',') {
+        return Err("tag: visible ASCII only, no space nor comma".into());
     }
     Ok(())
 }
@@ -206,7 +230,8 @@ mod tests {
         assert_eq!(err.kind(), DecodeReason::InvalidField, "{err}");
     }
 
-    /// The prefix, the window and the size are bounded; each refusal names its field.
+    /// The prefix, the tag, the window and the size are bounded; each refusal names
+    /// its field.
     #[test]
     fn a_purge_is_bounded() {
         let mut long = purge();
@@ -225,6 +250,15 @@ mod tests {
         );
         let err = decode::<PurgeCommand>(&encode(&wide)).unwrap_err();
         assert_eq!(err.kind(), DecodeReason::TooLarge);
+        for bad in ["", "a b", "a,b", &"t".repeat(MAX_PURGE_TAG_LEN + 1)] {
+            let mut tagged = purge();
+            tagged.tag = Some(bad.to_owned());
+            let err = decode::<PurgeCommand>(&encode(&tagged)).unwrap_err();
+            assert!(err.to_string().contains("tag:"), "{bad:?}: {err}");
+        }
+        let mut tagged = purge();
+        tagged.tag = Some("product-42".into());
+        assert_eq!(decode::<PurgeCommand>(&encode(&tagged)).unwrap(), tagged);
         let mut extra = serde_json::to_value(purge()).unwrap();
         extra["key"] = "/x".into();
         assert!(decode::<PurgeCommand>(&serde_json::to_vec(&extra).unwrap()).is_err());

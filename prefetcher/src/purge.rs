@@ -1,4 +1,5 @@
-//! Purges: a tenant's keys under a path prefix invalidated on this node, and
+//! Purges: a tenant's keys under a path prefix (and carrying a tag, if asked)
+//! invalidated on this node, and
 //! re-warmed without a stampede when the purge asks for it. The model (stated in
 //! `docs/warming.md#purges`):
 //!
@@ -23,7 +24,9 @@
 
 use std::time::Duration;
 
-use models::{CacheKey, MAX_REWARM_WINDOW_MS, PurgeCommand, PurgeMode, TenantId, check_prefix};
+use models::{
+    CacheKey, MAX_REWARM_WINDOW_MS, PurgeCommand, PurgeMode, TenantId, check_prefix, check_tag,
+};
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
@@ -45,6 +48,9 @@ pub struct PurgeRequest {
     pub tenant: TenantId,
     /// Every key starting with it (at most 1024 bytes).
     pub prefix: CacheKey,
+    /// Only the keys whose responses carried this tag (`Surrogate-Key`, `Cache-Tag`).
+    #[serde(default)]
+    pub tag: Option<String>,
     /// `hard` (default) or `soft` (needs `rewarm_window_ms`).
     #[serde(default)]
     pub mode: PurgeMode,
@@ -58,6 +64,7 @@ impl From<PurgeCommand> for PurgeRequest {
         PurgeRequest {
             tenant: c.tenant,
             prefix: c.prefix,
+            tag: c.tag,
             mode: c.mode,
             rewarm_window_ms: c.rewarm_window_ms,
         }
@@ -68,6 +75,9 @@ impl PurgeRequest {
     /// The rules across fields; the message starts with the field.
     pub(crate) fn check(&self) -> Result<(), String> {
         check_prefix(self.prefix.as_str())?;
+        if let Some(tag) = &self.tag {
+            check_tag(tag)?;
+        }
         match self.rewarm_window_ms {
             Some(w) if !(1..=MAX_REWARM_WINDOW_MS).contains(&w) => Err(format!(
                 "rewarm_window_ms: {w} is outside 1..={MAX_REWARM_WINDOW_MS}"
@@ -359,6 +369,11 @@ mod tests {
                 .unwrap_err()
                 .starts_with("rewarm_window_ms:")
         );
+        let spaced = PurgeRequest {
+            tag: Some("a b".into()),
+            ..ok.clone()
+        };
+        assert!(spaced.check().unwrap_err().starts_with("tag:"));
         assert!(
             serde_json::from_str::<PurgeRequest>(r#"{"tenant":"acme","prefix":"/a/","x":1}"#)
                 .is_err(),

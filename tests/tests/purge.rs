@@ -195,8 +195,8 @@ async fn a_region_refills_each_purged_key_once_and_refuses_forged_purges() {
 }
 
 /// Rule: `POST /purge` is bounded and says what is wrong: no token 401, an unknown
-/// tenant 404, a prefix over 1024 bytes 400 naming it, a body over 4 KiB 413; a good
-/// one purges and reports.
+/// tenant 404, a prefix over 1024 bytes or a tag with a comma 400 naming it, a body
+/// over 4 KiB 413; a good one purges (by tag: only what carries it) and reports.
 #[tokio::test]
 async fn the_purge_endpoint_refuses_bad_requests() {
     let dir = tempfile::tempdir().unwrap();
@@ -204,6 +204,7 @@ async fn the_purge_endpoint_refuses_bad_requests() {
     std::fs::write(&token, "s3cret\n").unwrap();
     let origin = SyntheticOrigin::start("origin").await;
     origin.set_cache_control(Some("public, max-age=3600"));
+    origin.add_header("surrogate-key", "site launch");
     let mut config = Config::single_origin(
         "127.0.0.1:0".parse().unwrap(),
         TenantId::new(TENANT).unwrap(),
@@ -242,7 +243,22 @@ async fn the_purge_endpoint_refuses_bad_requests() {
         "x".repeat(5_000)
     );
     assert_eq!(post(huge, auth).await.status, 413);
-    let done = post(good, auth).await;
+    let bad_tag = r#"{"tenant":"acme","prefix":"/","tag":"a,b"}"#.to_owned();
+    let bad_tag = post(bad_tag, auth).await;
+    assert_eq!(bad_tag.status, 400);
+    assert!(String::from_utf8_lossy(bad_tag.body.as_ref().unwrap()).contains("tag:"));
+    let other = post(
+        r#"{"tenant":"acme","prefix":"/","tag":"other"}"#.into(),
+        auth,
+    )
+    .await;
+    assert_eq!(other.status, 200);
+    assert!(String::from_utf8_lossy(other.body.as_ref().unwrap()).contains(r#""removed":0"#));
+    let done = post(
+        r#"{"tenant":"acme","prefix":"/","tag":"launch"}"#.into(),
+        auth,
+    )
+    .await;
     assert_eq!(done.status, 200);
     let report: serde_json::Value = serde_json::from_slice(done.body.as_ref().unwrap()).unwrap();
     assert_eq!(report["removed"], 1, "{report}");

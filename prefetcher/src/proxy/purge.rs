@@ -46,9 +46,12 @@ impl Node {
             }),
             _ => None,
         };
-        let purged = self
-            .cache()
-            .purge_prefix(&request.tenant, request.prefix.as_str(), soft);
+        let purged = self.cache().purge_prefix(
+            &request.tenant,
+            request.prefix.as_str(),
+            request.tag.as_deref(),
+            soft,
+        );
         let metrics = &self.metrics().purge;
         metrics.purged(source);
         metrics.urls("hard").inc_by(purged.hard.len() as u64);

@@ -27,6 +27,9 @@ pub(crate) struct PurgeBody {
     pub tenant: String,
     /// Every key of the tenant that starts with it (at most 1024 bytes).
     pub prefix: String,
+    /// Only the keys whose responses carried this tag (`Surrogate-Key`, `Cache-Tag`).
+    #[serde(default)]
+    pub tag: Option<String>,
     /// `"all"` (default) or a list of region ids.
     #[serde(default)]
     #[schema(value_type = Object)]
@@ -104,6 +107,7 @@ pub(super) async fn purge(
         desk.command_ttl_ms(),
         regions,
     );
+    command.tag = body.tag;
     command.mode = body.mode.unwrap_or_default();
     command.rewarm_window_ms = body.rewarm_window_ms;
     if command.mode == PurgeMode::Soft && command.rewarm_window_ms.is_none() {
