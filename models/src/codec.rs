@@ -7,6 +7,7 @@ use serde::{Serialize, de::DeserializeOwned};
 use crate::SCHEMA_VERSION;
 use crate::command::PrewarmCommand;
 use crate::event::{AccessEvent, AccessEventRef};
+use crate::purge::PurgeCommand;
 
 /// Why a message could not be decoded.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -119,6 +120,16 @@ impl Wire for PrewarmCommand {
     }
     fn check(&self) -> Result<(), String> {
         PrewarmCommand::check(self)
+    }
+}
+
+impl Wire for PurgeCommand {
+    const MAX_BYTES: usize = PurgeCommand::MAX_BYTES;
+    fn version(&self) -> u16 {
+        self.v
+    }
+    fn check(&self) -> Result<(), String> {
+        PurgeCommand::check(self)
     }
 }
 

@@ -24,6 +24,8 @@
 //!   (edge → pulse), and the borrowed [`AccessEventRef`].
 //! - `command`: [`PrewarmCommand`] (pulse → prefetcher) and the gate budget
 //!   [`CommandClass`] it is charged to.
+//! - `purge`: [`PurgeCommand`] (pulse → prefetcher, on the pre-warm topic), told
+//!   apart from a pre-warm by [`command_kind`].
 //! - `codec`: the JSON codec ([`encode`], [`decode`], and [`decode_event_ref`] and
 //!   [`encode_event_into`] that copy no string), its [`DecodeError`] and their
 //!   [`DecodeReason`]s.
@@ -39,6 +41,7 @@ mod compact;
 pub use compact::STRING_STOP;
 mod event;
 mod ids;
+mod purge;
 mod signature;
 mod topic;
 
@@ -53,6 +56,10 @@ pub use event::{AccessEvent, AccessEventRef, EdgeKind, Outcome};
 pub use ids::{
     CacheKey, CacheKeyRef, Domain, DomainRef, IdError, MAX_DOMAIN_LEN, MAX_ID_LEN, MAX_KEY_LEN,
     NodeId, NodeRef, RegionId, RegionRef, TenantId, TenantRef, is_topic_name,
+};
+pub use purge::{
+    CommandKind, MAX_PURGE_PREFIX_LEN, MAX_PURGE_TAG_LEN, MAX_REWARM_WINDOW_MS, PurgeCommand,
+    PurgeMode, check_prefix, check_tag, command_kind,
 };
 
 pub use signature::{

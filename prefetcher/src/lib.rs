@@ -61,6 +61,10 @@
 //! - `publisher`: [`EventPublisher`], access events to Kafka (bounded, never blocking).
 //! - `prewarm`: [`PrewarmConsumer`], pre-warm commands from Kafka, checked (signature
 //!   first, [`check_signature`], when keys are configured) and counted.
+//! - `purge`: the purge model ([`PurgeRequest`], [`rewarm_plan`], [`PurgeMetrics`]):
+//!   a tenant's prefix invalidated, hard or soft, and re-warmed over a window with
+//!   jitter; done by `Node::purge` (`proxy`), asked by `POST /purge` or a signed
+//!   command (`prewarm`).
 //! - `run`: [`spawn_node`], a whole node (listeners, publisher, consumer, warm-up)
 //!   in-process.
 //! - `warmup`: the warm-up at start, the node's and the edge agent's: the region's hot
@@ -81,6 +85,7 @@
 //! Modules depend on each other without a cycle, and no production module names
 //! `testing` (checked by `tests/tests/module_graph/`). `status`, `config`, `events`,
 //! `semantics`, `flight`, `request_head` and `cache_key` depend on no other module;
+//! `purge` on `status`;
 //! `tls` on `config`; `forward` on `config`, `flight`, `semantics`; `limits`,
 //! `cache`, `metrics`, `origin` and `faults` on those;
 //! `listener` on `config`, `metrics`, `origin`, `request_head`, `status` (and on no
@@ -109,6 +114,7 @@ mod origin;
 mod prewarm;
 mod proxy;
 mod publisher;
+mod purge;
 mod reload;
 mod request_head;
 mod run;
@@ -130,8 +136,9 @@ pub use changes::Reloaded;
 pub use config::FillFields;
 pub use config::{
     CacheConfig, Config, ConfigError, ConnectionLimits, FlightConfig, Http2Config, KafkaConfig,
-    OffsetReset, OriginConfig, OriginHintsConfig, PrefetchConfig, RequestLimits, RouteConfig,
-    TenantConfig, TlsListenConfig, TrafficClass, WaitTimeoutPolicy, WarmupConfig, class_of,
+    OffsetReset, OriginConfig, OriginHintsConfig, PrefetchConfig, PurgeConfig, RequestLimits,
+    RouteConfig, TenantConfig, TlsListenConfig, TrafficClass, WaitTimeoutPolicy, WarmupConfig,
+    class_of,
 };
 pub use events::{ChannelSink, Dropped, EventSink, NoopSink, OutcomeRecord, OutcomeRef};
 pub use flight::{
@@ -150,9 +157,10 @@ pub use logging::{LOG_FORMAT_ENV, LogEncoding, init_logging};
 pub use metrics::Metrics;
 pub use models::Priority;
 pub use origin::{OriginClient, Tenant};
-pub use prewarm::{PrewarmConsumer, check_prewarm, check_signature, handle_prewarm};
+pub use prewarm::{PrewarmConsumer, check_prewarm, check_signature, handle_prewarm, handle_purge};
 pub use proxy::{Node, PrewarmError, PrewarmOutcome, admin_app, app, serve_node, serve_node_tls};
 pub use publisher::EventPublisher;
+pub use purge::{PurgeError, PurgeMetrics, PurgeReport, PurgeRequest, rewarm_plan};
 pub use reload::{check_config, report_check, until_shutdown};
 pub use request_head::{
     CheckedHead, Framing, HeadCheck, MAX_HEAD_FIELDS, RefusalReason, check_request_head,

@@ -37,6 +37,12 @@ use prefetcher::{
 /// `warmup.deadline_ms`), 200 after; `/healthz` means alive. Without `[warmup]`, or
 /// when pulse does not answer, the node is ready at once (docs/warming.md).
 ///
+/// Purges: a purge command from pulse on `--prewarm-topic` (signed like pre-warms),
+/// or `POST /purge` on `--admin-listen` with the bearer token of `purge.token_file`,
+/// invalidates a tenant's prefix, hard or soft (stale until re-warmed), and may
+/// re-warm it over a window at background priority, `purge.rewarm_concurrency` fills
+/// at a time; an edge behind a shield sets `purge.behind_shield` (docs/warming.md).
+///
 /// Flags override the config file; every flag can also be set by its environment
 /// variable. Metrics (Prometheus text) are on `--admin-listen` at `/metrics`.
 ///

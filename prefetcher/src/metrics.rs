@@ -209,6 +209,8 @@ pub struct Metrics {
     clients: ClientCounters,
     /// The warm-up at start (`crate::warmup`).
     pub warmup: crate::warmup::WarmupMetrics,
+    /// Purges and their re-warms (`crate::purge`).
+    pub purge: crate::purge::PurgeMetrics,
 }
 
 impl Metrics {
@@ -342,6 +344,7 @@ impl Metrics {
         );
         let m = Metrics {
             warmup: crate::warmup::WarmupMetrics::default(),
+            purge: crate::purge::PurgeMetrics::default(),
             clients,
             requests,
             requests_refused,
@@ -555,6 +558,7 @@ impl Metrics {
             m.origin_tls_failures.clone(),
         );
         m.warmup.register(&mut registry);
+        m.purge.register(&mut registry);
         Metrics { registry, ..m }
     }
 

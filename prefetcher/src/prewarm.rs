@@ -26,11 +26,18 @@
 //! forged command cannot claim user capacity. Offsets are stored after a message is
 //! handled and committed in the background (at-least-once; a replayed pre-warm is
 //! harmless, it finds the entry cached or joins the flight).
+//!
+//! The topic also carries purges ([`PurgeCommand`], told apart by their `kind`):
+//! the same checks, in the same order, then [`handle_purge`]; their refusals are
+//! counted in `prefetcher_purges_rejected_total{reason}`.
 
 use std::collections::{HashMap, VecDeque};
 use std::time::Duration;
 
-use models::{PrewarmCommand, RegionId, SIGNATURE_HEADER, SigningKeys, decode};
+use models::{
+    CommandKind, PrewarmCommand, PurgeCommand, RegionId, SIGNATURE_HEADER, SigningKeys,
+    command_kind, decode,
+};
 use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext, Rebalance, StreamConsumer};
 use rdkafka::error::{KafkaError, KafkaResult};
 use rdkafka::message::{Headers, Message};
@@ -41,6 +48,7 @@ use crate::config::{Config, KafkaConfig};
 use crate::events::unix_now_ms;
 use crate::proxy::{Node, PrewarmOutcome};
 use crate::publisher::client_config;
+use crate::purge::PurgeReport;
 use crate::status::RejectReason;
 
 /// Logs rebalances and commits (the edge agent's pre-warm consumer uses it too).
@@ -96,6 +104,35 @@ pub fn handle_prewarm(
         .map_err(|e| e.reason())?;
     recent.record(command.id, command.expires_at_ms, now_ms);
     Ok(outcome)
+}
+
+/// A purge command from the pre-warm topic, its signature already checked
+/// (`crate::prewarm::check_signature`): the codec, `expired`, `other_region`,
+/// `duplicate`, then [`Node::purge`] (`unknown_tenant`, `invalid_field`).
+pub fn handle_purge(
+    node: &Node,
+    region: &RegionId,
+    recent: &mut RecentCommands,
+    payload: Option<&[u8]>,
+    now_ms: u64,
+) -> Result<PurgeReport, RejectReason> {
+    let command: PurgeCommand =
+        decode(payload.unwrap_or_default()).map_err(|e| RejectReason::from(&e))?;
+    if command.is_expired(now_ms) {
+        return Err(RejectReason::Expired);
+    }
+    if !command.regions.includes(region) {
+        return Err(RejectReason::OtherRegion);
+    }
+    if recent.is_repeat(&command.id, now_ms) {
+        return Err(RejectReason::Duplicate);
+    }
+    let (id, expires) = (command.id.clone(), command.expires_at_ms);
+    let report = node
+        .purge(&command.into(), "command")
+        .map_err(|e| e.reason())?;
+    recent.record(id, expires, now_ms);
+    Ok(report)
 }
 
 /// The ids of the commands a consumer acted on, each until it expires, at most
@@ -290,19 +327,27 @@ impl PrewarmConsumer {
             };
             metrics.prefetches_received.inc();
             let now_ms = unix_now_ms();
+            // The kind is read from a payload whose signature may not hold yet: only
+            // to tell which handler (or, refused, which count) it goes to.
+            let kind = command_kind(message.payload().unwrap_or_default());
             let handled = check_signature(self.keys.as_ref(), &message).and_then(|()| {
-                handle_prewarm(
-                    &self.node,
-                    &self.region,
-                    &mut recent,
-                    message.payload(),
-                    now_ms,
-                )
+                let (node, region, payload) = (&self.node, &self.region, message.payload());
+                match kind {
+                    CommandKind::Prewarm => {
+                        handle_prewarm(node, region, &mut recent, payload, now_ms)
+                            .map(|outcome| tracing::debug!(?outcome, "pre-warm"))
+                    }
+                    CommandKind::Purge => handle_purge(node, region, &mut recent, payload, now_ms)
+                        .map(|report| tracing::debug!(?report, "purge")),
+                }
             });
             match handled {
-                Ok(outcome) => tracing::debug!(?outcome, "pre-warm"),
+                Ok(()) => {}
                 Err(reason) => {
-                    metrics.prewarm_rejected(reason);
+                    match kind {
+                        CommandKind::Prewarm => metrics.prewarm_rejected(reason),
+                        CommandKind::Purge => metrics.purge.rejected(reason),
+                    }
                     tracing::debug!(
                         %reason,
                         partition = message.partition(),

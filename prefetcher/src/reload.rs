@@ -14,7 +14,7 @@
 //!   connections already up keep theirs.
 //!
 //! Every other setting (listen addresses, `node`, `region`, `[kafka]`, `[cache]`,
-//! `[flight]`, `[prefetch]`, `[server]`, `[http2]`, `[origin]`, `[warmup]`) needs a
+//! `[flight]`, `[prefetch]`, `[server]`, `[http2]`, `[origin]`, `[warmup]`, `[purge]`) needs a
 //! restart: a reload that changes one logs it as such and keeps it as it runs. A configuration
 //! that fails [`check_config`] is refused whole, and the running one stays.
 
@@ -42,6 +42,7 @@ pub fn check_config(config: &Config) -> Result<(), ConfigError> {
     if let Some(warmup) = &config.warmup {
         warmup.token()?;
     }
+    config.purge.token()?;
     Ok(())
 }
 

@@ -489,6 +489,15 @@ pub fn add_via(headers: &mut HeaderMap, version: http::Version) {
     headers.append(header::VIA, HeaderValue::from_static(via));
 }
 
+/// Whether a request came through another edge-pulse node (its `Via` names one): a
+/// downstream edge filling from this node as its shield.
+pub(crate) fn via_edge_pulse(headers: &HeaderMap) -> bool {
+    headers
+        .get_all(header::VIA)
+        .iter()
+        .any(|v| v.to_str().is_ok_and(|v| v.contains(" edge-pulse")))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

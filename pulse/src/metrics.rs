@@ -149,6 +149,8 @@ pub struct Metrics {
     pub prewarm_proposed: Counter,
     /// Operators' warm-up commands proposed to the fleet's gate (`POST /api/warm`).
     pub warm_proposed: Counter,
+    /// Purge commands sent to the fleet (`POST /api/purge`).
+    pub purges_sent: Counter,
     /// What the fleet's gate did with the proposals it read, by outcome.
     pub gate_decisions: Family<OutcomeLabel, Counter>,
     /// Commands requested in a warmed region before they expired.
@@ -218,6 +220,7 @@ impl Metrics {
             prewarm_send_failed: Counter::default(),
             prewarm_proposed: Counter::default(),
             warm_proposed: Counter::default(),
+            purges_sent: Counter::default(),
             gate_decisions: Family::default(),
             prewarm_useful: Counter::default(),
             prewarm_wasted: Counter::default(),
@@ -338,6 +341,11 @@ impl Metrics {
             "warm_proposals",
             "Operators' warm-up commands proposed to the fleet's gate (POST /api/warm)",
             m.warm_proposed.clone(),
+        );
+        registry.register(
+            "purges",
+            "Purge commands sent, signed, to the pre-warm topic (POST /api/purge)",
+            m.purges_sent.clone(),
         );
         registry.register(
             "gate_decisions",

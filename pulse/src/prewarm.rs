@@ -82,12 +82,20 @@ impl PrewarmPublisher {
         } else {
             command.partition_key()
         };
-        let payload = encode(command);
-        let record = BaseRecord::to(&self.topic).key(&key).payload(&payload);
+        self.send_payload(&key, &encode(command))
+    }
+
+    /// Queues one purge command, keyed by `tenant/prefix`, signed as a pre-warm is.
+    pub fn send_purge(&self, command: &models::PurgeCommand) -> Result<(), KafkaError> {
+        self.send_payload(&command.partition_key(), &encode(command))
+    }
+
+    fn send_payload(&self, key: &str, payload: &[u8]) -> Result<(), KafkaError> {
+        let record = BaseRecord::to(&self.topic).key(key).payload(payload);
         let record = match &self.signer {
             Some(signer) => record.headers(OwnedHeaders::new().insert(Header {
                 key: SIGNATURE_HEADER,
-                value: Some(&signer.sign(&payload)),
+                value: Some(&signer.sign(payload)),
             })),
             None => record,
         };

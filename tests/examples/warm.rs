@@ -5,6 +5,9 @@
 //! would), then with `[warmup]` and the region's other nodes as `warmup.peers`.
 //! Prints one row per restart for that node's first `--measure` seconds.
 //!
+//! With `--case purge` (`warm/purge.rs`), the same load on 4 edges behind a shield,
+//! and a prefix purged hard, hard with a re-warm, soft with a re-warm.
+//!
 //! ```sh
 //! KAFKA_BOOTSTRAP_SERVERS=127.0.0.1:9092 \
 //!     cargo run --release -p tests --example warm -- --keys 10000 --zipf 1.0
@@ -27,6 +30,9 @@ use rand::rngs::StdRng;
 use rand_distr::{Distribution, Exp, Zipf};
 use tests::TestKafka;
 use tests::scenario::{HOT_RANKS, ScenarioConfig};
+
+#[path = "warm/purge.rs"]
+mod purge;
 
 /// Restart one node of a loaded region cold, without and with warming. The load's
 /// defaults are the reference scenario's background (`tests::scenario`): its keys,
@@ -63,6 +69,17 @@ struct Args {
     /// Random seed.
     #[arg(long, default_value_t = 7)]
     seed: u64,
+    /// `restart` (a node restarted cold, without and with warming) or `purge` (a
+    /// prefix purged without and with a re-warm).
+    #[arg(long, default_value = "restart")]
+    case: String,
+    /// The purge case's re-warm window, ms (the shield's; the edges re-warm in the
+    /// window after it).
+    #[arg(long, default_value_t = 12_000)]
+    rewarm_window_ms: u64,
+    /// The purge case's seconds between the end of one measure and the next purge.
+    #[arg(long, default_value_t = 10)]
+    settle: u64,
 }
 
 /// One answer: who served it, for which key, how.
@@ -305,6 +322,11 @@ async fn main() -> anyhow::Result<()> {
     })
     .await?;
     let pulse_url = format!("http://{}", pulse.api_addr());
+    if args.case == "purge" {
+        purge::run(args, kafka, topics).await?;
+        pulse.shutdown().await;
+        return Ok(());
+    }
 
     let shared = origin(args.origin_latency_ms).await;
     let mut nodes: Vec<Option<NodeHandle>> = Vec::new();

@@ -45,6 +45,9 @@ pub struct Entry {
     pub(super) initial_age: u64,
     pub(super) prefetched: AtomicBool,
     pub(super) weight: u32,
+    /// Soft-purged with a re-warm scheduled (`crate::purge`): served stale without
+    /// a refresh of its own until then, and never to another edge-pulse node.
+    pub(super) awaits_rewarm: bool,
 }
 
 /// The `Age` an origin sent, in seconds (RFC 9111 §5.1); 0 when absent or invalid,
@@ -116,7 +119,35 @@ impl Entry {
             initial_age: 0,
             prefetched: AtomicBool::new(prefetched),
             weight,
+            awaits_rewarm: false,
         }
+    }
+
+    /// This response soft-purged at `now`: stale from now on, servable stale until
+    /// `until` (its re-warm comes before), kept to be revalidated as long as before.
+    pub(super) fn soft_purged(&self, now: Instant, until: Instant) -> Entry {
+        Entry {
+            status: self.status,
+            headers: self.headers.clone(),
+            body: self.body.clone(),
+            fresh_until: now,
+            stale_until: until,
+            error_until: until.max(self.error_until),
+            keep_until: until.max(self.keep_until),
+            fill_time: self.fill_time,
+            fetched_at: self.fetched_at,
+            initial_age: self.initial_age,
+            prefetched: AtomicBool::new(false),
+            weight: self.weight,
+            awaits_rewarm: true,
+        }
+    }
+
+    /// Whether a purge marked this entry stale and scheduled its re-warm: requests
+    /// served it stale start no refresh (the re-warm is the one), and another
+    /// edge-pulse node asking for it (a downstream edge's fill) gets a fresh copy.
+    pub fn awaits_rewarm(&self) -> bool {
+        self.awaits_rewarm
     }
 
     /// Records when the response came from the origin and the `Age` it carried

@@ -7,7 +7,8 @@
 //! By what they hold: `entry` (a stored response, [`Entry`], and its windows,
 //! [`Freshness`]), `freshness` (what an origin response may be stored for,
 //! [`classify`], and XFetch, [`xfetch_due`]); this file the store itself
-//! ([`L1Cache`]: lookups, the variants of each URL, invalidation).
+//! ([`L1Cache`]: lookups, the variants of each URL, invalidation); `purge` the
+//! invalidation of a tenant's prefix ([`L1Cache::purge_prefix`]).
 //!
 //! Storage is moka (bounded in bytes by a weigher, per-entry expiry at the end of the
 //! grace window); freshness decisions use [`tokio::time::Instant`] so tests can pause
@@ -30,9 +31,11 @@ use crate::semantics::variant_of;
 
 mod entry;
 mod freshness;
+mod purge;
 
 pub use entry::{Entry, Freshness, origin_age};
 pub use freshness::{Storability, classify, xfetch_due};
+pub(crate) use purge::SoftPurge;
 
 /// What a lookup found.
 #[derive(Debug)]

@@ -35,6 +35,7 @@ mod client;
 mod hints;
 mod kafka;
 mod origin;
+mod purge;
 mod shares;
 mod warmup;
 
@@ -45,6 +46,7 @@ pub use hints::OriginHintsConfig;
 pub use kafka::{KafkaConfig, OffsetReset};
 pub use origin::{FillFields, OriginConfig, TenantConfig};
 pub(crate) use origin::{check_forward_headers, check_tenant_hosts, parse_origin, tls_server_name};
+pub use purge::PurgeConfig;
 pub(crate) use shares::check_tenant_share;
 pub use shares::{RouteConfig, TrafficClass, class_of};
 pub use warmup::WarmupConfig;
@@ -130,6 +132,8 @@ pub struct Config {
     /// Warm-up at start from pulse's hot keyset of the region; off when absent (the
     /// node is ready at once).
     pub warmup: Option<WarmupConfig>,
+    /// Purges: the admin endpoint's token, the re-warm bound (`crate::purge`).
+    pub purge: PurgeConfig,
 }
 
 impl Serialize for Config {
@@ -164,6 +168,7 @@ impl Default for Config {
             tls: None,
             http2: Http2Config::default(),
             warmup: None,
+            purge: PurgeConfig::default(),
         }
     }
 }
@@ -227,6 +232,7 @@ impl Config {
 
     /// Checks every field that could make the node misbehave; the error names it.
     pub fn validate(&self) -> Result<()> {
+        self.purge.validate()?;
         if let Some(w) = &self.warmup {
             w.validate()?;
             if self.region.is_none() {

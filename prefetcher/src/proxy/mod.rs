@@ -18,6 +18,8 @@
 //!   [`serve_node_tls`]): the node's hyper service, plugged into `crate::listener`.
 //! - `prewarm`: the pre-warm entry into the same single-flight path (the Kafka
 //!   consumer that calls it is `crate::prewarm`).
+//! - `purge`: [`Node::purge`], its re-warm and `POST /purge` (the model is
+//!   `crate::purge`'s).
 //! - `hints`: origin hints, the successors a response names, pre-warmed through
 //!   `prewarm` for the tenants that opt in.
 
@@ -26,6 +28,7 @@ mod fill_body;
 mod hints;
 mod pass_through;
 mod prewarm;
+mod purge;
 mod range;
 mod recent;
 mod request;
@@ -86,6 +89,10 @@ struct NodeInner {
     uploads: upload::UploadLimiter,
     /// Whether the node takes traffic yet (`/readyz`): warming at start, or ready.
     readiness: crate::warmup::Readiness,
+    /// The bearer token `POST /purge` needs (`purge.token_file`); none: it is off.
+    purge_token: Option<String>,
+    /// Re-warm fills a purge may have in flight (`purge.rewarm_concurrency`).
+    rewarm_slots: Arc<tokio::sync::Semaphore>,
     /// Panics injected into fill tasks by tests (feature `testing` only).
     #[cfg(feature = "testing")]
     faults: crate::faults::FillFaults,
@@ -148,8 +155,9 @@ pub fn app(node: Node) -> Router {
     Router::new().fallback(handle).with_state(node)
 }
 
-/// The admin router: `/metrics` (Prometheus text), `/healthz` (alive) and `/readyz`
-/// (503 while warming at start, then 200: `crate::warmup`).
+/// The admin router: `/metrics` (Prometheus text), `/healthz` (alive), `/readyz`
+/// (503 while warming at start, then 200: `crate::warmup`) and `POST /purge`
+/// (`crate::purge`).
 pub fn admin_app(node: Node) -> Router {
     Router::new()
         .route("/metrics", get(metrics))
@@ -158,6 +166,7 @@ pub fn admin_app(node: Node) -> Router {
             "/readyz",
             get(|State(node): State<Node>| async move { node.readiness().response() }),
         )
+        .route("/purge", axum::routing::post(purge::purge_endpoint))
         .with_state(node)
 }
 
@@ -206,6 +215,8 @@ impl Node {
             metrics.origin_hint(result.as_str(), 0);
         }
         let connections = ConnectionLimiter::new(&config.server, metrics.client_counters());
+        let purge_token = config.purge.token()?;
+        let rewarm_slots = Arc::new(tokio::sync::Semaphore::new(config.purge.rewarm_concurrency));
         Ok(Node {
             inner: Arc::new(NodeInner {
                 connections,
@@ -225,6 +236,8 @@ impl Node {
                 uploads: upload::UploadLimiter::new(&config.server),
                 config,
                 readiness: crate::warmup::Readiness::default(),
+                purge_token,
+                rewarm_slots,
                 #[cfg(feature = "testing")]
                 faults: crate::faults::FillFaults::default(),
             }),
@@ -252,6 +265,11 @@ impl Node {
     /// Puts `live` in force for the requests that start from now on.
     pub(crate) fn replace_live(&self, live: Live) {
         self.inner.live.store(Arc::new(live));
+    }
+
+    /// The bearer token `POST /purge` needs, if the endpoint is on.
+    pub(crate) fn purge_token(&self) -> Option<&str> {
+        self.inner.purge_token.as_deref()
     }
 
     /// Whether the node takes traffic yet (`/readyz`).

@@ -319,12 +319,17 @@ impl Node {
             // A range of a stale entry is cut only after revalidation: the parts of a
             // representation the client assembles must come from one that is current.
             // A conditional that matches comes first (RFC 9110 §13.2.2): its `304`.
+            // A soft-purged entry's refresh is its scheduled re-warm; another
+            // edge-pulse node (an edge filling from this shield) gets a fresh copy.
             Lookup::Stale(entry)
                 if acceptable(&entry, true)
+                    && !(entry.awaits_rewarm() && semantics::via_edge_pulse(&ctx.headers))
                     && (ctx.range.is_none()
                         || self.client_has_it(&ctx, entry.status, &entry.headers)) =>
             {
-                self.refresh(&ctx, false, Some(Arc::clone(&entry)));
+                if !entry.awaits_rewarm() {
+                    self.refresh(&ctx, false, Some(Arc::clone(&entry)));
+                }
                 return self.serve_entry(&ctx, &entry, CacheStatus::Stale, now);
             }
             Lookup::Fresh { entry, .. } | Lookup::Stale(entry) | Lookup::Expired(entry) => {

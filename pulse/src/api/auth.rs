@@ -219,17 +219,19 @@ mod tests {
         let api: Vec<_> = paths.keys().filter(|p| p.starts_with("/api/")).collect();
         assert!(api.len() >= 6, "{api:?}");
         for path in api {
-            let get = &paths[path]["get"];
-            assert_eq!(
-                get["security"],
-                serde_json::json!([{}, { SCHEME: [] }]),
-                "{path}"
-            );
-            assert_eq!(
-                get["responses"]["401"]["content"]["application/json"]["schema"]["$ref"],
-                "#/components/schemas/ErrorBody",
-                "{path}"
-            );
+            // Every operation of the path (`POST /api/purge` has no GET).
+            for (method, op) in paths[path].as_object().unwrap() {
+                assert_eq!(
+                    op["security"],
+                    serde_json::json!([{}, { SCHEME: [] }]),
+                    "{method} {path}"
+                );
+                assert_eq!(
+                    op["responses"]["401"]["content"]["application/json"]["schema"]["$ref"],
+                    "#/components/schemas/ErrorBody",
+                    "{method} {path}"
+                );
+            }
         }
         assert!(paths["/healthz"]["get"]["security"].is_null());
         assert!(paths["/healthz"]["get"]["responses"]["401"].is_null());

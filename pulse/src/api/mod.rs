@@ -19,6 +19,7 @@ mod fleet;
 mod health;
 mod heat;
 mod predictions;
+mod purge;
 mod rates;
 mod warm;
 mod warmset;
@@ -141,7 +142,8 @@ fn per_partition<T>(
         warm::start,
         warm::progress,
         warm::list,
-        warmset::warmset
+        warmset::warmset,
+        purge::purge
     ),
     components(schemas(
         PredictionsResponse,
@@ -184,7 +186,8 @@ fn per_partition<T>(
         crate::warm::RegionProgress,
         crate::warm::Phase,
         warmset::WarmsetResponse,
-        warmset::WarmKey
+        warmset::WarmKey,
+        purge::PurgeBody
     )),
     modifiers(&BearerTokenDoc)
 )]
@@ -211,6 +214,7 @@ pub fn app(state: AppState) -> Router {
         .route("/api/edges", get(edges::edges))
         .route("/api/warm", post(warm::start).get(warm::list))
         .route("/api/warm/{id}", get(warm::progress))
+        .route("/api/purge", post(purge::purge))
         .route("/api/warmset", get(warmset::warmset));
     for (path, content_type, body) in dashboard::ASSETS {
         router = router.route(

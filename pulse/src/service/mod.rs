@@ -251,9 +251,12 @@ pub async fn start(config: PulseConfig) -> Result<PulseHandle, StartError> {
     if config.prewarm {
         let mut publisher =
             PrewarmPublisher::new(&kafka, &config.prewarm_topic).map_err(StartError::Publisher)?;
+        let mut purges =
+            PrewarmPublisher::new(&kafka, &config.prewarm_topic).map_err(StartError::Publisher)?;
         match signer {
             Some(signer) => {
                 tracing::info!(key_id = signer.key_id(), "pre-warm commands are signed");
+                purges = purges.with_signer(signer.clone());
                 publisher = publisher.with_signer(signer);
             }
             None => tracing::info!("pre-warm commands are not signed (no prewarm_signing_keys)"),
@@ -280,16 +283,19 @@ pub async fn start(config: PulseConfig) -> Result<PulseHandle, StartError> {
             .map_err(StartError::Publisher)?;
         // Operators' warm-ups propose to the same gate, on the tenant's warm budget;
         // ingest credits the edges' reports on their keys to them.
-        let desk = Arc::new(WarmDesk::new(
-            PrewarmPublisher::to_gate(&kafka, &config.decisions_topic())
-                .map_err(StartError::Publisher)?,
-            WarmRules {
-                rate_per_s: config.warm_rate_per_s,
-                command_ttl_ms: config.command_ttl_ms,
-            },
-            metrics.clone(),
-            shutdown_tx.subscribe(),
-        ));
+        let desk = Arc::new(
+            WarmDesk::new(
+                PrewarmPublisher::to_gate(&kafka, &config.decisions_topic())
+                    .map_err(StartError::Publisher)?,
+                WarmRules {
+                    rate_per_s: config.warm_rate_per_s,
+                    command_ttl_ms: config.command_ttl_ms,
+                },
+                metrics.clone(),
+                shutdown_tx.subscribe(),
+            )
+            .with_purges(purges),
+        );
         observer = Some(Box::new(Credit {
             desk: desk.clone(),
             inner: Box::new(PrewarmLoop::new(proposals, metrics.clone())),

@@ -35,7 +35,7 @@ pub(crate) use credit::Credit;
 
 pub(crate) use progress::{Phase, Progress, RegionProgress};
 use request::check_duration;
-pub(crate) use request::{Checked, KeySource, Refusal, WarmRequest};
+pub(crate) use request::{Checked, KeySource, Refusal, WarmRequest, regions};
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -174,12 +174,36 @@ pub(crate) struct WarmDesk {
     /// How many jobs are held: ingest asks it per batch, without the lock.
     held: AtomicUsize,
     proposals: Arc<PrewarmPublisher>,
+    /// Signed, to the pre-warm topic itself: purges pass no gate (`POST /api/purge`).
+    purges: Option<PrewarmPublisher>,
     rules: WarmRules,
     metrics: Arc<Metrics>,
     shutdown: watch::Receiver<bool>,
 }
 
 impl WarmDesk {
+    /// Sends purges with `publisher` (signed as the gate's commands are).
+    pub(crate) fn with_purges(mut self, publisher: PrewarmPublisher) -> Self {
+        self.purges = Some(publisher);
+        self
+    }
+
+    /// Sends one purge command to the fleet; counted in `pulse_purges_total`.
+    pub(crate) fn purge(&self, command: &models::PurgeCommand) -> Result<(), String> {
+        let Some(publisher) = &self.purges else {
+            return Err("purges are off in this pulse".into());
+        };
+        publisher.send_purge(command).map_err(|e| e.to_string())?;
+        publisher.flush(std::time::Duration::from_secs(5));
+        self.metrics.purges_sent.inc();
+        Ok(())
+    }
+
+    /// The command lifetime (`--command-ttl-ms`).
+    pub(crate) fn command_ttl_ms(&self) -> u64 {
+        self.rules.command_ttl_ms
+    }
+
     /// A desk proposing to the gate with `proposals`; its jobs stop when `shutdown`
     /// turns true.
     pub(crate) fn new(
@@ -192,6 +216,7 @@ impl WarmDesk {
             jobs: Mutex::new(VecDeque::new()),
             held: AtomicUsize::new(0),
             proposals: Arc::new(proposals),
+            purges: None,
             rules,
             metrics,
             shutdown,

@@ -164,7 +164,7 @@ pub(crate) fn check_duration(keys: usize, pace: f64) -> Result<(), Refusal> {
 }
 
 /// `"all"` or a non-empty list of region ids.
-fn regions(value: serde_json::Value) -> Result<RegionTargets, Refusal> {
+pub(crate) fn regions(value: serde_json::Value) -> Result<RegionTargets, Refusal> {
     let bad = |m: String| refuse("invalid_region", m);
     match value {
         serde_json::Value::String(word) if word == "all" => Ok(RegionTargets::All),
