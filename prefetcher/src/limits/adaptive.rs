@@ -19,8 +19,8 @@
 //!   validation): fills sent before a herd, when a node ran a few, say nothing
 //!   about the herd.
 //!
-//! A limit less than half used decays ×0.8 per 100 ms toward twice what is used and
-//! slow-starts again from there (as TCP after idle), so a herd reaching every node at
+//! A slow-starting limit (an origin's) less than half used decays ×0.8 per 100 ms
+//! toward twice what is used and slow-starts again from there (as TCP after idle), so a herd reaching every node at
 //! once is let through with what the nodes were using, not with what their bursts
 //! once validated. An origin whose latency grows with its load is thus held below
 //! the load where its latency reaches `tolerance` × its no-load one, and a recovered
@@ -68,6 +68,9 @@ pub(crate) struct AdaptiveLimit {
     /// Until the first slowdown the limit grows by one per healthy fill (doubling
     /// each round of fills, as TCP's slow start), from a few fills.
     slow_start: bool,
+    /// A slow-starting limit decays while less than half used (one that starts at
+    /// `max`, the pre-warm class's cap on spare capacity, does not).
+    decays: bool,
 }
 
 impl AdaptiveLimit {
@@ -87,6 +90,7 @@ impl AdaptiveLimit {
             base_at: None,
             last_decrease: None,
             slow_start: false,
+            decays: false,
         }
     }
 
@@ -102,6 +106,7 @@ impl AdaptiveLimit {
         let mut limit = AdaptiveLimit::new(min, max, tolerance, target_ms);
         limit.limit = INITIAL.clamp(limit.min, limit.max);
         limit.slow_start = true;
+        limit.decays = true;
         limit
     }
 
@@ -179,10 +184,7 @@ impl AdaptiveLimit {
         let before = self.limit;
         match reading {
             Reading::Slow => {
-                if self
-                    .last_decrease
-                    .is_none_or(|at| now.saturating_duration_since(at) >= DECREASE_EVERY)
-                {
+                if self.may_decrease(now) {
                     self.limit = (self.limit * DECREASE_FACTOR).max(self.min);
                     self.last_decrease = Some(now);
                 }
@@ -207,21 +209,23 @@ impl AdaptiveLimit {
             // Less than half used: the limit decays toward twice what is used, so
             // a herd arriving at every node at once is let through with what the
             // nodes were using, not with what their bursts once validated.
-            _ => {
-                if self
-                    .last_decrease
-                    .is_none_or(|at| now.saturating_duration_since(at) >= DECREASE_EVERY)
-                {
-                    let used = 2.0 * in_flight as f64;
-                    self.limit = (self.limit * DECREASE_FACTOR).max(used).max(self.min);
-                    self.last_decrease = Some(now);
-                    // As TCP after idle: back to what is used, then slow start
-                    // again (it ends at the first sign of a queue).
-                    self.slow_start = true;
-                }
+            _ if self.decays && self.may_decrease(now) => {
+                let used = 2.0 * in_flight as f64;
+                self.limit = (self.limit * DECREASE_FACTOR).max(used).max(self.min);
+                self.last_decrease = Some(now);
+                // As TCP after idle: back to what is used, then slow start again
+                // (it ends at the first sign of a queue).
+                self.slow_start = true;
             }
+            _ => {}
         }
         self.limit.floor() > before.floor()
+    }
+
+    /// At most one decrease per `DECREASE_EVERY`: one slow burst counts once.
+    fn may_decrease(&self, now: Instant) -> bool {
+        self.last_decrease
+            .is_none_or(|at| now.saturating_duration_since(at) >= DECREASE_EVERY)
     }
 }
 
