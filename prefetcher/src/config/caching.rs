@@ -138,7 +138,9 @@ pub struct PrefetchConfig {
     pub queue_timeout_ms: u64,
     /// The limit shrinks when recent fill latency exceeds this multiple of the
     /// origin's no-load latency (the lowest recent latency, rising toward a slower
-    /// origin over 30 s); the origins' adaptive limits use it too.
+    /// origin over 30 s), holds past half of that excess, and grows only below it;
+    /// the origins' adaptive limits use it too. 1.5 is Netflix concurrency-limits'
+    /// `rttTolerance` default.
     pub latency_tolerance: f64,
     /// The limit also shrinks while recent fill latency is above this, if set.
     pub latency_target_ms: Option<u64>,
@@ -151,7 +153,7 @@ impl Default for PrefetchConfig {
             min_fills: 1,
             max_queued: 1024,
             queue_timeout_ms: 10_000,
-            latency_tolerance: 2.0,
+            latency_tolerance: 1.5,
             latency_target_ms: None,
         }
     }

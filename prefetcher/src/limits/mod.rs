@@ -127,6 +127,9 @@ pub struct FillSlot {
     class: FillClass,
     /// The tenant the slot counts against (every user slot; a tenant's pre-warm).
     tenant: Option<TenantId>,
+    /// Fills its origin ran when it was granted, itself included (a user slot): only
+    /// a fill sent under a used limit is evidence that the limit may grow.
+    sent_with: usize,
 }
 
 impl std::fmt::Debug for FillSlot {
@@ -155,7 +158,7 @@ struct QueuedUser<'a> {
     inner: &'a Inner,
     tenant: &'a TenantId,
     id: u64,
-    answer: oneshot::Receiver<Result<(), u32>>,
+    answer: oneshot::Receiver<Result<usize, u32>>,
     done: bool,
 }
 
@@ -168,7 +171,7 @@ impl Drop for QueuedUser<'_> {
         let t = state.shares.index_of(self.tenant);
         if state.shares.remove_waiter(t, self.id) {
             state.user_queued -= 1;
-        } else if let Ok(Ok(())) = self.answer.try_recv() {
+        } else if let Ok(Ok(_)) = self.answer.try_recv() {
             self.inner.release_user(&mut state, t);
         }
     }
@@ -213,8 +216,8 @@ impl Inner {
             };
             state.user_queued -= 1;
             state.active += 1;
-            state.shares.start(t);
-            if waiter.grant.send(Ok(())).is_err() {
+            let sent_with = state.shares.start(t);
+            if waiter.grant.send(Ok(sent_with)).is_err() {
                 state.active -= 1;
                 state.shares.finish(t);
             }
@@ -320,6 +323,12 @@ impl FillLimiter {
         self.inner.lock().shares.snapshot()
     }
 
+    /// One tenant's share, fills and origin limit now, configured or not; `None`
+    /// while an unconfigured tenant has no fill.
+    pub fn tenant_fills(&self, tenant: &TenantId) -> Option<TenantFills> {
+        self.inner.lock().shares.fills_of(tenant)
+    }
+
     /// A user fill slot for `tenant`, for a request of `class`: at once if its share
     /// has room, else after the fills queued before it (fair order across tenants).
     /// Queued prefetches are shed first. Fails with [`FillError::Overloaded`] when its
@@ -341,8 +350,8 @@ impl FillLimiter {
                 && state.shares.has_room(t, class, free, now)
             {
                 state.active += 1;
-                state.shares.start(t);
-                return Ok(self.user_slot(tenant));
+                let sent_with = state.shares.start(t);
+                return Ok(self.user_slot(tenant, sent_with));
             }
             let id = state.next_waiter;
             state.next_waiter += 1;
@@ -390,7 +399,7 @@ impl FillLimiter {
         };
         queued.done = true;
         match answer {
-            Some(Ok(())) => Ok(self.user_slot(tenant)),
+            Some(Ok(sent_with)) => Ok(self.user_slot(tenant, sent_with)),
             Some(Err(retry_after_s)) => Err(FillError::Overloaded { retry_after_s }),
             None => Err(FillError::Aborted),
         }
@@ -431,15 +440,14 @@ impl FillLimiter {
                 {
                     state.active += 1;
                     state.prefetch_active += 1;
-                    if let Some(t) = share {
-                        state.shares.start_prefetch(t);
-                    }
+                    let sent_with = share.map_or(0, |t| state.shares.start_prefetch(t));
                     drop(state);
                     drop(queued);
                     return Ok(FillSlot {
                         inner: Arc::clone(&self.inner),
                         class: FillClass::Prefetch,
                         tenant: tenant.cloned(),
+                        sent_with,
                     });
                 }
                 if queued.is_none() {
@@ -457,11 +465,12 @@ impl FillLimiter {
         }
     }
 
-    fn user_slot(&self, tenant: &TenantId) -> FillSlot {
+    fn user_slot(&self, tenant: &TenantId, sent_with: usize) -> FillSlot {
         FillSlot {
             inner: Arc::clone(&self.inner),
             class: FillClass::User,
             tenant: Some(tenant.clone()),
+            sent_with,
         }
     }
 }
@@ -488,10 +497,12 @@ impl FillSlot {
         let now = Instant::now();
         let mut state = inner.lock();
         let prefetching = state.prefetch_active;
-        let mut grew = state.prefetch_limit.record(latency, now, prefetching);
+        let mut grew = state
+            .prefetch_limit
+            .record(latency, now, prefetching, prefetching);
         if let Some(tenant) = &self.tenant {
             let t = state.shares.index_of(tenant);
-            if state.shares.record(t, latency, now) {
+            if state.shares.record(t, latency, now, self.sent_with) {
                 inner.dispatch(&mut state);
                 grew = true;
             }

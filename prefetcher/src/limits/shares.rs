@@ -30,9 +30,10 @@ use crate::config::{FlightConfig, PrefetchConfig, RouteConfig, TenantConfig, Tra
 /// Rejections "remembered" for the Retry-After computation decay with this half-life.
 const OVERLOAD_HALF_LIFE_S: f64 = 2.0;
 
-/// What a queued fill is told: a slot is its (`Ok`), or it was pushed out of a full
-/// queue by a fill of a higher class (`Err` with the `Retry-After` seconds).
-pub(super) type Grant = oneshot::Sender<Result<(), u32>>;
+/// What a queued fill is told: a slot is its (`Ok`, with the fills its origin runs
+/// with it), or it was pushed out of a full queue by a fill of a higher class (`Err`
+/// with the `Retry-After` seconds).
+pub(super) type Grant = oneshot::Sender<Result<usize, u32>>;
 
 /// A user fill waiting for a slot.
 #[derive(Debug)]
@@ -405,10 +406,13 @@ impl Shares {
     }
 
     /// Tenant `t` starts a user fill.
-    pub(super) fn start(&mut self, t: usize) {
+    /// Tenant `t` starts a user fill; returns the fills its origin runs with it.
+    pub(super) fn start(&mut self, t: usize) -> usize {
         let s = &mut self.shares[t];
         s.active += 1;
-        self.origins[s.origin].active += 1;
+        let origin = &mut self.origins[s.origin];
+        origin.active += 1;
+        origin.active
     }
 
     /// Tenant `t` ends a user fill.
@@ -419,10 +423,11 @@ impl Shares {
         origin.active = origin.active.saturating_sub(1);
     }
 
-    /// Tenant `t` starts a pre-warm fill (after `has_room` for `background`).
-    pub(super) fn start_prefetch(&mut self, t: usize) {
-        self.start(t);
+    /// Tenant `t` starts a pre-warm fill (after `has_room` for `background`); returns
+    /// the fills its origin runs with it.
+    pub(super) fn start_prefetch(&mut self, t: usize) -> usize {
         self.shares[t].prefetching += 1;
+        self.start(t)
     }
 
     /// Tenant `t` ends a pre-warm fill.
@@ -431,10 +436,17 @@ impl Shares {
         self.finish(t);
     }
 
-    /// Feeds a fill's latency to tenant `t`'s origin limit; whether it grew.
-    pub(super) fn record(&mut self, t: usize, latency: Option<Duration>, now: Instant) -> bool {
+    /// Feeds a fill's latency to tenant `t`'s origin limit, with the fills the
+    /// origin ran when it was sent; whether the limit grew.
+    pub(super) fn record(
+        &mut self,
+        t: usize,
+        latency: Option<Duration>,
+        now: Instant,
+        sent_with: usize,
+    ) -> bool {
         let origin = &mut self.origins[self.shares[t].origin];
-        origin.limit.record(latency, now, origin.active)
+        origin.limit.record(latency, now, sent_with, origin.active)
     }
 
     /// Records one refusal of tenant `t` and returns the `Retry-After` seconds for
@@ -468,14 +480,23 @@ impl Shares {
         self.shares
             .iter()
             .filter(|s| s.configured)
-            .map(|s| TenantFills {
-                tenant: s.id.clone(),
-                committed: s.committed,
-                active: s.active,
-                queued: s.queue.len(),
-                origin_limit: self.origins[s.origin].limit.get(),
-            })
+            .map(|s| self.fills(s))
             .collect()
+    }
+
+    /// What one tenant's share shows, configured or not (while it has fills).
+    pub(super) fn fills_of(&self, tenant: &TenantId) -> Option<TenantFills> {
+        self.index.get(tenant).map(|&t| self.fills(&self.shares[t]))
+    }
+
+    fn fills(&self, s: &Share) -> TenantFills {
+        TenantFills {
+            tenant: s.id.clone(),
+            committed: s.committed,
+            active: s.active,
+            queued: s.queue.len(),
+            origin_limit: self.origins[s.origin].limit.get(),
+        }
     }
 }
 

@@ -298,8 +298,9 @@ async fn a_slowing_origin_gets_fewer_user_fills_and_a_recovered_one_more() {
         (shrunk, 1),
         "free slots, but the origin is slow"
     );
+    // Reported by the last fill, sent under the full limit.
     for _ in 0..20 {
-        held[0].record(Some(Duration::from_millis(20)));
+        held[shrunk - 1].record(Some(Duration::from_millis(20)));
     }
     assert!(
         past.await.unwrap().is_ok(),
@@ -309,6 +310,31 @@ async fn a_slowing_origin_gets_fewer_user_fills_and_a_recovered_one_more() {
     assert!(
         back > shrunk,
         "healthy fills raise it back while it is used: {back}"
+    );
+}
+
+/// Only a fill sent while its origin's limit was at least half used raises it: the
+/// fills a node ran before a herd came say nothing of the herd.
+#[tokio::test(start_paused = true)]
+async fn only_a_fill_sent_under_a_used_limit_raises_it() {
+    let l = shared(64, 32, &[tenant("a", 1.0)]);
+    let limit = l.tenants()[0].origin_limit;
+    let early = user(&l, "a").await.unwrap();
+    let mut held = Vec::new();
+    while held.len() + 1 < limit {
+        held.push(user(&l, "a").await.unwrap());
+    }
+    early.record(Some(Duration::from_millis(20)));
+    assert_eq!(
+        l.tenants()[0].origin_limit,
+        limit,
+        "sent while one fill ran"
+    );
+    held.last().unwrap().record(Some(Duration::from_millis(20)));
+    assert_eq!(
+        l.tenants()[0].origin_limit,
+        limit + 1,
+        "sent under the full limit: slow start"
     );
 }
 

@@ -63,6 +63,10 @@ struct Args {
     /// (`flight.origin_min_fills`).
     #[arg(long)]
     origin_min_fills: Option<usize>,
+    /// Every tier's `prefetch.latency_tolerance` (the adaptive limits' tolerated
+    /// latency, as a multiple of the no-load one).
+    #[arg(long)]
+    latency_tolerance: Option<f64>,
     /// Distinct background keys.
     #[arg(long)]
     keys: Option<usize>,
@@ -102,6 +106,10 @@ struct Args {
     /// Each replayed line is a request at this many nodes (scaling the log to the fleet).
     #[arg(long, default_value_t = 1)]
     replay_scale: u32,
+    /// Write a per-tick trace of each set-up to PREFIX-<set-up>.csv: the origin's
+    /// fills and latency, the edge nodes' origin limits, user fills and queues.
+    #[arg(long, value_name = "PREFIX")]
+    trace: Option<std::path::PathBuf>,
     /// Print the rows as JSON lines after the table.
     #[arg(long)]
     json: bool,
@@ -144,6 +152,10 @@ fn main() -> anyhow::Result<()> {
     if let Some(n) = args.origin_min_fills {
         cfg.node_flight.origin_min_fills = n;
         cfg.shield_flight.origin_min_fills = n;
+    }
+    cfg.trace = args.trace.clone();
+    if let Some(t) = args.latency_tolerance {
+        cfg.prefetch.latency_tolerance = t;
     }
     if args.fixed_origin_limit {
         cfg.node_flight.adaptive_origin_limit = false;

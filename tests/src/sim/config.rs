@@ -91,6 +91,10 @@ pub struct SimConfig {
     /// then ignored).
     #[serde(skip)]
     pub replay: Option<std::sync::Arc<super::replay::LogLoad>>,
+    /// Write one CSV line per tick here: the origin's fills and latency, and the edge
+    /// nodes' origin limits, user fills and queues summed over the fleet.
+    #[serde(skip)]
+    pub trace: Option<std::path::PathBuf>,
 }
 
 impl Default for SimConfig {
@@ -132,6 +136,7 @@ impl Default for SimConfig {
             command_delay_ms: 200,
             event_scale: 100.0,
             replay: None,
+            trace: None,
         }
     }
 }
@@ -204,6 +209,9 @@ impl SimConfig {
         }
         if self.hot_keys < HOT_RANKS {
             return Err(format!("hot_keys: at least {HOT_RANKS}"));
+        }
+        if !(self.prefetch.latency_tolerance > 1.0 && self.prefetch.latency_tolerance <= 100.0) {
+            return Err("prefetch.latency_tolerance: must be in (1, 100]".into());
         }
         Ok(())
     }

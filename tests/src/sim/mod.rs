@@ -22,6 +22,7 @@
 //! - `output`: sweeps as CSV and SVG charts.
 //! - `replay`: load from an access log in the edge agent's formats ([`read_log`]).
 //! - `report`: what a run measured ([`SimReport`], [`Counters`]) and the table.
+//! - `trace`: the per-tick trace of the origin and the nodes' limits (`--trace`).
 
 mod config;
 mod fill;
@@ -31,6 +32,7 @@ mod pulse_side;
 mod replay;
 mod report;
 mod stats;
+mod trace;
 mod world;
 
 pub use crate::scenario::Setup;

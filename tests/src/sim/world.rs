@@ -25,6 +25,7 @@ use super::fill::{Client, Fill, Requester, Slot};
 use super::load::{Zipf, stochastic_round};
 use super::pulse_side::{PulseSide, Sampler};
 use super::report::{Counters, Recorder, SimReport};
+use super::trace::Trace;
 use crate::scenario::Setup;
 
 /// A client retry: (due ms, sequence, node, key, requests, attempt, first attempt ms),
@@ -175,6 +176,9 @@ impl<'a> World<'a> {
         self.warm_start();
         let dt = self.cfg.tick_ms;
         let end = self.cfg.duration_s * 1000;
+        let mut trace = self.cfg.trace.as_ref().map(|prefix| {
+            Trace::create(prefix, self.setup).expect("the trace file can be created")
+        });
         let mut now = 0;
         while now < end {
             now += dt;
@@ -182,6 +186,12 @@ impl<'a> World<'a> {
             self.tick(now, dt);
             if self.origin_active > self.cfg.origin.capacity {
                 self.rec.counters.origin_over_capacity_ms += dt;
+            }
+            if let Some(trace) = &mut trace {
+                let latency = self.cfg.origin.latency_ms(self.origin_active);
+                let nodes = self.tiers[..self.nodes].iter().map(|t| &t.limiter);
+                let tenant = self.keys[self.viral as usize].tenant();
+                trace.row(now, self.origin_active, latency, tenant, nodes);
             }
             if now % 1000 == 0 {
                 let in_flight = self.tiers.iter().map(|t| t.registry.len() as u64).sum();
