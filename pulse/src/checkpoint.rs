@@ -324,21 +324,24 @@ mod tests {
         assert_eq!(now, counted);
     }
 
-    /// What a partition's predictor learnt of its traffic (its tenants' paces, its
-    /// records of first- and second-region commands) goes into the checkpoint and comes
-    /// back onto the partition's next state, whatever its model (a file of an earlier
-    /// build has no second-region record: none yet); paces that are no paces (a
-    /// negative gap) are refused.
+    /// What a partition's predictor learnt of its traffic (its tenants' paces, the
+    /// trust of each step's commands) goes into the checkpoint and comes back onto the
+    /// partition's next state, whatever its model (a file of an earlier build, with
+    /// records of first- and second-region commands instead, gives the trust's prior);
+    /// paces that are no paces (a negative gap) are refused, and so is a trust whose
+    /// tallies are no counts.
     #[test]
-    fn the_paces_and_region_records_come_back_with_their_partition() {
+    fn the_paces_and_the_trust_come_back_with_their_partition() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("pulse.ckpt");
         let model = Arc::new(default_model());
         let with_prediction = || predicting(&model);
+        let tally = |useful: f64, promised: f64| serde_json::json!({"useful": useful, "promised": promised, "at_ms": 3000});
+        let none = tally(0.0, 0.0);
+        let steps = serde_json::json!([none, tally(1.0, 2.9), none, none]);
         let learnt = serde_json::json!({
             "paces": {"tenants": {"acme": 21000.0}, "fleet": 15000.0},
-            "first_regions": {"outcomes": [[1000, true], [2000, false], [3000, false]]},
-            "second_regions": {"outcomes": [[4000, false]]},
+            "trust": {"fleet": steps, "tenants": {"acme": steps}},
         });
         let mut partitions = with_prediction();
         let state = partitions.assign(1, None, 0, 0);
@@ -356,15 +359,26 @@ mod tests {
         let now = serde_json::to_value(state.saved_traffic().unwrap()).unwrap();
         assert_eq!(now, learnt);
 
-        // A checkpoint an older build wrote has no second-region record: none yet.
-        let mut older = learnt.clone();
-        older.as_object_mut().unwrap().remove("second_regions");
+        // A checkpoint an older build wrote has records instead of the trust: the prior.
+        let older = serde_json::json!({
+            "paces": learnt["paces"],
+            "first_regions": {"outcomes": [[1000, true], [2000, false]]},
+            "second_regions": {"outcomes": [[4000, false]]},
+        });
         let mut upgraded = with_prediction();
         let state = upgraded.assign(1, None, 0, 0);
         assert!(state.restore_traffic(serde_json::from_value(older).unwrap()));
         let now = serde_json::to_value(state.saved_traffic().unwrap()).unwrap();
-        assert_eq!(now["second_regions"], serde_json::json!({"outcomes": []}));
-        assert_eq!(now["first_regions"], learnt["first_regions"]);
+        assert_eq!(now["trust"]["tenants"], serde_json::json!({}));
+        assert_eq!(now["paces"], learnt["paces"]);
+
+        let mut no_counts = learnt.clone();
+        no_counts["trust"]["fleet"][1]["useful"] = serde_json::json!(-1.0);
+        let mut fresh = with_prediction();
+        let state = fresh.assign(1, None, 0, 0);
+        assert!(state.restore_traffic(serde_json::from_value(no_counts).unwrap()));
+        let kept = serde_json::to_value(state.saved_traffic().unwrap()).unwrap();
+        assert_eq!(kept["trust"]["tenants"], serde_json::json!({}));
 
         let mut bad = learnt.clone();
         bad["paces"]["fleet"] = serde_json::json!(-1.0);

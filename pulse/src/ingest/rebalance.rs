@@ -347,11 +347,7 @@ impl IngestContext {
             }
             if let Some(saved) = traffic {
                 let paces = state.restore_traffic(saved);
-                tracing::info!(
-                    partition = p,
-                    paces,
-                    "paces and region records from the checkpoint"
-                );
+                tracing::info!(partition = p, paces, "paces and trust from the checkpoint");
             }
         }
         self.metrics

@@ -12,11 +12,10 @@ use serde::Serialize;
 use super::model::Score;
 use super::pipeline::policy::{DecisionPolicy, STREAK_GAP_MS};
 use super::pipeline::{LastDecision, Skip, Stage};
+use super::trust::Step;
 
 mod follow;
 mod memory;
-
-pub(crate) use memory::RegionRecord;
 
 /// What became of a command.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -44,6 +43,10 @@ pub struct Decision {
     /// the fleet's record of commands at a first, and at a second, region counts it.
     #[serde(skip)]
     sent_at_regions: usize,
+    /// Its calibrated confidence before the trust ([`trust`](super::trust)): what
+    /// its verdict teaches the trust of its step.
+    #[serde(skip)]
+    calibrated: f64,
     /// For a command sent at a first region: by when one of its named regions would
     /// most likely have asked, were it a viral's ([`memory::Answers`]).
     #[serde(skip)]
@@ -57,8 +60,10 @@ pub(crate) struct Proposal {
     pub tenant: TenantId,
     /// The key.
     pub key: CacheKey,
-    /// The model's score.
+    /// The model's score (its confidence the calibrated one times the trust).
     pub score: Score,
+    /// The calibrated confidence, before the trust.
+    pub calibrated: f64,
     /// The regions worth a fill.
     pub named: Vec<RegionId>,
     /// Client misses warming one of them would save if it then asks.
@@ -195,6 +200,12 @@ impl Decider {
         &self.policy
     }
 
+    /// What a calibrated confidence is worth for `tenant`'s commands at `step`, from
+    /// the verdicts of those sent ([`Trust::factor`](super::trust::Trust::factor)).
+    pub(crate) fn trust(&self, tenant: &TenantId, step: Step, now_ms: u64) -> f64 {
+        self.memory.trust.factor(tenant, step, now_ms)
+    }
+
     /// Whether the (tenant, key) had a command within the cooldown: it gets no other.
     pub(crate) fn cooling_down(&self, flight: &(TenantId, CacheKey), now_ms: u64) -> bool {
         self.last_command_ms
@@ -318,8 +329,14 @@ impl Decider {
             RegionTargets::Only(p.named),
             p.score.reason,
         );
-        self.issue(now_ms, &command, p.reached.len());
-        self.follow(&command, p.burst_start_ms, p.reached, p.saved_misses);
+        self.issue(now_ms, &command, p.reached.len(), p.calibrated);
+        self.follow(
+            &command,
+            p.burst_start_ms,
+            p.reached,
+            p.saved_misses,
+            p.calibrated,
+        );
         Ok(command)
     }
 
@@ -337,7 +354,13 @@ impl Decider {
     }
 
     /// Records a command as sent: its key's cooldown, the totals, the history.
-    fn issue(&mut self, now_ms: u64, command: &PrewarmCommand, sent_at_regions: usize) {
+    fn issue(
+        &mut self,
+        now_ms: u64,
+        command: &PrewarmCommand,
+        sent_at_regions: usize,
+        calibrated: f64,
+    ) {
         self.last_command_ms
             .insert((command.tenant.clone(), command.key.clone()), now_ms);
         // Cooldowns older than the window can go; keeps the map bounded by the rate.
@@ -352,6 +375,7 @@ impl Decider {
             verdict: Verdict::Pending,
             lead_times_ms: Vec::new(),
             sent_at_regions,
+            calibrated,
             quiet_by_ms: self.memory.quiet_by(command, sent_at_regions),
         });
         self.last.entry(command.tenant.clone()).or_default().insert(

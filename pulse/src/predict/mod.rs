@@ -26,6 +26,9 @@
 //! - `pace`: each unreached region's chance of asking while a command is valid, from
 //!   how fast the key spreads and where the tenant's audience lives.
 //! - `retrain`: [`retrain`], fits a candidate model and keeps it only if it is not worse.
+//! - `trust`: what each step's commands (at a first region, a second, later, a
+//!   follow-up) earned: their useful share against the confidence they were sent at,
+//!   learnt from the verdicts of the commands sent, per tenant with the fleet's prior.
 
 mod calibrate;
 mod decide;
@@ -39,6 +42,7 @@ mod pace;
 mod pipeline;
 mod retrain;
 mod tracker;
+mod trust;
 
 use std::sync::Arc;
 
@@ -70,6 +74,7 @@ pub use pipeline::policy::DecisionPolicy;
 use pipeline::policy::EARLY_BURST_MS;
 pub use pipeline::{LastDecision, Skip, Stage};
 use tracker::Tracker;
+use trust::Trust;
 
 /// The predictor's settings.
 #[derive(Debug, Clone)]
@@ -325,20 +330,19 @@ impl Predictor {
 
     /// What the predictor learnt of its traffic whatever the model, for the checkpoint.
     pub(crate) fn saved_traffic(&self) -> SavedTraffic {
-        let (first, second) = self.decider.region_records();
         SavedTraffic {
             paces: self.paces.clone(),
-            first_regions: first.clone(),
-            second_regions: second.clone(),
+            trust: self.decider.trust_learnt().clone(),
         }
     }
 
-    /// Puts back what a checkpoint kept of the traffic: the records of first- and
-    /// second-region commands, and the paces if they are paces. Whether the paces were
-    /// put back.
+    /// Puts back what a checkpoint kept of the traffic: the trust of each step if its
+    /// tallies are counts, and the paces if they are paces. Whether the paces were put
+    /// back.
     pub(crate) fn restore_traffic(&mut self, saved: SavedTraffic) -> bool {
-        self.decider
-            .restore_region_records(saved.first_regions, saved.second_regions);
+        if let Some(trust) = Trust::restore(saved.trust) {
+            self.decider.restore_trust(trust);
+        }
         match Paces::restore(saved.paces) {
             Some(paces) => {
                 self.paces = paces;
@@ -446,16 +450,15 @@ fn last_second(
 }
 
 /// What a partition's predictor learnt of its traffic, whatever the model: its tenants'
-/// typical paces and its records of first- and second-region commands. A checkpoint
-/// keeps it beside the heat map (the calibration's counts go apart: they hold for one
-/// model only).
+/// typical paces and the trust of each step's commands. A checkpoint keeps it beside
+/// the heat map (the calibration's counts go apart: they hold for one model only).
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub(crate) struct SavedTraffic {
     paces: Paces,
-    first_regions: decide::RegionRecord,
-    /// Absent from a checkpoint an older build wrote: no second-region outcome yet.
+    /// Absent from a checkpoint an older build wrote (which kept records of first- and
+    /// second-region commands instead, now ignored): the prior.
     #[serde(default)]
-    second_regions: decide::RegionRecord,
+    trust: Trust,
 }
 
 /// What the online calibration's counts are tied to: the model's name and training time.

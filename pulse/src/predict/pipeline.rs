@@ -8,8 +8,9 @@
 //! 1. **Candidate** ([`candidate`]): the key has regions left to warm
 //!    (`nothing_to_warm`) and has reached as many regions as the waits ask
 //!    ([`regions_needed`], `awaiting_regions`).
-//! 2. **Score** ([`Predictor::score`]): the model's confidence, recalibrated online, is
-//!    at the threshold (`below_threshold`) for enough scorings in a row (`unconfirmed`).
+//! 2. **Score** ([`Predictor::score`]): the model's confidence, recalibrated online and
+//!    weighed by the trust its step's commands earned ([`super::trust`]), is at the
+//!    threshold (`below_threshold`) for enough scorings in a row (`unconfirmed`).
 //! 3. **Regions worth a fill** ([`Predictor::regions`]): a key in its cooldown has none
 //!    (`cooldown`: its last command's regions are warm); of the unreached regions
 //!    sharing an audience with a reached one, those whose chance of asking in time pays
@@ -20,8 +21,9 @@
 //!    the cooldown and a dedupe by id across the fleet.
 //!
 //! A commanded key that keeps spreading gets follow-ups ([`Predictor::follow_up`]):
-//! stages 3 and 4 again, with the first command's confidence, for the regions it has
-//! not reached yet. Every constant of the decision is in [`policy`].
+//! its score (the first command's calibrated confidence times the trust of follow-ups),
+//! then stages 3 and 4 again, for the regions it has not reached yet. Every constant of
+//! the decision is in [`policy`].
 
 pub(crate) mod policy;
 
@@ -34,6 +36,8 @@ use super::decide::Proposal;
 use super::features::Extracted;
 use super::pace::{self, Pace, Paces};
 use super::tracker::Tracker;
+use super::trust::Step;
+
 use super::{Features, MIN_REGION_DEMAND, Predictor, Score, ScoringModel, at_spread, retrain};
 use policy::{COLD_START_MOMENTS, FOLLOW_UP_REACHED_MS, SPREAD_LOOKBACK_MS, SPREAD_STEP_MS};
 
@@ -123,7 +127,9 @@ pub struct LastDecision {
 }
 
 /// What makes a key wait for more regions than [`DecisionPolicy::min_regions_reached`]
-/// before it is scored: each a signal that its first (or second) region is no evidence.
+/// before it is scored: each a signal about this key that its first region is no
+/// evidence. (How far the fleet's commands at a first or second region are to be
+/// trusted is no wait: the score stage learns it, [`super::trust`].)
 ///
 /// [`DecisionPolicy::min_regions_reached`]: policy::DecisionPolicy::min_regions_reached
 #[derive(Debug, Clone, Copy, Default)]
@@ -132,11 +138,6 @@ pub(crate) struct Waits {
     /// moments, and the model was not retrained on this traffic: crowds and virals look
     /// alike at a first region, in proportions that differ from fleet to fleet.
     pub(crate) cold: bool,
-    /// The fleet's recent first-region commands were useful far less often than the
-    /// threshold says (`decide::memory`): the traffic changed under the model.
-    pub(crate) first_regions_failing: bool,
-    /// The same for second-region commands: spreads stop at the second region.
-    pub(crate) second_regions_failing: bool,
     /// One node's burst where the tenant's clients use several: one client's (a bot, a
     /// retry loop), no evidence that people elsewhere want the key.
     pub(crate) one_node: bool,
@@ -149,22 +150,12 @@ pub(crate) struct Waits {
     pub(crate) tenant_quiet: bool,
 }
 
-/// Regions that must have asked for a key before it is scored: `min`, at least 2
-/// under any wait, and 3 for a key at its second region while second-region commands
-/// fail.
-pub(crate) fn regions_needed(min: usize, waits: &Waits, reached: usize) -> usize {
-    let wary = waits.cold
-        || waits.first_regions_failing
-        || waits.one_node
-        || waits.scheduled
-        || waits.last_wasted
-        || waits.tenant_quiet;
-    let needed = min.max(if wary { 2 } else { 1 });
-    if reached == 2 && waits.second_regions_failing {
-        needed.max(3)
-    } else {
-        needed
-    }
+/// Regions that must have asked for a key before it is scored: `min`, and at least 2
+/// under any wait.
+pub(crate) fn regions_needed(min: usize, waits: &Waits) -> usize {
+    let wary =
+        waits.cold || waits.one_node || waits.scheduled || waits.last_wasted || waits.tenant_quiet;
+    min.max(if wary { 2 } else { 1 })
 }
 
 /// Stage 1: whether a key is decided on: some region left to warm, and as many regions
@@ -173,7 +164,7 @@ pub(crate) fn candidate(x: &Extracted, min: usize, waits: &Waits) -> Result<(), 
     if x.unseen.is_empty() {
         return Err(Skip::NothingToWarm);
     }
-    if x.reached.len() < regions_needed(min, waits, x.reached.len()) {
+    if x.reached.len() < regions_needed(min, waits) {
         return Err(Skip::AwaitingRegions);
     }
     Ok(())
@@ -216,32 +207,28 @@ impl Predictor {
     ) -> Result<PrewarmCommand, (Stage, Skip)> {
         let at = |stage: Stage| move |skip: Skip| (stage, skip);
         let min = self.decider.policy().min_regions_reached;
-        let waits = self.waits(tenant, key, &x.features, x.reached.len(), now_ms);
+        let waits = self.waits(tenant, key, &x.features, now_ms);
         candidate(&x, min, &waits).map_err(at(Stage::Candidate))?;
-        let score = self
-            .score(now_ms, tenant, key, &x.features, model)
+        let step = Step::at(x.reached.len());
+        let (score, calibrated) = self
+            .score(now_ms, tenant, key, &x.features, step, model)
             .map_err(at(Stage::Score))?;
         let proposal = self
             .regions(now_ms, tenant, key, x, &score, burst_start, audience)
             .map_err(at(Stage::Regions))?;
+        let proposal = Proposal {
+            calibrated,
+            ..proposal
+        };
         self.decider.gate(now_ms, proposal).map_err(at(Stage::Gate))
     }
 
-    /// The waits' signals for a key at `reached` regions (stage 1).
-    fn waits(
-        &self,
-        tenant: &TenantId,
-        key: &CacheKey,
-        features: &Features,
-        reached: usize,
-        now_ms: u64,
-    ) -> Waits {
+    /// The waits' signals for a key (stage 1).
+    fn waits(&self, tenant: &TenantId, key: &CacheKey, features: &Features, now_ms: u64) -> Waits {
         Waits {
             cold: self.calibrate_online
                 && self.calibration.first_region_evidence() < COLD_START_MOMENTS
                 && !self.model.as_deref().is_some_and(retrain::retrained_online),
-            first_regions_failing: !self.decider.first_regions_hold(now_ms),
-            second_regions_failing: reached == 2 && !self.decider.second_regions_hold(now_ms),
             one_node: self.tracker.one_node_of_several(tenant, key),
             scheduled: features.phase_bursts_before >= 1.0,
             last_wasted: self.decider.last_command_wasted(tenant, key, now_ms),
@@ -250,25 +237,29 @@ impl Predictor {
     }
 
     /// Stage 2: the model's score, its confidence recalibrated on the fleet's own
-    /// labelled moments, at the threshold for enough scorings in a row.
+    /// labelled moments and weighed by the trust its step's commands earned (the
+    /// score, and the calibrated confidence before the trust), at the threshold for
+    /// enough scorings in a row.
     fn score(
         &mut self,
         now_ms: u64,
         tenant: &TenantId,
         key: &CacheKey,
         features: &Features,
+        step: Step,
         model: &ScoringModel,
-    ) -> Result<Score, Skip> {
+    ) -> Result<(Score, f64), Skip> {
         self.scored += 1;
         let mut score = model.score(features);
-        score.confidence =
+        let calibrated =
             self.calibration
                 .confidence(tenant, at_spread(features), score.raw, |raw| {
                     model.confidence_of(raw)
                 });
+        score.confidence = (calibrated * self.decider.trust(tenant, step, now_ms)).clamp(0.0, 1.0);
         self.decider
             .confirm(now_ms, tenant, key, score.confidence)?;
-        Ok(score)
+        Ok((score, calibrated))
     }
 
     /// Stage 3: the regions worth a fill. A key in its cooldown is refused first, before
@@ -313,6 +304,7 @@ impl Predictor {
             tenant: tenant.clone(),
             key: key.clone(),
             score: score.clone(),
+            calibrated: score.confidence, // the caller's, before the trust
             named,
             saved_misses: saved,
             burst_start_ms: burst_start.unwrap_or(now_ms),

@@ -11,6 +11,7 @@ use models::{CacheKey, PrewarmCommand, RegionId, RegionTargets, TenantId};
 
 use super::super::pipeline::policy::FOLLOW_UP_WAIT_DIVISOR;
 use super::super::pipeline::{Skip, Stage};
+use super::super::trust::Step;
 use super::{Decider, command_id, worth_naming};
 
 /// A commanded key being followed.
@@ -26,6 +27,9 @@ pub(super) struct Followed {
     follow_ups: u32,
     /// Client misses a warmed region that asks is spared (as at the first command).
     saved_misses: f64,
+    /// The first command's calibrated confidence, before the trust: a follow-up's is
+    /// this times the trust of follow-ups.
+    calibrated: f64,
     /// The last refusal counted since the last command: a due follow-up is looked at
     /// every tick, and is counted once per reason.
     refused: Option<Skip>,
@@ -57,6 +61,7 @@ impl Decider {
         burst_start_ms: u64,
         reached: Vec<usize>,
         saved_misses: f64,
+        calibrated: f64,
     ) {
         if self.policy.follow_ups == 0 {
             return;
@@ -83,6 +88,7 @@ impl Decider {
                     reached,
                     follow_ups: 0,
                     saved_misses,
+                    calibrated,
                     refused: None,
                 },
             );
@@ -149,8 +155,13 @@ impl Decider {
             return Some(Err((Stage::Regions, Skip::NothingToWarm)));
         }
         let f = self.following.keys.get(tenant)?.get(key)?;
+        let (calibrated, saved_misses) = (f.calibrated, f.saved_misses);
+        let confidence = (calibrated * self.trust(tenant, Step::FollowUp, now_ms)).clamp(0.0, 1.0);
+        if confidence < self.policy.threshold {
+            return Some(Err((Stage::Score, Skip::BelowThreshold)));
+        }
         let cost = self.fill_cost(tenant);
-        let unseen = worth_naming(unseen, chances, f.last.confidence, f.saved_misses, cost);
+        let unseen = worth_naming(unseen, chances, confidence, saved_misses, cost);
         if unseen.is_empty() {
             return Some(Err((Stage::Regions, Skip::NotWorthIt)));
         }
@@ -169,7 +180,7 @@ impl Decider {
             ),
             tenant.clone(),
             key.clone(),
-            f.last.confidence,
+            confidence,
             now_ms,
             now_ms + self.policy.command_ttl_ms,
             RegionTargets::Only(unseen),
@@ -178,7 +189,7 @@ impl Decider {
         f.last = command.clone();
         f.reached = reached;
         f.refused = None;
-        self.issue(now_ms, &command, 0);
+        self.issue(now_ms, &command, 0, calibrated);
         Some(Ok(command))
     }
 }

@@ -3,17 +3,9 @@
 //! (see `Predictor`'s tick). A useful command clears the memory. Entries older than
 //! [`MEMORY_MS`] are forgotten.
 //!
-//! The fleet's commands sent at a first region are remembered too
-//! ([`RegionRecord`]): when lately they were useful far less often than the
-//! threshold claims, no key is commanded at its first region until those outcomes are
-//! [`RECORD_MS`] old. The model and its calibration were fitted mostly on older
-//! traffic, which each minute's retrain keeps on its samples, and the calibration's
-//! counts start again with each new model; a fleet whose traffic changed (a day of
-//! local crowds after a day of virals) would otherwise pay for each crowd again.
-//!
-//! So are its commands sent at a second region: where spreads stop there (two
-//! neighbouring regions share an interest, and no third follows), the second region is
-//! no evidence of a third either, and commands wait for one.
+//! Every verdict also teaches the trust of the step its command was sent at
+//! ([`Trust`]): the useful share of the fleet's, and the tenant's, commands at a first
+//! region, a second, later, or as follow-ups, against the confidence they were sent at.
 //!
 //! A verdict comes only when a command expires, a TTL after it was sent, but a viral's
 //! command is answered much sooner: where the fleet's virals answer within seconds, a
@@ -25,43 +17,40 @@
 use std::collections::{HashMap, VecDeque};
 
 use models::{CacheKey, PrewarmCommand, TenantId};
-use serde::{Deserialize, Serialize};
 
-use super::super::pipeline::policy::{
-    ANSWERS_LEN, ANSWERS_NEEDED, MEMORY_MS, QUIET_FACTOR, RECORD_LEN, RECORD_MS, SIGNIFICANCE,
-    TOLERANCE,
-};
+use super::super::pipeline::policy::{ANSWERS_LEN, ANSWERS_NEEDED, MEMORY_MS, QUIET_FACTOR};
+use super::super::trust::{Step, Trust};
 use super::{Decider, Decision, Verdict};
 
 /// What the decider remembers of its commands' verdicts.
 #[derive(Debug, Default)]
 pub(super) struct Memory {
     wasted: Wasted,
-    first_regions: RegionRecord,
-    second_regions: RegionRecord,
     quiet: Quiet,
     answers: Answers,
+    /// What each step's commands' verdicts say of their confidence.
+    pub(super) trust: Trust,
 }
 
 impl Memory {
-    /// Notes a decision's verdict, for its key, and for the fleet's first or second
-    /// regions if it was sent at one.
+    /// Notes a decision's verdict, for its key, and for the trust of its step.
     pub(super) fn note(&mut self, decision: &Decision, verdict: Verdict, now_ms: u64) {
         self.wasted.note(&decision.command, verdict, now_ms);
+        if verdict != Verdict::Pending {
+            self.trust.note(
+                &decision.command.tenant,
+                Step::at(decision.sent_at_regions),
+                decision.calibrated,
+                verdict == Verdict::Useful,
+                now_ms,
+            );
+        }
         if verdict == Verdict::Useful {
             self.quiet.answered(&decision.command);
             if decision.sent_at_regions >= 1 {
                 self.answers
                     .note(now_ms.saturating_sub(decision.command.issued_at_ms));
             }
-        }
-        let record = match decision.sent_at_regions {
-            1 => &mut self.first_regions,
-            2 => &mut self.second_regions,
-            _ => return,
-        };
-        if verdict != Verdict::Pending {
-            record.note(now_ms, verdict == Verdict::Useful);
         }
     }
 
@@ -185,63 +174,6 @@ impl Wasted {
     }
 }
 
-/// The newest outcomes of the fleet's commands sent at one step of their spread (at a
-/// first region, or at a second): (when known, useful).
-#[derive(Debug, Clone, Default, Serialize, Deserialize)]
-pub(crate) struct RegionRecord {
-    outcomes: VecDeque<(u64, bool)>,
-}
-
-impl RegionRecord {
-    /// A record a checkpoint kept, its newest [`RECORD_LEN`] outcomes.
-    pub(crate) fn restore(mut saved: RegionRecord) -> RegionRecord {
-        let extra = saved.outcomes.len().saturating_sub(RECORD_LEN);
-        saved.outcomes.drain(..extra);
-        saved
-    }
-
-    /// Notes a command of this record found useful or wasted at `now_ms`.
-    fn note(&mut self, now_ms: u64, useful: bool) {
-        if self.outcomes.len() == RECORD_LEN {
-            self.outcomes.pop_front();
-        }
-        self.outcomes.push_back((now_ms, useful));
-    }
-
-    /// Whether confidence at this step holds at `now_ms`: no run of the newest
-    /// outcomes younger than [`RECORD_MS`] has a useful share significantly below
-    /// `threshold` less [`TOLERANCE`] (binomial: so few useful or fewer has a chance
-    /// of at least [`SIGNIFICANCE`]). Runs, not the whole record: a change shows in the
-    /// newest outcomes first, where older successes would hide it.
-    fn holds(&self, now_ms: u64, threshold: f64) -> bool {
-        let p = (threshold - TOLERANCE).clamp(0.0, 1.0);
-        let newest = self
-            .outcomes
-            .iter()
-            .rev()
-            .take_while(|(at, _)| at + RECORD_MS > now_ms);
-        let mut useful = 0;
-        for (n, (_, ok)) in newest.enumerate() {
-            useful += usize::from(*ok);
-            if binomial_cdf(useful, n + 1, p) < SIGNIFICANCE {
-                return false;
-            }
-        }
-        true
-    }
-}
-
-/// P(X ≤ k) for X ~ Binomial(n, p).
-fn binomial_cdf(k: usize, n: usize, p: f64) -> f64 {
-    let mut term = (1.0 - p).powi(n as i32); // P(X = 0)
-    let mut sum = term;
-    for i in 0..k.min(n) {
-        term *= (n - i) as f64 / (i + 1) as f64 * p / (1.0 - p).max(f64::MIN_POSITIVE);
-        sum += term;
-    }
-    sum.min(1.0)
-}
-
 impl Decider {
     /// Whether one of the tenant's first-region commands went unanswered well past the
     /// fleet's answers and has no verdict yet ([`Answers`]).
@@ -249,30 +181,14 @@ impl Decider {
         self.memory.quiet.holds(tenant, now_ms)
     }
 
-    /// The records of first- and second-region commands, for the checkpoint.
-    pub(crate) fn region_records(&self) -> (&RegionRecord, &RegionRecord) {
-        (&self.memory.first_regions, &self.memory.second_regions)
+    /// What the trust learnt, for the checkpoint.
+    pub(crate) fn trust_learnt(&self) -> &Trust {
+        &self.memory.trust
     }
 
-    /// Puts back the records a checkpoint kept.
-    pub(crate) fn restore_region_records(&mut self, first: RegionRecord, second: RegionRecord) {
-        self.memory.first_regions = RegionRecord::restore(first);
-        self.memory.second_regions = RegionRecord::restore(second);
-    }
-
-    /// Whether the fleet's recent commands at a first region were useful about as
-    /// often as the threshold claims ([`RegionRecord`]).
-    pub(crate) fn first_regions_hold(&self, now_ms: u64) -> bool {
-        self.memory
-            .first_regions
-            .holds(now_ms, self.policy.threshold)
-    }
-
-    /// The same for the fleet's recent commands at a second region.
-    pub(crate) fn second_regions_hold(&self, now_ms: u64) -> bool {
-        self.memory
-            .second_regions
-            .holds(now_ms, self.policy.threshold)
+    /// Puts back what a checkpoint kept of the trust.
+    pub(crate) fn restore_trust(&mut self, trust: Trust) {
+        self.memory.trust = trust;
     }
 
     /// Whether the key's last command, within [`MEMORY_MS`], was wasted.
@@ -296,11 +212,11 @@ mod tests {
     use models::{CacheKey, Outcome, RegionId, TenantId};
 
     use super::super::super::pipeline::policy::{
-        ANSWERS_NEEDED, DecisionPolicy, MEMORY_MS, QUIET_FACTOR, RECORD_MS,
+        ANSWERS_NEEDED, DecisionPolicy, MEMORY_MS, QUIET_FACTOR,
     };
+    use super::super::super::trust::Step;
     use super::super::Decider;
     use super::super::tests::{Candidate, cand, score};
-    use super::{RegionRecord, binomial_cdf};
 
     /// A wasted command is remembered for its key (not for others); a useful one
     /// clears the memory; the memory fades after [`MEMORY_MS`].
@@ -329,33 +245,12 @@ mod tests {
         assert!(!d.last_command_wasted(&t, &k, 2 * ttl + 500));
     }
 
-    /// Three wasted first-region commands in a row are no longer the threshold's
-    /// chance less its tolerance (0.75³ of them useful: 1 in 64), two are (1 in 16);
-    /// older successes do not hide a run of the newest, and the run counts for
-    /// [`RECORD_MS`] only.
+    /// The trust learns from the verdicts of the commands sent, each at its step:
+    /// three wasted at a second region lower the trust in second regions and leave the
+    /// trust in first regions as it was, and three wasted at a first region the other
+    /// way round; commands at three regions touch neither.
     #[test]
-    fn a_run_of_wasted_first_region_commands_stops_the_trust() {
-        assert!((binomial_cdf(0, 3, 0.75) - 1.0 / 64.0).abs() < 1e-12);
-        assert!((binomial_cdf(3, 3, 0.75) - 1.0).abs() < 1e-12);
-        let mut record = RegionRecord::default();
-        for at in 0..17 {
-            record.note(at, true);
-        }
-        record.note(20, false);
-        record.note(21, false);
-        assert!(record.holds(22, 0.85));
-        record.note(22, false);
-        assert!(!record.holds(23, 0.85));
-        assert!(record.holds(22 + RECORD_MS, 0.85));
-        record.note(23, true);
-        assert!(record.holds(24, 0.85), "a useful one ends the run");
-    }
-
-    /// Commands sent at a first region and at a second are counted apart: three wasted
-    /// at a second region stop the trust in second regions and leave the trust in
-    /// first regions as it was, and three wasted at a first region the other way round.
-    #[test]
-    fn first_and_second_region_commands_count_apart() {
+    fn the_trust_learns_from_the_verdicts_of_commands_sent_at_each_step() {
         let (t, eu): (TenantId, RegionId) = ("acme".parse().unwrap(), "eu".parse().unwrap());
         let score = score(0.9);
         let ttl = DecisionPolicy::default().command_ttl_ms;
@@ -370,7 +265,8 @@ mod tests {
                 d.consider(0, candidate).unwrap();
             }
             d.expire(ttl);
-            (d.first_regions_hold(ttl), d.second_regions_hold(ttl))
+            let trusted = |step| d.trust(&t, step, ttl) == 1.0;
+            (trusted(Step::First), trusted(Step::Second))
         };
         assert_eq!(wasted_three(vec![0]), (false, true));
         assert_eq!(wasted_three(vec![0, 1]), (true, false));

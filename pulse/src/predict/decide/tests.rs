@@ -56,6 +56,7 @@ impl Decider {
                 tenant: tenant.clone(),
                 key: key.clone(),
                 score: c.score.clone(),
+                calibrated: c.score.confidence,
                 named,
                 saved_misses: c.saved_misses,
                 burst_start_ms: c.burst_start_ms,

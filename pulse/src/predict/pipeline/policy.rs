@@ -91,19 +91,16 @@ pub(crate) const COLD_START_MOMENTS: f64 = super::super::online::PRIOR_WEIGHT;
 /// hour, so an hourly job's next run still finds it (a round value, not measured).
 pub(crate) const MEMORY_MS: u64 = 3_600_000;
 
-/// Candidate: how long a first- or second-region command's outcome counts in the
-/// fleet's record of such commands: a quarter hour, some fifteen retrains of the model
-/// (a round value, not measured).
-pub(crate) const RECORD_MS: u64 = 900_000;
-/// Candidate: newest outcomes kept per record: three wasted in a row are already
-/// significant at 0.85, so more only hides a change behind older successes.
-pub(crate) const RECORD_LEN: usize = 20;
-/// Candidate: how far below the threshold the useful share of a record may lie before
-/// confidence at that step is not trusted: the reliability target's tolerance.
-pub(crate) const TOLERANCE: f64 = 0.10;
-/// Candidate: how unlikely a record's run must be, were each command useful with the
-/// threshold's chance less the tolerance: the usual 5 %.
-pub(crate) const SIGNIFICANCE: f64 = 0.05;
+/// Score: how many commands the trust's prior (the calibrated confidence is right, or
+/// for a tenant, what the fleet's other tenants showed) is worth
+/// (`predict::trust`): as many as the moments the online calibration's prior is
+/// worth, so that a fresh pulse needs about as much evidence to doubt its calibration
+/// as to move it (four wasted commands in a row at 0.99 bring 0.99 below 0.85).
+pub(crate) const TRUST_PRIOR_COMMANDS: f64 = super::super::online::PRIOR_WEIGHT;
+/// Score: the half-life of a command's outcome in the trust: a quarter hour, some
+/// fifteen retrains of the model, so that an hour forgets a world that changed (a
+/// round value, not measured).
+pub(crate) const TRUST_HALF_LIFE_MS: u64 = 900_000;
 
 /// Candidate: answer delays of the fleet's commands kept to judge an unanswered one,
 /// as many as a record's outcomes.

@@ -5,6 +5,7 @@ use models::{CacheKey, RegionId, RegionTargets, TenantId};
 use super::super::decide::tests::score as scored;
 use super::super::decide::{Decider, Proposal};
 use super::super::features::Extracted;
+use super::super::trust::{Step, Trust};
 use super::super::{Features, Predictor, PredictorConfig, default_model};
 use super::policy::DecisionPolicy;
 use super::{LastDecision, Skip, Stage, Waits, candidate};
@@ -34,6 +35,7 @@ fn proposal(tenant: &TenantId, key: &CacheKey) -> Proposal {
         tenant: tenant.clone(),
         key: key.clone(),
         score: scored(0.9),
+        calibrated: 0.9,
         named: regions(&["eu"]),
         saved_misses: 1.0,
         burst_start_ms: 0,
@@ -43,7 +45,7 @@ fn proposal(tenant: &TenantId, key: &CacheKey) -> Proposal {
 
 /// Stage 1: a key with no region left is not decided on; any wait makes a first region
 /// no evidence (a second one is), and failing second-region commands make a second
-/// region none either; without a wait the first region passes.
+/// region passes; without a wait the first region passes.
 #[test]
 fn the_candidate_stage_waits_for_the_regions_its_waits_ask() {
     let none = Waits::default();
@@ -57,9 +59,8 @@ fn the_candidate_stage_waits_for_the_regions_its_waits_ask() {
         Err(Skip::AwaitingRegions),
         "min_regions_reached"
     );
-    let each: [fn(&mut Waits); 6] = [
+    let each: [fn(&mut Waits); 5] = [
         |w| w.cold = true,
-        |w| w.first_regions_failing = true,
         |w| w.one_node = true,
         |w| w.scheduled = true,
         |w| w.last_wasted = true,
@@ -75,16 +76,39 @@ fn the_candidate_stage_waits_for_the_regions_its_waits_ask() {
         );
         assert_eq!(candidate(&extracted(2, 3), 1, &waits), Ok(()), "{waits:?}");
     }
-    let second = Waits {
-        second_regions_failing: true,
-        ..Waits::default()
-    };
-    assert_eq!(candidate(&extracted(1, 3), 1, &second), Ok(()));
-    assert_eq!(
-        candidate(&extracted(2, 3), 1, &second),
-        Err(Skip::AwaitingRegions)
+}
+
+/// Stage 2 weighs the calibrated confidence by the trust its step's commands earned: a
+/// fresh pulse trusts its calibration; where the tenant's first-region commands were
+/// wasted, a key at its first region scores lower, one at its second region does not.
+#[test]
+fn the_score_stage_weighs_the_confidence_by_the_trust_of_its_step() {
+    let model = default_model();
+    let (t, k): (TenantId, CacheKey) = ("acme".parse().unwrap(), "/a".parse().unwrap());
+    let mut p = Predictor::new(
+        Some(Arc::new(model.clone())),
+        PredictorConfig {
+            policy: DecisionPolicy {
+                threshold: 0.0,
+                ..DecisionPolicy::default()
+            },
+            ..PredictorConfig::default()
+        },
     );
-    assert_eq!(candidate(&extracted(3, 3), 1, &second), Ok(()));
+    let x = Features::default();
+    let (fresh, calibrated) = p.score(0, &t, &k, &x, Step::First, &model).unwrap();
+    assert!(calibrated > 0.0);
+    assert_eq!(fresh.confidence, calibrated);
+    let mut trust = Trust::default();
+    for at in 0..20 {
+        trust.note(&t, Step::First, 1.0, false, at);
+    }
+    p.decider.restore_trust(trust);
+    let (first, before_trust) = p.score(20, &t, &k, &x, Step::First, &model).unwrap();
+    assert_eq!(before_trust, calibrated);
+    assert!(first.confidence < 0.6 * calibrated, "{}", first.confidence);
+    let (second, _) = p.score(20, &t, &k, &x, Step::Second, &model).unwrap();
+    assert_eq!(second.confidence, calibrated);
 }
 
 /// Stage 2: the model's confidence below the threshold is refused; at it, a key
@@ -109,21 +133,22 @@ fn the_score_stage_passes_a_confident_key_once_confirmed() {
     };
     let x = Features::default();
     let confidence = predictor(0.0, 1)
-        .score(0, &t, &k, &x, &model)
+        .score(0, &t, &k, &x, Step::First, &model)
         .unwrap()
+        .0
         .confidence;
     let mut above = predictor(confidence + 1e-9, 1);
     assert_eq!(
-        above.score(0, &t, &k, &x, &model).map(|_| ()),
+        above.score(0, &t, &k, &x, Step::First, &model).map(|_| ()),
         Err(Skip::BelowThreshold)
     );
     let mut twice = predictor(confidence, 2);
     assert_eq!(
-        twice.score(0, &t, &k, &x, &model).map(|_| ()),
+        twice.score(0, &t, &k, &x, Step::First, &model).map(|_| ()),
         Err(Skip::Unconfirmed)
     );
-    let passed = twice.score(10, &t, &k, &x, &model).unwrap();
-    assert_eq!(passed.confidence, confidence);
+    let passed = twice.score(10, &t, &k, &x, Step::First, &model).unwrap();
+    assert_eq!(passed.0.confidence, confidence);
     assert_eq!(twice.scored(), 2);
 }
 
