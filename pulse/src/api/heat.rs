@@ -95,6 +95,34 @@ pub(super) async fn tenants(
 
 /// The heat map: a tenant's (or one region's) hottest keys over a window, merged
 /// over the partitions at one `now_ms`.
+/// The tenant's `n` hottest keys of the last 60 s, fleet-wide, as `/api/heatmap`
+/// answers them: how a warm-up or a purge learns that the tenant is known (else the
+/// heat map's 404, its message naming `tenant`) and which keys it holds.
+pub(super) async fn known_keys(
+    state: &AppState,
+    tenant: &str,
+    n: usize,
+) -> Result<HeatmapResponse, ApiError> {
+    let uri: Uri = format!("/api/heatmap?tenant={tenant}&window=60s&n={n}")
+        .parse()
+        .map_err(|_| ApiError::bad("invalid_tenant", "tenant: not usable in a query"))?;
+    let query = HeatmapQuery {
+        tenant: Some(tenant.to_owned()),
+        region: None,
+        window: Some("60s".into()),
+        n: Some(n),
+        now_ms: None,
+        scope: None,
+    };
+    let Json(known) = heatmap(State(state.clone()), uri, Ok(Query(query)))
+        .await
+        .map_err(|e| ApiError {
+            message: format!("tenant: {}", e.message),
+            ..e
+        })?;
+    Ok(known)
+}
+
 #[utoipa::path(
     get,
     path = "/api/heatmap",

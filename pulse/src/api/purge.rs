@@ -5,17 +5,16 @@
 //! priority, spread over the window).
 
 use axum::Json;
-use axum::extract::Query;
 use axum::extract::State;
 use axum::extract::rejection::JsonRejection;
-use axum::http::{StatusCode, Uri};
+use axum::http::StatusCode;
 use models::{
     CacheKey, DecodeError, PurgeCommand, PurgeMode, RegionTargets, TenantId, decode, encode,
 };
 use serde::Deserialize;
 use utoipa::ToSchema;
 
-use super::heat::{self, HeatmapQuery};
+use super::heat;
 use super::{ApiError, AppState, ErrorBody};
 use crate::clock::wall_clock_ms;
 
@@ -81,23 +80,7 @@ pub(super) async fn purge(
         Some(v) => crate::warm::regions(v)?,
     };
     // The tenant must be known to the heat map, fleet-wide, as for a warm-up.
-    let uri: Uri = format!("/api/heatmap?tenant={tenant}&window=60s&n=1")
-        .parse()
-        .map_err(|_| ApiError::bad("invalid_tenant", "tenant: not usable in a query"))?;
-    let query = HeatmapQuery {
-        tenant: Some(tenant.to_string()),
-        region: None,
-        window: Some("60s".into()),
-        n: Some(1),
-        now_ms: None,
-        scope: None,
-    };
-    let _known = heat::heatmap(State(state.clone()), uri, Ok(Query(query)))
-        .await
-        .map_err(|e| ApiError {
-            message: format!("tenant: {}", e.message),
-            ..e
-        })?;
+    heat::known_keys(&state, tenant.as_str(), 1).await?;
     let now = wall_clock_ms();
     let mut command = PurgeCommand::new(
         format!("purge-{now}-{:08x}", rand::random::<u32>()),

@@ -3,13 +3,13 @@
 
 use axum::Json;
 use axum::extract::rejection::{JsonRejection, PathRejection};
-use axum::extract::{Path, Query, State};
-use axum::http::{StatusCode, Uri};
+use axum::extract::{Path, State};
+use axum::http::StatusCode;
 use models::CacheKey;
 use serde::Serialize;
 use utoipa::ToSchema;
 
-use super::heat::{self, HeatmapQuery};
+use super::heat;
 use super::{ApiError, AppState, ErrorBody, MAX_HEATMAP_ROWS};
 use crate::clock::wall_clock_ms;
 use crate::warm::{Job, KeySource, MAX_KEYS, Progress, Refusal, WarmRequest};
@@ -103,23 +103,7 @@ pub(super) async fn start(
         KeySource::Prefix(_) => MAX_KEYS.min(MAX_HEATMAP_ROWS),
     };
     let tenant = checked.tenant.as_str();
-    let uri: Uri = format!("/api/heatmap?tenant={tenant}&window=60s&n={rows}")
-        .parse()
-        .map_err(|_| ApiError::bad("invalid_tenant", "tenant: not usable in a query"))?;
-    let query = HeatmapQuery {
-        tenant: Some(tenant.to_owned()),
-        region: None,
-        window: Some("60s".into()),
-        n: Some(rows),
-        now_ms: None,
-        scope: None,
-    };
-    let Json(known) = heat::heatmap(State(state.clone()), uri, Ok(Query(query)))
-        .await
-        .map_err(|e| ApiError {
-            message: format!("tenant: {}", e.message),
-            ..e
-        })?;
+    let known = heat::known_keys(&state, tenant, rows).await?;
     let keys: Vec<CacheKey> = match &checked.keys {
         KeySource::Keys(keys) => keys.clone(),
         KeySource::Prefix(prefix) => {
