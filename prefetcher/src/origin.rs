@@ -67,12 +67,18 @@ impl Tenant {
     /// never one that climbs out of the prefix ([`check_target`], which the request
     /// paths run first and answer with `400`; here it guards every other way in).
     fn uri(&self, path_and_query: &str) -> Result<Uri, FillError> {
-        let path = path_and_query.split('?').next().unwrap_or("");
-        check_target(path).map_err(|e| FillError::Connect(format!("refused target: {e}")))?;
-        format!("{}{}{}", self.base, self.prefix, path_and_query)
-            .parse()
-            .map_err(|e| FillError::Connect(format!("bad origin URL: {e}")))
+        target_uri(&format!("{}{}", self.base, self.prefix), path_and_query)
     }
+}
+
+/// `base` followed by `path_and_query`, a target that never climbs out of it
+/// ([`check_target`]): a tenant's origin, or a peer node asked for its copy.
+fn target_uri(base: &str, path_and_query: &str) -> Result<Uri, FillError> {
+    let path = path_and_query.split('?').next().unwrap_or("");
+    check_target(path).map_err(|e| FillError::Connect(format!("refused target: {e}")))?;
+    format!("{base}{path_and_query}")
+        .parse()
+        .map_err(|e| FillError::Connect(format!("bad upstream URL: {e}")))
 }
 
 pub(crate) use crate::semantics::strip_hop_by_hop;
@@ -217,9 +223,18 @@ impl OriginClient {
         mut headers: HeaderMap,
     ) -> Result<Response<Incoming>, FillError> {
         headers.insert(header::HOST, tenant.host.clone());
+        self.send_get(tenant.uri(key.as_str())?, headers).await
+    }
+
+    /// A bodiless `GET` of `uri` with exactly `headers`.
+    async fn send_get(
+        &self,
+        uri: Uri,
+        headers: HeaderMap,
+    ) -> Result<Response<Incoming>, FillError> {
         let mut request = Request::builder()
             .method(Method::GET)
-            .uri(tenant.uri(key.as_str())?)
+            .uri(uri)
             .body(Body::empty())
             .map_err(|e| FillError::Connect(e.to_string()))?;
         *request.headers_mut() = headers;
@@ -236,8 +251,7 @@ impl OriginClient {
         key: &CacheKey,
         mut headers: HeaderMap,
     ) -> Result<Response<Incoming>, FillError> {
-        let path = key.as_str().split('?').next().unwrap_or("");
-        check_target(path).map_err(|e| FillError::Connect(format!("refused target: {e}")))?;
+        let uri = target_uri(peer.to_string().trim_end_matches('/'), key.as_str())?;
         let host = match (&tenant.client_host, peer.authority()) {
             (Some(host), _) => host.clone(),
             (None, Some(authority)) => HeaderValue::from_str(authority.as_str())
@@ -249,16 +263,7 @@ impl OriginClient {
             header::CACHE_CONTROL,
             HeaderValue::from_static("only-if-cached"),
         );
-        let uri = format!("{}{}", peer.to_string().trim_end_matches('/'), key.as_str())
-            .parse::<Uri>()
-            .map_err(|e| FillError::Connect(format!("bad peer URL: {e}")))?;
-        let mut request = Request::builder()
-            .method(Method::GET)
-            .uri(uri)
-            .body(Body::empty())
-            .map_err(|e| FillError::Connect(e.to_string()))?;
-        *request.headers_mut() = headers;
-        self.send(request).await
+        self.send_get(uri, headers).await
     }
 
     /// A pass-through request (other methods, credentials, ranges): the client's

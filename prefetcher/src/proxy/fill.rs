@@ -102,9 +102,9 @@ impl Node {
     ) -> Result<(http::Response<hyper::body::Incoming>, bool), FillError> {
         let origin = &self.inner.origin;
         if plain && !peers.is_empty() {
+            let warmup = &self.inner.metrics.warmup;
             let first = first_peer(key.key().as_str(), peers.len());
             for peer in peers.iter().cycle().skip(first).take(peers.len()) {
-                let warmup = &self.inner.metrics.warmup;
                 match origin
                     .get_cached(peer, tenant, key.key(), headers.clone())
                     .await
