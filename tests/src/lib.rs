@@ -3,7 +3,7 @@
 //! # Layout
 //! - The broker under test and the pieces pulse's own tests share, from
 //!   `pulse::testing`: [`TestKafka`] (the real broker named by `KAFKA_BOOTSTRAP_SERVERS`,
-//!   or an embedded mock cluster when that is unset), [`produce`], [`produce_events`],
+//!   or an embedded mock cluster when that is unset), [`produce`], [`produce_signed`], [`produce_events`],
 //!   [`produce_paced`], [`committed_offsets`], [`free_port`] and [`wall_ms`], the one
 //!   wall clock the tests read.
 //! - `fleet`: pulse as a fleet of `pulse serve` processes, and the checks of their
@@ -18,5 +18,5 @@ pub mod sim;
 
 pub use pulse::testing::{
     BOOTSTRAP_ENV, TestKafka, committed_offsets, free_port, produce, produce_events, produce_paced,
-    wall_ms,
+    produce_signed, wall_ms,
 };

@@ -13,17 +13,14 @@ use std::time::Duration;
 use axum::body::Body;
 use http::{Method, Request, StatusCode};
 use models::{
-    CacheKey, PurgeCommand, PurgeMode, RegionId, RegionTargets, SIGNATURE_HEADER, SigningKeys,
-    TenantId, encode,
+    CacheKey, PurgeCommand, PurgeMode, RegionId, RegionTargets, SigningKeys, TenantId, encode,
 };
 use prefetcher::testing::{SyntheticOrigin, TestClient, wait_until};
 use prefetcher::{CacheStatus, Config, NodeHandle, RejectReason, spawn_node};
 use pulse::PulseConfig;
 use pulse::testing::send_json;
-use rdkafka::message::{Header, OwnedHeaders};
-use rdkafka::producer::{FutureProducer, FutureRecord};
 use serde_json::{Value, json};
-use tests::{TestKafka, wall_ms};
+use tests::{TestKafka, produce_signed, wall_ms};
 
 const TENANT: &str = "acme";
 const HOST: &str = "acme.example";
@@ -73,22 +70,6 @@ fn purge(id: &str, window_ms: u64) -> PurgeCommand {
     p
 }
 
-async fn produce(producer: &FutureProducer, topic: &str, payload: &[u8], sig: Option<&str>) {
-    let mut record = FutureRecord::<str, [u8]>::to(topic)
-        .key("acme/p/")
-        .payload(payload);
-    if let Some(sig) = sig {
-        record = record.headers(OwnedHeaders::new().insert(Header {
-            key: SIGNATURE_HEADER,
-            value: Some(sig),
-        }));
-    }
-    producer
-        .send(record, Duration::from_secs(30))
-        .await
-        .expect("producing a purge");
-}
-
 fn rewarmed(node: &NodeHandle) -> u64 {
     let m = &node.node().metrics().purge;
     m.rewarmed("filled") + m.rewarmed("cached") + m.rewarmed("failed")
@@ -136,9 +117,16 @@ async fn a_region_refills_each_purged_key_once_and_refuses_forged_purges() {
         .unwrap();
     let producer = kafka.producer();
     let unsigned = encode(&purge("pg-unsigned", 500));
-    produce(&producer, &topic, &unsigned, None).await;
+    produce_signed(&producer, &topic, "acme/p/", &unsigned, None).await;
     let forged = encode(&purge("pg-forged", 500));
-    produce(&producer, &topic, &forged, Some(&forger.sign(&forged))).await;
+    produce_signed(
+        &producer,
+        &topic,
+        "acme/p/",
+        &forged,
+        Some(&forger.sign(&forged)),
+    )
+    .await;
     let nodes = [&shield, &edges[0], &edges[1]];
     for node in nodes {
         let m = &node.node().metrics().purge;
@@ -157,7 +145,14 @@ async fn a_region_refills_each_purged_key_once_and_refuses_forged_purges() {
     assert_eq!(hit.x_cache(), Some(CacheStatus::Hit), "nothing was purged");
 
     let good = encode(&purge("pg-good", 1_500));
-    produce(&producer, &topic, &good, Some(&signer.sign(&good))).await;
+    produce_signed(
+        &producer,
+        &topic,
+        "acme/p/",
+        &good,
+        Some(&signer.sign(&good)),
+    )
+    .await;
     for node in nodes {
         wait_until(
             || node.node().metrics().purge.rewarm_pending.get() > 0 || rewarmed(node) > 0,

@@ -24,10 +24,9 @@ use prefetcher::{
 use pulse::{BurstKind, KafkaClients, PrewarmPublisher, TraceSpec, generate_trace};
 use rdkafka::Message;
 use rdkafka::consumer::Consumer;
-use rdkafka::message::{Header, Headers, OwnedHeaders};
-use rdkafka::producer::{FutureProducer, FutureRecord};
+use rdkafka::message::Headers;
 use tests::fleet::{ProcessEnv, PulseProcess};
-use tests::{TestKafka, free_port, wall_ms};
+use tests::{TestKafka, free_port, produce_signed, wall_ms};
 
 const TENANT: &str = "acme";
 const HOST: &str = "acme.example";
@@ -108,23 +107,6 @@ fn command(key: &str) -> PrewarmCommand {
     )
 }
 
-/// Produces `payload` with `signature` (if any) in the signature header.
-async fn produce(producer: &FutureProducer, topic: &str, payload: &[u8], signature: Option<&str>) {
-    let mut record = FutureRecord::<str, [u8]>::to(topic)
-        .key("acme/x")
-        .payload(payload);
-    if let Some(signature) = signature {
-        record = record.headers(OwnedHeaders::new().insert(Header {
-            key: SIGNATURE_HEADER,
-            value: Some(signature),
-        }));
-    }
-    producer
-        .send(record, Duration::from_secs(30))
-        .await
-        .expect("producing a pre-warm command");
-}
-
 /// The forged commands every verifier must refuse, each for a key of its own, with
 /// the reason it is counted under: no signature; a signature by a secret nobody
 /// holds under a configured id; a payload changed after signing; a key id nobody
@@ -182,10 +164,10 @@ async fn a_node_with_keys_applies_signed_commands_only_and_counts_the_rest() {
     let producer = kafka.producer();
     let forged = forgeries(&good);
     for (_, _, payload, signature) in &forged {
-        produce(&producer, &prewarm, payload, signature.as_deref()).await;
+        produce_signed(&producer, &prewarm, "acme/x", payload, signature.as_deref()).await;
     }
     let ok = encode(&command("/ok"));
-    produce(&producer, &prewarm, &ok, Some(&good.sign(&ok))).await;
+    produce_signed(&producer, &prewarm, "acme/x", &ok, Some(&good.sign(&ok))).await;
 
     let m = node.node().metrics();
     wait_until(|| m.prefetches_received.get() == 5, "every command read").await;
@@ -254,10 +236,10 @@ async fn an_edge_agent_with_keys_warms_for_signed_commands_only() {
     let producer = kafka.producer();
     let forged = forgeries(&good);
     for (_, _, payload, signature) in &forged {
-        produce(&producer, &prewarm, payload, signature.as_deref()).await;
+        produce_signed(&producer, &prewarm, "acme/x", payload, signature.as_deref()).await;
     }
     let ok = encode(&command("/ok"));
-    produce(&producer, &prewarm, &ok, Some(&good.sign(&ok))).await;
+    produce_signed(&producer, &prewarm, "acme/x", &ok, Some(&good.sign(&ok))).await;
 
     let m = agent.metrics();
     wait_until(|| m.prefetches_received.get() == 5, "every command read").await;

@@ -9,12 +9,13 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
 use futures::future::join_all;
-use models::{AccessEvent, encode};
+use models::{AccessEvent, SIGNATURE_HEADER, encode};
 use rdkafka::ClientConfig;
 use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
 use rdkafka::client::DefaultClientContext;
 use rdkafka::consumer::{BaseConsumer, Consumer, StreamConsumer};
 use rdkafka::error::KafkaResult;
+use rdkafka::message::{Header, OwnedHeaders};
 use rdkafka::producer::{FutureProducer, FutureRecord};
 use rdkafka::{Offset, TopicPartitionList};
 
@@ -177,11 +178,27 @@ impl TestKafka {
 
 /// Produces one message and waits for the broker to take it.
 pub async fn produce(producer: &FutureProducer, topic: &str, key: &str, payload: &[u8]) {
+    produce_signed(producer, topic, key, payload, None).await;
+}
+
+/// [`produce`] with `signature` (if any) in the signature header, as pulse sends its
+/// commands: how a test puts a signed, forged or unsigned command on the topic.
+pub async fn produce_signed(
+    producer: &FutureProducer,
+    topic: &str,
+    key: &str,
+    payload: &[u8],
+    signature: Option<&str>,
+) {
+    let mut record = FutureRecord::to(topic).key(key).payload(payload);
+    if let Some(signature) = signature {
+        record = record.headers(OwnedHeaders::new().insert(Header {
+            key: SIGNATURE_HEADER,
+            value: Some(signature),
+        }));
+    }
     producer
-        .send(
-            FutureRecord::to(topic).key(key).payload(payload),
-            Duration::from_secs(10),
-        )
+        .send(record, Duration::from_secs(10))
         .await
         .unwrap_or_else(|(e, _)| panic!("producing to {topic}: {e}"));
 }

@@ -17,7 +17,7 @@ mod kafka;
 pub use api::{get_json, send_json};
 pub use kafka::{
     BOOTSTRAP_ENV, TestKafka, committed_offsets, produce, produce_events, produce_paced,
-    unique_name,
+    produce_signed, unique_name,
 };
 
 /// A local TCP port free a moment ago, for a process the test starts.

@@ -12,15 +12,13 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
 
-use models::{CacheKey, PurgeCommand, PurgeMode, RegionTargets, SIGNATURE_HEADER, SigningKeys};
+use models::{CacheKey, PurgeCommand, PurgeMode, RegionTargets, SigningKeys};
 use prefetcher::testing::SyntheticOrigin;
 use prefetcher::{NodeHandle, spawn_node};
 use pulse::percentile;
-use rdkafka::message::{Header, OwnedHeaders};
-use rdkafka::producer::FutureRecord;
-use tests::{TestKafka, wall_ms};
+use tests::{TestKafka, produce_signed, wall_ms};
 
-use super::{Answer, Args, NODES, Pool, load, node_config, origin, ratio};
+use super::{Answer, Args, Load, NODES, Pool, node_config, origin, ratio};
 
 const SECRET: &str = "6b1d6a0f0e8c2f4e9a7b3c5d1e2f30415263748596a7b8c9dae0f1021324354f";
 
@@ -86,20 +84,14 @@ async fn phase(
     let stop = Arc::new(AtomicBool::new(false));
     let peak = watch_peak(origin, stop.clone());
     let started = Instant::now();
-    kafka
-        .producer()
-        .send(
-            FutureRecord::<str, [u8]>::to(topic)
-                .key("acme/assets/")
-                .payload(&payload)
-                .headers(OwnedHeaders::new().insert(Header {
-                    key: SIGNATURE_HEADER,
-                    value: Some(&signature),
-                })),
-            Duration::from_secs(10),
-        )
-        .await
-        .expect("producing the purge");
+    produce_signed(
+        &kafka.producer(),
+        topic,
+        "acme/assets/",
+        &payload,
+        Some(&signature),
+    )
+    .await;
     let end = started + Duration::from_secs(args.measure);
     tokio::time::sleep_until(end.into()).await;
     stop.store(true, Ordering::Relaxed);
@@ -147,14 +139,8 @@ pub(crate) async fn run(
         nodes.push(spawn_node(config).await?);
     }
     let pool: Pool = Arc::new(RwLock::new(nodes.iter().map(|n| Some(n.url())).collect()));
-    let answers = Arc::new(Mutex::new(Vec::new()));
-    let stop = Arc::new(AtomicBool::new(false));
     let args = Arc::new(args);
-    let load_task = {
-        let (args, pool, answers, stop) =
-            (args.clone(), pool.clone(), answers.clone(), stop.clone());
-        tokio::spawn(async move { load(&args, pool, answers, stop).await })
-    };
+    let load = Load::start(&args, &pool);
     eprintln!(
         "purge bench: {} s of load before the first purge",
         args.before
@@ -170,15 +156,21 @@ pub(crate) async fn run(
     for (setup, mode, window_ms) in cases {
         eprintln!("purge bench: {setup}");
         let row = phase(
-            setup, mode, window_ms, &args, &shared, &answers, &kafka, &topics.1,
+            setup,
+            mode,
+            window_ms,
+            &args,
+            &shared,
+            &load.answers,
+            &kafka,
+            &topics.1,
         )
         .await;
         rows.push(row);
         // Whatever the purge left missing is asked for again before the next one.
         tokio::time::sleep(Duration::from_secs(args.settle)).await;
     }
-    stop.store(true, Ordering::Relaxed);
-    let _ = load_task.await;
+    load.end().await;
 
     println!(
         "load: {} keys, Zipf {}, {} requests/s over {NODES} edges behind one shield, origin {} ms; purge of /assets/ (every key), re-warm window {} ms (edges: the window after the shield's)\n",
