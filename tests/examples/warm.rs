@@ -199,6 +199,37 @@ async fn load(
     }
 }
 
+/// [`load`] while it runs: its answers so far, and the switch that ends it.
+struct Load {
+    answers: Arc<Mutex<Vec<Answer>>>,
+    stop: Arc<std::sync::atomic::AtomicBool>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Load {
+    /// Starts the open-loop load on `pool`.
+    fn start(args: &Arc<Args>, pool: &Pool) -> Load {
+        let answers = Arc::new(Mutex::new(Vec::new()));
+        let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let task = {
+            let (args, pool, answers, stop) =
+                (args.clone(), pool.clone(), answers.clone(), stop.clone());
+            tokio::spawn(async move { load(&args, pool, answers, stop).await })
+        };
+        Load {
+            answers,
+            stop,
+            task,
+        }
+    }
+
+    /// Ends the load once its last request has left.
+    async fn end(self) {
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        let _ = self.task.await;
+    }
+}
+
 async fn ready(node: &NodeHandle) -> bool {
     let url = format!("http://{}/readyz", node.admin_addr().unwrap());
     let client: Client<HttpConnector, Empty<Bytes>> =
@@ -347,66 +378,54 @@ async fn main() -> anyhow::Result<()> {
             .map(|n| n.as_ref().map(NodeHandle::url))
             .collect(),
     ));
-    let answers = Arc::new(Mutex::new(Vec::new()));
-    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let args = Arc::new(args);
-    let load_task = {
-        let (args, pool, answers, stop) =
-            (args.clone(), pool.clone(), answers.clone(), stop.clone());
-        tokio::spawn(async move { load(&args, pool, answers, stop).await })
-    };
+    let load = Load::start(&args, &pool);
     eprintln!(
         "warm bench: {} s of load before the first restart",
         args.before
     );
     tokio::time::sleep(Duration::from_secs(args.before)).await;
 
-    let mut rows = Vec::new();
-    eprintln!("warm bench: restart cold, no warming");
-    let (row, _cold_origin) = restart(
-        "cold", &args, &pool, &answers, &mut nodes, &kafka, &topics, None,
-    )
-    .await;
-    rows.push(row);
-    eprintln!("warm bench: restart cold, with [warmup]");
     let warmup = WarmupConfig {
         pulse: pulse_url,
         max_keys: args.max_keys,
         deadline_ms: args.measure * 1000,
         ..WarmupConfig::default()
     };
-    let (row, _warm_origin) = restart(
-        "warmed",
-        &args,
-        &pool,
-        &answers,
-        &mut nodes,
-        &kafka,
-        &topics,
-        Some(warmup.clone()),
-    )
-    .await;
-    rows.push(row);
-    eprintln!("warm bench: restart cold, with [warmup] and the region's nodes as peers");
     let peers = nodes[..RESTARTED]
         .iter()
         .flatten()
         .map(NodeHandle::url)
         .collect();
-    let (row, _peers_origin) = restart(
-        "warmed from peers",
-        &args,
-        &pool,
-        &answers,
-        &mut nodes,
-        &kafka,
-        &topics,
-        Some(WarmupConfig { peers, ..warmup }),
-    )
-    .await;
-    rows.push(row);
-    stop.store(true, std::sync::atomic::Ordering::Relaxed);
-    let _ = load_task.await;
+    let setups = [
+        ("cold", "no warming", None),
+        ("warmed", "with [warmup]", Some(warmup.clone())),
+        (
+            "warmed from peers",
+            "with [warmup] and the region's nodes as peers",
+            Some(WarmupConfig { peers, ..warmup }),
+        ),
+    ];
+    let mut rows = Vec::new();
+    // Each restarted node's origin lives to the end, as the node does.
+    let mut origins = Vec::new();
+    for (setup, how, warmup) in setups {
+        eprintln!("warm bench: restart cold, {how}");
+        let (row, origin) = restart(
+            setup,
+            &args,
+            &pool,
+            &load.answers,
+            &mut nodes,
+            &kafka,
+            &topics,
+            warmup,
+        )
+        .await;
+        rows.push(row);
+        origins.push(origin);
+    }
+    load.end().await;
 
     println!(
         "load: {} keys, Zipf {}, {} requests/s over {NODES} nodes, hot = ranks <= {}, origin {} ms, warmup.max_keys {}\n",

@@ -161,7 +161,7 @@ async fn a_warm_up_goes_through_the_gate_and_its_bad_inputs_are_refused() {
             .unwrap();
         assert_eq!(got.status, 200);
     }
-    let known = || async {
+    let heatmap = || async {
         let (_, body) = call(
             &app,
             "GET",
@@ -170,8 +170,9 @@ async fn a_warm_up_goes_through_the_gate_and_its_bad_inputs_are_refused() {
             true,
         )
         .await;
-        body["keys"].as_array().map_or(0, Vec::len)
+        body
     };
+    let known = || async { heatmap().await["keys"].as_array().map_or(0, Vec::len) };
     let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
     while known().await < 3 {
         assert!(
@@ -234,14 +235,7 @@ async fn a_warm_up_goes_through_the_gate_and_its_bad_inputs_are_refused() {
     assert_eq!(p["progress"]["regions"][REGION]["filled"], 0, "{p}");
     assert_eq!(origin.fills(), fills_before, "the keys were cached already");
     // The acknowledgements are no demand: the heat map's counts did not move.
-    let (_, heat) = call(
-        &app,
-        "GET",
-        "/api/heatmap?tenant=acme&window=60s&n=10",
-        None,
-        true,
-    )
-    .await;
+    let heat = heatmap().await;
     let img: u64 = heat["keys"]
         .as_array()
         .unwrap()
